@@ -1,0 +1,37 @@
+# Every target creates .venv when it is missing and installs what it needs from this repository.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Every distribution in the repository: packages/* and the conformance kit.
+PKG_DIRS := $(patsubst %/pyproject.toml,%,$(sort $(wildcard packages/*/pyproject.toml conformance/pyproject.toml)))
+SRC_DIRS := $(wildcard $(addsuffix /src,$(PKG_DIRS)))
+EMPTY :=
+SPACE := $(EMPTY) $(EMPTY)
+export MYPYPATH := $(subst $(SPACE),:,$(SRC_DIRS))
+
+.PHONY: test lint typecheck pytest install demo clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python requirements-dev.txt $(addsuffix /pyproject.toml,$(PKG_DIRS))
+	$(BIN)/python -m pip install -q -r requirements-dev.txt $(foreach d,$(PKG_DIRS),-e '$(d)[test]')
+	touch $@
+
+install: $(VENV)/.installed
+
+lint: install
+	$(BIN)/ruff check .
+
+typecheck: install
+	$(BIN)/mypy $(SRC_DIRS)
+	@set -e; for d in $(PKG_DIRS); do echo "mypy $$d/tests"; $(BIN)/mypy $$d/tests; done
+
+pytest: install
+	$(BIN)/pytest
+
+test: lint typecheck pytest
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

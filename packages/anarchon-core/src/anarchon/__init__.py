@@ -1,0 +1,107 @@
+"""anarchon: leaderless distributed scheduling for Python services.
+
+Every replica registers the same jobs; for each scheduled occurrence (a *slot*) the shared store
+makes one atomic decision about which replica runs it. No leader is elected.
+
+    from anarchon import JobContext, MemoryBackend, Scheduler
+
+    scheduler = Scheduler(backend=MemoryBackend(), lease="6s", heartbeat="1s", log=True)
+
+    @scheduler.every("sync", "10s")
+    async def sync(ctx: JobContext) -> None:
+        await ctx.sleep(0.2)
+
+    scheduler.run()   # until SIGINT/SIGTERM, then a graceful stop
+
+Drivers live in their own distributions (anarchon-sqlite, anarchon-redis, anarchon-postgres,
+anarchon-rabbitmq, anarchon-nats) and are found through the `anarchon` entry-point group, so
+`Scheduler.from_url("redis://localhost")` works once the driver is installed.
+"""
+
+from ._clock import Clock, SystemClock
+from ._context import CancelSignal, JobContext
+from ._duration import Duration, parse_duration
+from ._errors import (
+    AnarchonError,
+    BackendError,
+    BackendNotFound,
+    BackendUnavailable,
+    ConfigError,
+    DuplicateJobError,
+    LeaseLost,
+    OptionError,
+    RunCancelled,
+    ScheduleError,
+    SchemaMismatch,
+)
+from ._options import ClaimJobOptions, LeaseJobOptions
+from ._plugins import backend_classes, backend_for_url, plugin_manager
+from ._scheduler import Job, Scheduler
+from ._schedules import At, Cron, Every, Schedule, from_ms, to_ms
+from .backends import (
+    Capability,
+    ClaimBackend,
+    ClaimOutcome,
+    ClaimRequest,
+    ClaimResult,
+    JobState,
+    JobStatus,
+    Lease,
+    LeaseBackend,
+    MemoryBackend,
+    MemoryClaimBackend,
+    MemoryStore,
+    Overlap,
+    ReleaseOutcome,
+)
+from .hookspecs import hookimpl
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AnarchonError",
+    "At",
+    "BackendError",
+    "BackendNotFound",
+    "BackendUnavailable",
+    "CancelSignal",
+    "Capability",
+    "ClaimBackend",
+    "ClaimJobOptions",
+    "ClaimOutcome",
+    "ClaimRequest",
+    "ClaimResult",
+    "Clock",
+    "ConfigError",
+    "Cron",
+    "DuplicateJobError",
+    "Duration",
+    "Every",
+    "Job",
+    "JobContext",
+    "JobState",
+    "JobStatus",
+    "Lease",
+    "LeaseBackend",
+    "LeaseJobOptions",
+    "LeaseLost",
+    "MemoryBackend",
+    "MemoryClaimBackend",
+    "MemoryStore",
+    "OptionError",
+    "Overlap",
+    "ReleaseOutcome",
+    "RunCancelled",
+    "Schedule",
+    "ScheduleError",
+    "Scheduler",
+    "SchemaMismatch",
+    "SystemClock",
+    "backend_classes",
+    "backend_for_url",
+    "from_ms",
+    "hookimpl",
+    "parse_duration",
+    "plugin_manager",
+    "to_ms",
+]

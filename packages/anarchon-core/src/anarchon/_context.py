@@ -1,0 +1,106 @@
+"""What a handler receives: `JobContext` and its cancellation signal."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from ._errors import RunCancelled
+from ._schedules import from_ms
+
+__all__ = ["CancelSignal", "JobContext"]
+
+
+class CancelSignal:
+    """Set when the run must end: graceful stop, lost lease or timeout. Safe to read from threads."""
+
+    __slots__ = ("_event", "_flag", "_loop", "reason")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._flag = threading.Event()
+        self._event = asyncio.Event()
+        self._loop = loop
+        self.reason: str | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the run has been asked to end."""
+        return self._flag.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        """Raise `RunCancelled` if the run has been asked to end."""
+        if self._flag.is_set():
+            raise RunCancelled(self.reason or "cancelled")
+
+    async def wait(self) -> None:
+        """Wait until the run is asked to end."""
+        await self._event.wait()
+
+    def wait_sync(self, timeout: float | None = None) -> bool:
+        """Block a worker thread until the run is asked to end or `timeout` passes; True if asked."""
+        return self._flag.wait(timeout)
+
+    def set(self, reason: str) -> None:
+        """Ask the run to end (first reason wins). Call on the scheduler's loop."""
+        if self._flag.is_set():
+            return
+        self.reason = reason
+        self._flag.set()
+        self._event.set()
+
+
+@dataclass(slots=True, eq=False)
+class JobContext:
+    """Everything a handler knows about its run."""
+
+    name: str
+    """The job's name."""
+    slot: int
+    """The slot: intended fire time, epoch milliseconds UTC."""
+    attempt: int
+    """1 for the first run of a slot; +1 for each takeover."""
+    token: int
+    """Fencing token: larger than every earlier claim's; use it to fence writes."""
+    instance_id: str
+    """The instance running this slot."""
+    namespace: str
+    """The namespace the job lives in."""
+    signal: CancelSignal = field(repr=False)
+    """Set when the run must end."""
+    logger: logging.Logger = field(repr=False)
+    """A logger for the handler (`anarchon.job.<name>`)."""
+
+    @property
+    def scheduled_at(self) -> datetime:
+        """The slot as an aware UTC datetime."""
+        return from_ms(self.slot)
+
+    @property
+    def cancelled(self) -> bool:
+        """Shorthand for `signal.cancelled`."""
+        return self.signal.cancelled
+
+    def raise_if_cancelled(self) -> None:
+        """Raise `RunCancelled` if the run has been asked to end."""
+        self.signal.raise_if_cancelled()
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep; return early and raise `RunCancelled` if the run is asked to end meanwhile."""
+        self.signal.raise_if_cancelled()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.signal.wait(), seconds)
+        self.signal.raise_if_cancelled()
+
+    def sleep_sync(self, seconds: float) -> None:
+        """`sleep` for plain-function handlers running in a worker thread."""
+        self.signal.raise_if_cancelled()
+        self.signal.wait_sync(seconds)
+        self.signal.raise_if_cancelled()
+
+    def idempotency_key(self, *parts: object) -> str:
+        """Return `"{namespace}:{name}:{slot}:{parts…}"`, the same on every attempt of this slot."""
+        return ":".join([self.namespace, self.name, str(self.slot), *(str(p) for p in parts)])

@@ -1,0 +1,65 @@
+"""The exception hierarchy: one root, with builtin bases where the meaning matches."""
+
+from __future__ import annotations
+
+__all__ = [
+    "AnarchonError",
+    "BackendError",
+    "BackendNotFound",
+    "BackendUnavailable",
+    "ConfigError",
+    "DuplicateJobError",
+    "LeaseLost",
+    "OptionError",
+    "RunCancelled",
+    "ScheduleError",
+    "SchemaMismatch",
+]
+
+
+class AnarchonError(Exception):
+    """Root of every error that anarchon raises."""
+
+
+class ScheduleError(AnarchonError, ValueError):
+    """A schedule, duration or timezone that cannot be understood."""
+
+
+class ConfigError(AnarchonError, TypeError):
+    """An option that is unknown, mistyped or not supported by the backend."""
+
+
+class OptionError(AnarchonError, ValueError):
+    """An option whose value is out of range, such as a heartbeat of half the lease or more."""
+
+
+class DuplicateJobError(AnarchonError, ValueError):
+    """A job name registered twice in one scheduler."""
+
+
+class BackendNotFound(AnarchonError, LookupError):
+    """No installed backend handles a URL scheme."""
+
+
+class BackendError(AnarchonError):
+    """A backend operation failed; the message names the store, never its password."""
+
+
+class BackendUnavailable(BackendError, ConnectionError):
+    """The store cannot be reached."""
+
+
+class SchemaMismatch(BackendError):
+    """The store holds a table, stream or bucket whose shape anarchon did not create."""
+
+
+class LeaseLost(AnarchonError):
+    """This run no longer owns its job: another instance took it over, or the lease expired."""
+
+
+class RunCancelled(AnarchonError):
+    """Raised inside a handler by `ctx.raise_if_cancelled()` or `ctx.sleep()` once the run is cancelled."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"run cancelled: {reason}")
+        self.reason = reason

@@ -1,0 +1,821 @@
+"""The scheduler: one timer heap for every job, claims through the backend, runs with heartbeats."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import inspect
+import logging
+import os
+import random
+import secrets
+import signal
+import socket
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Generic, Self, TypeVar, Unpack, cast, overload
+
+from . import _options
+from ._clock import Clock, SystemClock
+from ._context import CancelSignal, JobContext
+from ._duration import Duration, parse_duration
+from ._errors import AnarchonError, BackendUnavailable, ConfigError, DuplicateJobError, RunCancelled
+from ._options import ClaimJobOptions, LeaseJobOptions, ResolvedOptions
+from ._plugins import backend_for_url, plugin_manager
+from ._schedules import At, Cron, DstFold, DstGap, Every, Schedule, from_ms
+from .backends import (
+    Capability,
+    ClaimBackend,
+    ClaimOutcome,
+    ClaimRequest,
+    ClaimResult,
+    Lease,
+    LeaseBackend,
+    Overlap,
+    ReleaseOutcome,
+)
+
+__all__ = ["Job", "Scheduler"]
+
+B = TypeVar("B", bound=ClaimBackend)
+LB = TypeVar("LB", bound=LeaseBackend)
+CB = TypeVar("CB", bound=ClaimBackend)
+H = TypeVar("H", bound=Callable[..., Any])
+
+logger = logging.getLogger("anarchon")
+
+_BATCH_WINDOW_MS = 5
+_STOP = "stop"
+_LEASE_LOST = "lease lost"
+_TIMEOUT = "timeout"
+
+
+def fmt_slot(slot: int) -> str:
+    """Format a slot for logs: ISO 8601 UTC, milliseconds only when present."""
+    dt = from_ms(slot)
+    ms = slot % 1000
+    return dt.strftime("%Y-%m-%dT%H:%M:%S") + (f".{ms:03d}Z" if ms else "Z")
+
+
+def default_instance_id() -> str:
+    """`host:pid:random`, unique per process start."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+
+
+@dataclass(eq=False, slots=True)
+class Job:
+    """A registered job: name, schedule, handler and checked options."""
+
+    name: str
+    schedule: Schedule
+    handler: Callable[..., Any]
+    options: ResolvedOptions
+    takes_ctx: bool
+    is_async: bool
+    jitter_ms: int = 0
+    # The slot this instance watches as a backup (taken or buffered), with a generation so that
+    # stale heap entries are recognised.
+    watch_slot: int | None = None
+    watch_gen: int = 0
+    latest_slot: int | None = None
+    fingerprint_warned: bool = False
+
+
+@dataclass(order=True, slots=True)
+class _Entry:
+    due: int
+    seq: int
+    job: Job = field(compare=False)
+    slot: int = field(compare=False)
+    kind: str = field(compare=False)  # "slot" (a boundary), "watch" (a backup's re-claim), "catchup"
+    gen: int = field(default=0, compare=False)
+
+
+@dataclass(eq=False, slots=True)
+class _Run:
+    job: Job
+    lease: Lease
+    ctx: JobContext
+    claimed_at: float
+    """Loop time when the winning claim was sent: the lease cannot outlast claimed_at + lease."""
+    task: asyncio.Task[None] | None = None
+    heartbeat: asyncio.Task[None] | None = None
+    lost: bool = False
+    stop_cancelled: bool = False
+
+
+class Scheduler(Generic[B]):
+    """Registers jobs and runs each slot once across every replica that shares the backend."""
+
+    @overload
+    def __init__(
+        self: Scheduler[LB],
+        backend: LB,
+        *,
+        instance_id: str | None = None,
+        namespace: str = "anarchon",
+        lease: Duration = "30s",
+        heartbeat: Duration = "5s",
+        jitter: Duration | None = None,
+        stop_timeout: Duration = "10s",
+        max_skew: Duration = "2s",
+        log: bool | logging.Logger = False,
+        clock: Clock | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: Scheduler[CB],
+        backend: CB,
+        *,
+        instance_id: str | None = None,
+        namespace: str = "anarchon",
+        jitter: Duration | None = None,
+        stop_timeout: Duration = "10s",
+        max_skew: Duration = "2s",
+        log: bool | logging.Logger = False,
+        clock: Clock | None = None,
+    ) -> None: ...
+
+    def __init__(self, backend: Any = None, **settings: Any) -> None:
+        if backend is None:
+            raise TypeError(
+                "a backend is required: none is assumed. Pass e.g. Scheduler(backend=MemoryBackend()) "
+                "or use Scheduler.from_url('sqlite:///jobs.db')"
+            )
+        caps = getattr(backend, "capabilities", None)
+        if not isinstance(caps, frozenset) or Capability.CLAIM not in caps or not hasattr(backend, "claim"):
+            raise ConfigError(
+                f"{backend!r} is not a backend: it must declare `capabilities` with 'claim' and "
+                "implement the ClaimBackend protocol (anarchon.backends)"
+            )
+        known = {"instance_id", "namespace", "lease", "heartbeat", "jitter", "stop_timeout",
+                 "max_skew", "log", "clock"}
+        for key in settings:
+            if key not in known:
+                raise ConfigError(
+                    f"unknown option {key!r} for Scheduler(): valid options are {', '.join(sorted(known))}"
+                )
+        self.backend: B = backend
+        self.leases = Capability.LEASE in caps
+        if not self.leases:
+            for key in ("lease", "heartbeat"):
+                if key in settings:
+                    raise ConfigError(
+                        f"option {key!r} needs a lease backend, but {backend!r} is claim-only: "
+                        f"remove {key!r}, or use a lease backend"
+                    )
+        namespace = settings.get("namespace", "anarchon")
+        if not isinstance(namespace, str) or not namespace:
+            raise ConfigError(f"invalid namespace {namespace!r}: use a non-empty string")
+        self.namespace: str = namespace
+        self.instance_id: str = settings.get("instance_id") or default_instance_id()
+        self.lease_ms = parse_duration(settings.get("lease", "30s"), name="lease")
+        self.heartbeat_ms = parse_duration(settings.get("heartbeat", "5s"), name="heartbeat")
+        _options.check_heartbeat(self.lease_ms, self.heartbeat_ms)
+        jitter = settings.get("jitter")
+        self.jitter_ms = None if jitter is None else parse_duration(jitter, name="jitter", allow_zero=True)
+        self.stop_timeout_ms = parse_duration(settings.get("stop_timeout", "10s"), name="stop_timeout",
+                                              allow_zero=True)
+        self.max_skew_ms = parse_duration(settings.get("max_skew", "2s"), name="max_skew", allow_zero=True)
+        self.clock: Clock = settings.get("clock") or SystemClock()
+        log = settings.get("log", False)
+        self.log: logging.Logger = log if isinstance(log, logging.Logger) else logger
+        if log is True:
+            _enable_console_logging(self.log)
+        self.jobs: dict[str, Job] = {}
+        self._heap: list[_Entry] = []
+        self._seq = 0
+        self._runs: set[_Run] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._wake: asyncio.Event | None = None
+        self._main: asyncio.Task[None] | None = None
+        self._lag: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._running = False
+        self._stopping = False
+        self._hooks = plugin_manager().hook
+        self._rng = random.Random()
+
+    @classmethod
+    def from_url(cls, url: str, **settings: Any) -> Scheduler[Any]:
+        """Build a scheduler on the installed backend whose URL scheme matches `url`."""
+        return Scheduler(backend_for_url(url), **settings)
+
+    def __repr__(self) -> str:
+        return f"Scheduler({self.backend!r}, namespace={self.namespace!r}, instance_id={self.instance_id!r})"
+
+    # -- registration -----------------------------------------------------------------------
+
+    @overload
+    def every(
+        self: Scheduler[LB], name: str, interval: Duration, handler: None = None, *,
+        offset: Duration = 0, **options: Unpack[LeaseJobOptions],
+    ) -> Callable[[H], H]: ...
+    @overload
+    def every(
+        self: Scheduler[LB], name: str, interval: Duration, handler: Callable[..., Any], *,
+        offset: Duration = 0, **options: Unpack[LeaseJobOptions],
+    ) -> Scheduler[LB]: ...
+    @overload
+    def every(
+        self: Scheduler[CB], name: str, interval: Duration, handler: None = None, *,
+        offset: Duration = 0, **options: Unpack[ClaimJobOptions],
+    ) -> Callable[[H], H]: ...
+    @overload
+    def every(
+        self: Scheduler[CB], name: str, interval: Duration, handler: Callable[..., Any], *,
+        offset: Duration = 0, **options: Unpack[ClaimJobOptions],
+    ) -> Scheduler[CB]: ...
+
+    def every(self, name: str, interval: Duration, handler: Any = None, *, offset: Duration = 0,
+              **options: Any) -> Any:
+        """Run a job on a fixed interval, aligned to the UTC grid (plus `offset`)."""
+        self._check_options("every", options, frozenset())
+        return self._register(name, Every.parse(interval, offset), handler, options)
+
+    @overload
+    def cron(
+        self: Scheduler[LB], name: str, expression: str, handler: None = None, *,
+        timezone: str = "UTC", dst_gap: DstGap = "next", dst_fold: DstFold = "first",
+        **options: Unpack[LeaseJobOptions],
+    ) -> Callable[[H], H]: ...
+    @overload
+    def cron(
+        self: Scheduler[LB], name: str, expression: str, handler: Callable[..., Any], *,
+        timezone: str = "UTC", dst_gap: DstGap = "next", dst_fold: DstFold = "first",
+        **options: Unpack[LeaseJobOptions],
+    ) -> Scheduler[LB]: ...
+    @overload
+    def cron(
+        self: Scheduler[CB], name: str, expression: str, handler: None = None, *,
+        timezone: str = "UTC", dst_gap: DstGap = "next", dst_fold: DstFold = "first",
+        **options: Unpack[ClaimJobOptions],
+    ) -> Callable[[H], H]: ...
+    @overload
+    def cron(
+        self: Scheduler[CB], name: str, expression: str, handler: Callable[..., Any], *,
+        timezone: str = "UTC", dst_gap: DstGap = "next", dst_fold: DstFold = "first",
+        **options: Unpack[ClaimJobOptions],
+    ) -> Scheduler[CB]: ...
+
+    def cron(self, name: str, expression: str, handler: Any = None, *, timezone: str = "UTC",
+             dst_gap: DstGap = "next", dst_fold: DstFold = "first", **options: Any) -> Any:
+        """Run a job on a cron expression in an IANA timezone, with explicit DST policies."""
+        self._check_options("cron", options, frozenset())
+        return self._register(name, Cron(expression, timezone, dst_gap, dst_fold), handler, options)
+
+    @overload
+    def at(
+        self: Scheduler[LB], name: str, when: datetime | int | float, handler: None = None,
+        **options: Unpack[LeaseJobOptions],
+    ) -> Callable[[H], H]: ...
+    @overload
+    def at(
+        self: Scheduler[LB], name: str, when: datetime | int | float, handler: Callable[..., Any],
+        **options: Unpack[LeaseJobOptions],
+    ) -> Scheduler[LB]: ...
+    @overload
+    def at(
+        self: Scheduler[CB], name: str, when: datetime | int | float, handler: None = None,
+        **options: Unpack[ClaimJobOptions],
+    ) -> Callable[[H], H]: ...
+    @overload
+    def at(
+        self: Scheduler[CB], name: str, when: datetime | int | float, handler: Callable[..., Any],
+        **options: Unpack[ClaimJobOptions],
+    ) -> Scheduler[CB]: ...
+
+    def at(self, name: str, when: datetime | int | float, handler: Any = None, **options: Any) -> Any:
+        """Run a job once, at `when` (an aware datetime or epoch seconds)."""
+        self._check_options("at", options, frozenset())
+        return self._register(name, At.parse(when), handler, options)
+
+    def _check_options(self, method: str, options: dict[str, Any], extra: frozenset[str]) -> None:
+        _options.check_names(method, options, extra, lease_backend=self.leases, backend=self.backend)
+
+    def _register(self, name: str, schedule: Schedule, handler: Any, options: dict[str, Any]) -> Any:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"invalid job name {name!r}: use a non-empty string")
+        if len(name) > 200 or any(ord(c) < 32 for c in name):
+            raise ConfigError(
+                f"invalid job name {name!r}: use at most 200 characters and no control characters"
+            )
+        resolved = _options.resolve(options, lease_ms=self.lease_ms, heartbeat_ms=self.heartbeat_ms)
+        if name in self.jobs:
+            raise DuplicateJobError(
+                f"job {name!r} is already registered (handler "
+                f"{_qualname(self.jobs[name].handler)}): job names must be unique in a namespace"
+            )
+        if handler is None:
+            def decorator(func: H) -> H:
+                self._add(name, schedule, func, resolved)
+                return func
+            return decorator
+        self._add(name, schedule, handler, resolved)
+        return self
+
+    def _add(self, name: str, schedule: Schedule, handler: Any, options: ResolvedOptions) -> None:
+        if name in self.jobs:
+            raise DuplicateJobError(
+                f"job {name!r} is already registered (handler "
+                f"{_qualname(self.jobs[name].handler)}): job names must be unique in a namespace"
+            )
+        takes_ctx, is_async = _options.handler_arity(name, handler)
+        jitter = options.jitter_ms
+        if jitter is None:
+            jitter = self.jitter_ms
+        if jitter is None:
+            interval = schedule.min_interval_ms
+            jitter = 50 if interval is None else min(50, interval // 10)
+        self.jobs[name] = Job(name, schedule, handler, options, takes_ctx, is_async, jitter)
+        if self._running:
+            self._plan_first(self.jobs[name], self.clock.now_ms())
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    @property
+    def running(self) -> bool:
+        """True between `start()` and `stop()`."""
+        return self._running
+
+    async def start(self) -> None:
+        """Open the backend and begin scheduling; raise `BackendUnavailable` if it cannot be reached."""
+        if self._running:
+            raise RuntimeError(f"{self!r} is already running")
+        self._loop = asyncio.get_running_loop()
+        try:
+            await self.backend.open()
+        except AnarchonError:
+            raise
+        except Exception as exc:
+            raise BackendUnavailable(f"cannot open {self.backend.url}: {exc}") from exc
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._running = True
+        if self.leases and Capability.NOTIFY in self.backend.capabilities:
+            await cast(LeaseBackend, self.backend).subscribe(self.namespace, self._on_release)
+        now = self.clock.now_ms()
+        for job in self.jobs.values():
+            self._plan_first(job, now)
+        self._main = asyncio.create_task(self._tick_loop(), name="anarchon-ticks")
+        self._lag = asyncio.create_task(self._lag_monitor(), name="anarchon-lag")
+        self.log.debug("started %s with %d job(s) on %s", self.instance_id, len(self.jobs), self.backend.url)
+
+    async def stop(self) -> None:
+        """Stop gracefully: no new claims; running handlers are signalled, then cancelled after
+        `stop_timeout`; unfinished runs are released as handover so a backup takes them at once."""
+        if not self._running or self._stopping:
+            return
+        self._stopping = True
+        for task in (self._main, self._lag):
+            if task is not None:
+                task.cancel()
+        claims = [t for t in self._tasks if not any(r.task is t for r in self._runs)]
+        if claims:  # claims in flight finish, so a slot won just now is handed over, not stranded
+            await asyncio.wait(claims, timeout=5)
+        runs = list(self._runs)
+        for run in runs:
+            run.ctx.signal.set(_STOP)
+        pending = [r.task for r in runs if r.task is not None]
+        if pending:
+            _done, still = await asyncio.wait(pending, timeout=self.stop_timeout_ms / 1000)
+            for run in runs:
+                if run.task is not None and run.task in still:
+                    run.stop_cancelled = True
+                    run.task.cancel()
+            if still:
+                await asyncio.wait(still, timeout=5)
+        await asyncio.gather(*(t for t in (self._main, self._lag) if t), return_exceptions=True)
+        leftovers = list(self._tasks)
+        if leftovers:
+            await asyncio.wait(leftovers, timeout=5)
+        try:
+            await self.backend.close()
+        finally:
+            self._running = False
+            self._heap.clear()
+            self.log.debug("stopped %s", self.instance_id)
+
+    def run(self) -> None:
+        """Run until SIGINT or SIGTERM, then stop gracefully (a blocking helper for scripts)."""
+        asyncio.run(self._run_until_signal())
+
+    async def _run_until_signal(self) -> None:
+        loop = asyncio.get_running_loop()
+        done = asyncio.Event()
+        installed = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, done.set)
+                installed.append(sig)
+        try:
+            async with self:
+                await done.wait()
+                self.log.info("%s stopping (signal)", self.instance_id)
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+    # -- planning -------------------------------------------------------------------------------
+
+    def _push(self, due: int, job: Job, slot: int, kind: str, gen: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, _Entry(due, self._seq, job, slot, kind, gen))
+        if self._wake is not None and self._heap[0].seq == self._seq:
+            self._wake.set()
+
+    def _jitter(self, job: Job) -> int:
+        return self._rng.randint(0, job.jitter_ms) if job.jitter_ms > 0 else 0
+
+    def _plan_first(self, job: Job, now: int) -> None:
+        opts = job.options
+        prev = job.schedule.prev_slot(now)
+        if prev is not None:
+            if self.leases and opts.catch_up_ms > 0 and now - prev <= opts.catch_up_ms:
+                self._push(now + self._jitter(job), job, prev, "catchup")
+            elif isinstance(job.schedule, At):
+                why = "catch_up is off" if not self.leases or opts.catch_up_ms == 0 else (
+                    f"it is {now - prev} ms in the past, beyond catch_up={opts.catch_up_ms} ms")
+                self.log.warning("%s slot=%s will not run: %s", job.name, fmt_slot(prev), why)
+        self._plan_next(job, now)
+
+    def _plan_next(self, job: Job, after: int) -> None:
+        slot = job.schedule.next_slot(after)
+        if slot is not None:
+            self._push(slot + self._jitter(job), job, slot, "slot")
+
+    def _watch(self, job: Job, slot: int, delay_ms: int) -> None:
+        job.watch_slot = slot
+        job.watch_gen += 1
+        self._push(self.clock.now_ms() + max(0, delay_ms), job, slot, "watch", job.watch_gen)
+
+    def _on_release(self, job_name: str, slot: int) -> None:
+        """A pushed release: backups watching that job re-claim at once."""
+        job = self.jobs.get(job_name)
+        if job is None or job.watch_slot is None or self._stopping:
+            return
+        if job.watch_slot == slot or job.options.overlap is Overlap.BUFFER_ONE:
+            self._watch(job, job.watch_slot, self._jitter(job))
+
+    # -- the timer loop -------------------------------------------------------------------------
+
+    async def _tick_loop(self) -> None:
+        assert self._wake is not None
+        heap = self._heap
+        while True:
+            if not heap:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            now = self.clock.now_ms()
+            delay = heap[0].due - now
+            if delay > 0:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), delay / 1000)
+                continue
+            batch: list[_Entry] = []
+            limit = now + _BATCH_WINDOW_MS
+            while heap and (heap[0].due <= now or (heap[0].due <= limit and heap[0].slot <= now)):
+                entry = heapq.heappop(heap)
+                if self._accept(entry, now):
+                    batch.append(entry)
+            if batch:
+                self._spawn(self._claim_batch(batch))
+
+    def _accept(self, entry: _Entry, now: int) -> bool:
+        """Plan what follows a popped entry, and say whether it still needs a claim."""
+        job = entry.job
+        if entry.kind == "watch":
+            return entry.gen == job.watch_gen and job.watch_slot == entry.slot
+        if entry.kind == "slot":
+            nxt = job.schedule.next_slot(entry.slot)
+            if nxt is not None and nxt <= now:
+                # This instance is late (a blocked loop, a suspended host): jump to the newest due
+                # slot instead of claiming every one it missed.
+                nxt = max(nxt, job.schedule.prev_slot(now) or nxt)
+            if nxt is not None:
+                self._push(nxt + self._jitter(job), job, nxt, "slot")
+        if job.latest_slot is not None and entry.slot < job.latest_slot:
+            return False  # a newer slot was claimed already (e.g. catch-up raced a boundary)
+        horizon = self.backend.horizon_ms
+        if horizon is not None and now - entry.slot > horizon // 2:
+            self.log.warning(
+                "%s slot=%s missed: %d ms late, beyond half the backend's dedupe horizon (%d ms)",
+                job.name, fmt_slot(entry.slot), now - entry.slot, horizon,
+            )
+            return False
+        if entry.kind != "watch":
+            job.latest_slot = entry.slot
+            job.watch_slot = None  # a newer slot supersedes any older one this instance watched
+        return True
+
+    def _request(self, job: Job, slot: int) -> ClaimRequest:
+        o = job.options
+        return ClaimRequest(
+            self.namespace, job.name, slot, self.instance_id, o.lease_ms, o.max_attempts, o.overlap,
+            job.schedule.fingerprint, self.max_skew_ms,
+        )
+
+    async def _claim_batch(self, batch: list[_Entry]) -> None:
+        requests = [self._request(e.job, e.slot) for e in batch]
+        backend = self.backend
+        sent = asyncio.get_running_loop().time()
+        try:
+            if len(requests) == 1:
+                results = [await backend.claim(requests[0])]
+            else:
+                results = await backend.claim_many(requests)
+        except Exception as exc:  # the store failed: retry, never lose the slot or die
+            retry_ms = min(1000, self.heartbeat_ms)
+            self.log.warning(
+                "claim of %d slot(s) failed on %s: %s; retrying in %d ms",
+                len(batch), backend.url, _short(exc), retry_ms,
+            )
+            for entry in batch:
+                if entry.job.latest_slot == entry.slot or entry.kind == "watch":
+                    self._watch(entry.job, entry.slot, retry_ms + self._jitter(entry.job))
+            return
+        for entry, request, result in zip(batch, requests, results, strict=True):
+            try:
+                self._hooks.anarchon_claim(request=request, result=result)
+            except Exception:
+                self.log.exception("plugin hook anarchon_claim failed")
+            self._handle(entry, result, sent)
+
+    def _handle(self, entry: _Entry, result: ClaimResult, sent: float) -> None:
+        job = entry.job
+        outcome = result.outcome
+        slot = fmt_slot(result.slot)
+        fingerprint = job.schedule.fingerprint
+        if result.fingerprint and not job.fingerprint_warned and result.fingerprint != fingerprint:
+            job.fingerprint_warned = True
+            self.log.warning(
+                "%s: the store holds schedule %r but this instance has %r (a rolling deploy?)",
+                job.name, result.fingerprint, fingerprint,
+            )
+        if outcome is ClaimOutcome.WON:
+            assert result.lease is not None
+            if job.watch_slot == result.slot:
+                job.watch_slot = None
+            if result.lease.attempt > 1:
+                how = "handover" if result.previous_status == "released" else "takeover"
+                self.log.info("%s slot=%s %s attempt=%d (%s)", job.name, slot, how,
+                              result.lease.attempt, self.instance_id)
+            else:
+                self.log.info("%s slot=%s won attempt=%d (%s)", job.name, slot, result.lease.attempt,
+                              self.instance_id)
+            if self._stopping:
+                self._spawn(cast(LeaseBackend, self.backend).release(result.lease, ReleaseOutcome.HANDOVER)
+                            if self.leases else asyncio.sleep(0))
+                return
+            self._start_run(job, result.lease, sent)
+        elif outcome is ClaimOutcome.TAKEN:
+            level = logging.DEBUG if entry.kind == "watch" else logging.INFO
+            self.log.log(level, "%s slot=%s taken by %s", job.name, slot, result.holder or "another instance")
+            if self.leases:
+                self._watch(job, result.slot, self._backup_delay(job, result))
+        elif outcome is ClaimOutcome.SKIPPED:
+            self.log.info("%s slot=%s skipped (overlap): slot %s still runs on %s", job.name, slot,
+                          fmt_slot(result.record_slot) if result.record_slot else "?", result.holder)
+            if job.options.overlap is Overlap.BUFFER_ONE:
+                self._watch(job, result.slot, self._backup_delay(job, result))
+        elif outcome is ClaimOutcome.EARLY:
+            ahead = result.slot - (result.now or result.slot)
+            self.log.warning(
+                "%s slot=%s early: this instance's clock runs %d ms ahead of the store's; waiting",
+                job.name, slot, ahead,
+            )
+            self._watch(job, result.slot, ahead + self._jitter(job))
+        elif outcome is ClaimOutcome.EXHAUSTED:
+            if job.watch_slot == result.slot:
+                job.watch_slot = None
+            self.log.warning("%s slot=%s exhausted: %d attempt(s) used, max_attempts=%d", job.name, slot,
+                             result.attempt, job.options.max_attempts)
+        else:
+            if job.watch_slot == result.slot:
+                job.watch_slot = None
+            self.log.debug("%s slot=%s %s", job.name, slot, outcome.value)
+
+    def _backup_delay(self, job: Job, result: ClaimResult) -> int:
+        """When a backup should look again: at the holder's expiry (by the store's clock), and no
+        later than one heartbeat where the backend does not push releases."""
+        if result.expires_at is not None and result.now is not None:
+            delay = result.expires_at - result.now
+        else:
+            delay = job.options.lease_ms
+        if Capability.NOTIFY not in self.backend.capabilities:
+            delay = min(delay, job.options.heartbeat_ms)
+        return delay + self._jitter(job)
+
+    # -- runs -----------------------------------------------------------------------------------
+
+    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _start_run(self, job: Job, lease: Lease, sent: float) -> None:
+        ctx = JobContext(
+            name=job.name, slot=lease.slot, attempt=lease.attempt, token=lease.token,
+            instance_id=self.instance_id, namespace=self.namespace,
+            signal=CancelSignal(self._loop), logger=logging.getLogger(f"anarchon.job.{job.name}"),
+        )
+        run = _Run(job, lease, ctx, sent)
+        self._runs.add(run)
+        run.task = self._spawn(self._run(run))
+
+    async def _run(self, run: _Run) -> None:
+        job, ctx = run.job, run.ctx
+        started = time.monotonic()
+        if self.leases:
+            run.heartbeat = asyncio.create_task(self._heartbeat(run), name=f"anarchon-hb-{job.name}")
+        outcome: ReleaseOutcome | None = ReleaseOutcome.DONE
+        error: BaseException | None = None
+        try:
+            try:
+                self._hooks.anarchon_run_started(ctx=ctx)
+            except Exception:
+                self.log.exception("plugin hook anarchon_run_started failed")
+            timeout = job.options.timeout_ms
+            try:
+                async with asyncio.timeout(None if timeout is None else timeout / 1000) as scope:
+                    await self._invoke(job, ctx)
+            except TimeoutError as exc:
+                if not scope.expired():
+                    raise
+                ctx.signal.set(_TIMEOUT)
+                error = exc
+                outcome = ReleaseOutcome.FAILED
+                self.log.warning("%s slot=%s failed: timeout after %d ms", job.name, fmt_slot(run.lease.slot),
+                                 timeout)
+        except RunCancelled as exc:
+            error = exc
+            outcome = self._cancel_outcome(run)
+        except asyncio.CancelledError as exc:  # stop() cancelled it after stop_timeout
+            error = exc
+            outcome = ReleaseOutcome.HANDOVER
+        except Exception as exc:
+            error = exc
+            outcome = ReleaseOutcome.FAILED
+            self.log.error("%s slot=%s attempt=%d failed: %s", job.name, fmt_slot(run.lease.slot),
+                           run.lease.attempt, _short(exc), exc_info=exc)
+            retry = job.options.retry_ms
+            if retry is not None and run.lease.attempt < job.options.max_attempts and not run.lost:
+                backoff = retry * 2 ** (run.lease.attempt - 1)
+                self.log.info("%s slot=%s retry in %d ms", job.name, fmt_slot(run.lease.slot), backoff)
+                with contextlib.suppress(RunCancelled):
+                    await ctx.sleep(backoff / 1000)
+                outcome = ReleaseOutcome.HANDOVER
+        finally:
+            if run.heartbeat is not None:
+                run.heartbeat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await run.heartbeat
+            if run.lost:
+                outcome = None
+            if outcome is not None and self.leases:
+                await self._release(run, outcome)
+            self._runs.discard(run)
+            elapsed = int((time.monotonic() - started) * 1000)
+            if outcome is ReleaseOutcome.DONE:
+                self.log.debug("%s slot=%s done in %d ms", job.name, fmt_slot(run.lease.slot), elapsed)
+            elif outcome is ReleaseOutcome.HANDOVER:
+                self.log.info("%s slot=%s released for handover attempt=%d", job.name,
+                              fmt_slot(run.lease.slot), run.lease.attempt)
+            try:
+                self._hooks.anarchon_run_finished(ctx=ctx, outcome=outcome, error=error)
+            except Exception:
+                self.log.exception("plugin hook anarchon_run_finished failed")
+            if outcome is ReleaseOutcome.HANDOVER and job.options.retry_ms is not None and not self._stopping:
+                self._watch(job, run.lease.slot, 0)
+
+    def _cancel_outcome(self, run: _Run) -> ReleaseOutcome | None:
+        reason = run.ctx.signal.reason
+        if run.lost or reason == _LEASE_LOST:
+            return None
+        if reason == _TIMEOUT:
+            return ReleaseOutcome.FAILED
+        return ReleaseOutcome.HANDOVER
+
+    async def _invoke(self, job: Job, ctx: JobContext) -> None:
+        args = (ctx,) if job.takes_ctx else ()
+        if job.is_async:
+            await job.handler(*args)
+            return
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(None, lambda: job.handler(*args))
+        if inspect.isawaitable(result):
+            await result
+
+    async def _release(self, run: _Run, outcome: ReleaseOutcome) -> None:
+        backend = cast(LeaseBackend, self.backend)
+        for attempt in range(3):
+            try:
+                await backend.release(run.lease, outcome)
+                return
+            except Exception as exc:
+                self.log.warning(
+                    "%s slot=%s release (%s) failed: %s%s", run.job.name, fmt_slot(run.lease.slot),
+                    outcome.value, _short(exc),
+                    "; retrying" if attempt < 2 else "; the lease will expire instead",
+                )
+                await asyncio.sleep(0.2 * (attempt + 1))
+
+    async def _heartbeat(self, run: _Run) -> None:
+        backend = cast(LeaseBackend, self.backend)
+        opts = run.job.options
+        loop = asyncio.get_running_loop()
+        interval = opts.heartbeat_ms / 1000
+        # The lease is valid until (time the claim was sent) + lease, at the latest; judged on this
+        # process's monotonic clock so that a blocked loop is noticed.
+        deadline = run.claimed_at + opts.lease_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            sent = loop.time()
+            if sent >= deadline:
+                late = int((sent - deadline) * 1000)
+                self._lose(run, f"renewal came {late} ms too late (event loop blocked?)")
+                with contextlib.suppress(Exception):
+                    await backend.release(run.lease, ReleaseOutcome.HANDOVER)
+                return
+            try:
+                renewed = await backend.renew(run.lease, opts.lease_ms)
+            except Exception as exc:
+                self.log.warning("%s slot=%s renew failed: %s; retrying", run.job.name,
+                                 fmt_slot(run.lease.slot), _short(exc))
+                continue
+            if renewed is None:
+                self._lose(run, "another instance took the slot over, or the record changed")
+                return
+            run.lease = renewed
+            deadline = sent + opts.lease_ms / 1000
+
+    def _lose(self, run: _Run, why: str) -> None:
+        run.lost = True
+        run.ctx.signal.set(_LEASE_LOST)
+        self.log.warning("%s slot=%s lease lost attempt=%d: %s", run.job.name, fmt_slot(run.lease.slot),
+                         run.lease.attempt, why)
+        try:
+            self._hooks.anarchon_lease_lost(ctx=run.ctx, reason=why)
+        except Exception:
+            self.log.exception("plugin hook anarchon_lease_lost failed")
+
+    async def _lag_monitor(self) -> None:
+        """Measure event-loop lag; name the running jobs when the loop was blocked."""
+        loop = asyncio.get_running_loop()
+        period = 0.5
+        threshold = max(0.1, min(self.heartbeat_ms / 1000 / 2, 1.0))
+        while True:
+            start = loop.time()
+            await asyncio.sleep(period)
+            lag = loop.time() - start - period
+            if lag > threshold:
+                names = ", ".join(sorted(r.job.name for r in self._runs)) or "none"
+                self.log.warning("event loop blocked for %d ms (running jobs: %s); renewals may be late",
+                                 int(lag * 1000), names)
+
+    # -- introspection for tests and tools ------------------------------------------------------
+
+    @property
+    def active_runs(self) -> list[JobContext]:
+        """Contexts of the runs this instance is executing now."""
+        return [r.ctx for r in self._runs]
+
+
+def _qualname(handler: object) -> str:
+    return getattr(handler, "__qualname__", None) or repr(handler)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if text != type(exc).__name__ else text
+
+
+def _enable_console_logging(log: logging.Logger) -> None:
+    """`log=True`: INFO lines like 'anarchon: sync slot=… won attempt=1 (host:1:ab12)' on stderr."""
+    if any(getattr(h, "_anarchon", False) for h in log.handlers):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    handler._anarchon = True  # type: ignore[attr-defined]
+    log.addHandler(handler)
+    if log.level == logging.NOTSET or log.level > logging.INFO:
+        log.setLevel(logging.INFO)
+

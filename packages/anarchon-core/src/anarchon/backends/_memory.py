@@ -1,0 +1,344 @@
+"""In-process backends: the reference model of DESIGN §3 and §4.
+
+`MemoryBackend` is what the conformance kit compares every driver against, so it reads as a
+direct transcription of the state-machine table. Several backends over one `MemoryStore` act as
+several connections to one store (several replicas in one process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from .._clock import Clock, SystemClock
+from .._duration import Duration, parse_duration
+from ._base import BackendBase
+from ._protocols import (
+    Capability,
+    ClaimOutcome,
+    ClaimRequest,
+    ClaimResult,
+    JobState,
+    JobStatus,
+    Lease,
+    Overlap,
+    ReleaseCallback,
+    ReleaseOutcome,
+)
+
+__all__ = ["MemoryBackend", "MemoryClaimBackend", "MemoryStore"]
+
+
+@dataclass(slots=True)
+class _Record:
+    slot: int
+    attempt: int
+    token: int
+    owner: str
+    status: JobStatus
+    expires_at: int
+    fingerprint: str
+    updated_at: int
+
+    def live(self, now: int) -> bool:
+        return self.status is JobStatus.RUNNING and self.expires_at > now
+
+
+@dataclass(slots=True)
+class _Job:
+    token: int = 0
+    current: _Record | None = None
+    # Older slots still running under overlap="allow": kept so they can be renewed or taken over.
+    others: dict[int, _Record] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Subscription:
+    namespace: str
+    callback: ReleaseCallback
+    loop: asyncio.AbstractEventLoop
+    backend: object
+
+
+class MemoryStore:
+    """The shared state behind one or more in-process backends."""
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self.lock = threading.Lock()
+        self.jobs: dict[tuple[str, str], _Job] = {}
+        self.gates: dict[tuple[str, str, int], tuple[str, int]] = {}
+        self.subscriptions: list[_Subscription] = []
+        self.calls = 0
+        """Store operations served: the round trips a real store would see."""
+
+
+class MemoryBackend(BackendBase):
+    """The lease state machine of DESIGN §3 in process memory: the reference model.
+
+    `notify=False` makes it behave like a backend without push, so backups poll.
+    """
+
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(
+        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.CLAIM_MANY, Capability.INSPECT}
+    )
+    url_schemes: ClassVar[tuple[str, ...]] = ("memory",)
+
+    def __init__(
+        self, store: MemoryStore | None = None, *, clock: Clock | None = None, notify: bool = True
+    ) -> None:
+        self.store = store if store is not None else MemoryStore(clock)
+        if clock is not None and store is not None and store.clock is not clock:
+            raise ValueError("pass the clock to MemoryStore(clock=...) when sharing a store")
+        self.notify = notify
+        if not notify:
+            self.capabilities = frozenset(self.capabilities - {Capability.NOTIFY})  # type: ignore[misc]
+
+    @classmethod
+    def from_url(cls, url: str) -> MemoryBackend:
+        """`memory://` gives a fresh, private store."""
+        return cls()
+
+    @property
+    def url(self) -> str:
+        """A memory store has no address."""
+        return "memory://"
+
+    # -- the state machine -------------------------------------------------------------------
+
+    def _now(self) -> int:
+        return self.store.clock.now_ms()
+
+    def _claim(self, r: ClaimRequest) -> ClaimResult:
+        store = self.store
+        store.calls += 1
+        now = self._now()
+        if r.slot > now + r.max_skew_ms:
+            return ClaimResult(ClaimOutcome.EARLY, r.job, r.slot, now=now)
+        job = store.jobs.setdefault((r.namespace, r.job), _Job())
+        cur = job.current
+        if cur is None:
+            return self._win_new(job, r, now, previous=None)
+        if r.slot == cur.slot:
+            return self._same_slot(job, cur, r, now)
+        if r.slot < cur.slot:
+            if r.overlap is Overlap.ALLOW and r.slot in job.others:
+                return self._same_slot(job, job.others[r.slot], r, now)
+            return ClaimResult(
+                ClaimOutcome.STALE, r.job, r.slot, holder=cur.owner, attempt=cur.attempt,
+                now=now, fingerprint=cur.fingerprint, record_slot=cur.slot,
+            )
+        # A newer slot than the record's.
+        if cur.live(now):
+            if r.overlap in (Overlap.SKIP, Overlap.BUFFER_ONE):
+                return ClaimResult(
+                    ClaimOutcome.SKIPPED, r.job, r.slot, holder=cur.owner, attempt=cur.attempt,
+                    expires_at=cur.expires_at, now=now, fingerprint=cur.fingerprint,
+                    record_slot=cur.slot,
+                )
+            if r.overlap is Overlap.ALLOW:
+                job.others[cur.slot] = cur
+        return self._win_new(job, r, now, previous=cur)
+
+    def _win_new(self, job: _Job, r: ClaimRequest, now: int, previous: _Record | None) -> ClaimResult:
+        job.token += 1
+        job.others = {s: o for s, o in job.others.items() if o.status is JobStatus.RUNNING}
+        job.current = rec = _Record(
+            r.slot, 1, job.token, r.owner, JobStatus.RUNNING, now + r.lease_ms, r.fingerprint, now
+        )
+        return self._won(r, rec, now, None, previous.fingerprint if previous else None,
+                         previous.slot if previous else None)
+
+    def _same_slot(self, job: _Job, rec: _Record, r: ClaimRequest, now: int) -> ClaimResult:
+        if rec.live(now):
+            return ClaimResult(
+                ClaimOutcome.TAKEN, r.job, r.slot, holder=rec.owner, attempt=rec.attempt,
+                expires_at=rec.expires_at, now=now, fingerprint=rec.fingerprint, record_slot=rec.slot,
+            )
+        if rec.status in (JobStatus.DONE, JobStatus.FAILED):
+            return ClaimResult(
+                ClaimOutcome.DONE, r.job, r.slot, holder=rec.owner, attempt=rec.attempt, now=now,
+                fingerprint=rec.fingerprint, record_slot=rec.slot,
+            )
+        # Released, or running with an expired lease: a takeover, if attempts remain.
+        if rec.attempt >= r.max_attempts:
+            return ClaimResult(
+                ClaimOutcome.EXHAUSTED, r.job, r.slot, holder=rec.owner, attempt=rec.attempt,
+                now=now, previous_status=rec.status, fingerprint=rec.fingerprint, record_slot=rec.slot,
+            )
+        previous_status, previous_fp = rec.status, rec.fingerprint
+        job.token += 1
+        rec.attempt += 1
+        rec.token = job.token
+        rec.owner = r.owner
+        rec.status = JobStatus.RUNNING
+        rec.expires_at = now + r.lease_ms
+        rec.fingerprint = r.fingerprint
+        rec.updated_at = now
+        return self._won(r, rec, now, previous_status, previous_fp, rec.slot)
+
+    @staticmethod
+    def _won(
+        r: ClaimRequest, rec: _Record, now: int, previous_status: JobStatus | None,
+        previous_fp: str | None, record_slot: int | None,
+    ) -> ClaimResult:
+        lease = Lease(r.namespace, r.job, rec.slot, rec.attempt, rec.token, rec.owner, rec.expires_at)
+        return ClaimResult(
+            ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=rec.owner, attempt=rec.attempt,
+            expires_at=rec.expires_at, now=now, previous_status=previous_status,
+            fingerprint=previous_fp, record_slot=record_slot,
+        )
+
+    def _find(self, lease: Lease) -> _Record | None:
+        job = self.store.jobs.get((lease.namespace, lease.job))
+        if job is None:
+            return None
+        rec = job.current if job.current and job.current.slot == lease.slot else job.others.get(lease.slot)
+        if rec is None or rec.token != lease.token or rec.owner != lease.owner:
+            return None
+        return rec
+
+    # -- the protocol --------------------------------------------------------------------------
+
+    async def claim(self, request: ClaimRequest) -> ClaimResult:
+        """Claim one slot (see `LeaseBackend.claim`)."""
+        with self.store.lock:
+            return self._claim(request)
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        """Claim a batch under one lock acquisition: one 'round trip'."""
+        with self.store.lock:
+            self.store.calls += 1 - len(requests)
+            return [self._claim(r) for r in requests]
+
+    async def renew(self, lease: Lease, lease_ms: int) -> Lease | None:
+        """Extend a lease still owned by its holder (see `LeaseBackend.renew`)."""
+        with self.store.lock:
+            self.store.calls += 1
+            rec = self._find(lease)
+            if rec is None or rec.status is not JobStatus.RUNNING:
+                return None
+            now = self._now()
+            rec.expires_at = now + lease_ms
+            rec.updated_at = now
+            return Lease(lease.namespace, lease.job, lease.slot, lease.attempt, lease.token,
+                         lease.owner, rec.expires_at)
+
+    async def release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
+        """End a run (see `LeaseBackend.release`), and push it to subscribers."""
+        with self.store.lock:
+            self.store.calls += 1
+            rec = self._find(lease)
+            if rec is None or rec.status is not JobStatus.RUNNING:
+                return False
+            rec.status = {
+                ReleaseOutcome.DONE: JobStatus.DONE,
+                ReleaseOutcome.FAILED: JobStatus.FAILED,
+                ReleaseOutcome.HANDOVER: JobStatus.RELEASED,
+            }[outcome]
+            rec.updated_at = self._now()
+            job = self.store.jobs[(lease.namespace, lease.job)]
+            if rec is not job.current:
+                del job.others[rec.slot]
+            subscribers = [s for s in self.store.subscriptions if s.namespace == lease.namespace]
+        if self.notify:
+            for sub in subscribers:
+                if not sub.loop.is_closed():
+                    sub.loop.call_soon_threadsafe(sub.callback, lease.job, lease.slot)
+        return True
+
+    async def inspect(self, namespace: str, job: str) -> JobState | None:
+        """Read one job's newest record."""
+        with self.store.lock:
+            self.store.calls += 1
+            entry = self.store.jobs.get((namespace, job))
+            if entry is None or entry.current is None:
+                return None
+            return self._state(namespace, job, entry.current)
+
+    async def jobs(self, namespace: str) -> list[JobState]:
+        """Read every job's newest record in a namespace."""
+        with self.store.lock:
+            self.store.calls += 1
+            return [
+                self._state(ns, name, entry.current)
+                for (ns, name), entry in sorted(self.store.jobs.items())
+                if ns == namespace and entry.current is not None
+            ]
+
+    def _state(self, namespace: str, job: str, rec: _Record) -> JobState:
+        return JobState(
+            namespace, job, rec.slot, rec.attempt, rec.token, rec.owner, rec.status,
+            rec.expires_at, rec.fingerprint, rec.updated_at, self._now(),
+        )
+
+    async def subscribe(self, namespace: str, callback: ReleaseCallback) -> None:
+        """Push releases in `namespace` to `callback` (only when `notify` is on)."""
+        with self.store.lock:
+            self.store.subscriptions.append(
+                _Subscription(namespace, callback, asyncio.get_running_loop(), self)
+            )
+
+    async def close(self) -> None:
+        """Drop this connection's subscriptions."""
+        with self.store.lock:
+            self.store.subscriptions = [s for s in self.store.subscriptions if s.backend is not self]
+
+
+class MemoryClaimBackend(BackendBase):
+    """A claim-only in-process backend (DESIGN §4): one winner per (job, slot), nothing more."""
+
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.CLAIM, Capability.CLAIM_MANY})
+    url_schemes: ClassVar[tuple[str, ...]] = ("memory-claim",)
+
+    def __init__(
+        self, store: MemoryStore | None = None, *, clock: Clock | None = None,
+        horizon: Duration | None = None,
+    ) -> None:
+        self.store = store if store is not None else MemoryStore(clock)
+        self._horizon = None if horizon is None else parse_duration(horizon, name="horizon")
+
+    @classmethod
+    def from_url(cls, url: str) -> MemoryClaimBackend:
+        """`memory-claim://` gives a fresh, private store."""
+        return cls()
+
+    @property
+    def url(self) -> str:
+        """A memory store has no address."""
+        return "memory-claim://"
+
+    @property
+    def horizon_ms(self) -> int | None:
+        """The configured dedupe horizon (None: remembers every claim)."""
+        return self._horizon
+
+    def _claim(self, r: ClaimRequest) -> ClaimResult:
+        now = self.store.clock.now_ms()
+        key = (r.namespace, r.job, r.slot)
+        if self._horizon is not None:
+            # Forget gates past the horizon, as a real store's expiry would.
+            entry = self.store.gates.get(key)
+            if entry is not None and now - entry[1] >= self._horizon:
+                del self.store.gates[key]
+        entry = self.store.gates.get(key)
+        if entry is not None:
+            return ClaimResult(ClaimOutcome.TAKEN, r.job, r.slot, holder=entry[0], attempt=1, now=now)
+        self.store.gates[key] = (r.owner, now)
+        lease = Lease(r.namespace, r.job, r.slot, 1, 0, r.owner, 0)
+        return ClaimResult(ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=r.owner, attempt=1, now=now)
+
+    async def claim(self, request: ClaimRequest) -> ClaimResult:
+        """One winner per (namespace, job, slot) within the horizon."""
+        with self.store.lock:
+            self.store.calls += 1
+            return self._claim(request)
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        """Claim a batch in one 'round trip'."""
+        with self.store.lock:
+            self.store.calls += 1
+            return [self._claim(r) for r in requests]

@@ -1,0 +1,276 @@
+"""Every backend interface and result type, in one module.
+
+A *claim backend* answers one question per (namespace, job, slot): did this instance win?
+A *lease backend* adds the DESIGN §3 state machine: a lease renewed by heartbeats, takeover
+after expiry or a graceful handover, attempts, fencing tokens and overlap policies.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Protocol, runtime_checkable
+
+__all__ = [
+    "Capability",
+    "ClaimBackend",
+    "ClaimOutcome",
+    "ClaimRequest",
+    "ClaimResult",
+    "JobState",
+    "JobStatus",
+    "Lease",
+    "LeaseBackend",
+    "Overlap",
+    "ReleaseCallback",
+    "ReleaseOutcome",
+]
+
+
+class Capability(enum.StrEnum):
+    """A feature a backend declares; the conformance kit tests each declared one."""
+
+    CLAIM = "claim"
+    """One winner per (namespace, job, slot)."""
+    LEASE = "lease"
+    """The DESIGN §3 lease state machine: renew, release, takeover, attempts, tokens, overlap."""
+    NOTIFY = "notify"
+    """Releases are pushed to other instances (`subscribe`), so a handover needs no polling."""
+    CLAIM_MANY = "claim_many"
+    """`claim_many` claims a batch in one store round trip."""
+    INSPECT = "inspect"
+    """`inspect` and `jobs` read the stored records."""
+
+
+class ClaimOutcome(enum.StrEnum):
+    """What a claim decided."""
+
+    WON = "won"
+    """This instance runs the slot; `ClaimResult.lease` is set."""
+    TAKEN = "taken"
+    """Another instance holds a live lease on this slot (`holder`, `expires_at`)."""
+    DONE = "done"
+    """This slot already ran to an end (done or failed)."""
+    SKIPPED = "skipped"
+    """An older slot is still running under a live lease, and the overlap policy is skip or buffer_one."""
+    STALE = "stale"
+    """The store already has a newer slot of this job: this instance is late."""
+    EXHAUSTED = "exhausted"
+    """The slot needs a takeover but has used `max_attempts` attempts."""
+    EARLY = "early"
+    """The slot lies more than `max_skew` in the store's future: this instance's clock is fast."""
+
+
+class Overlap(enum.StrEnum):
+    """What a claim of a new slot does while an older slot of the same job still runs."""
+
+    SKIP = "skip"
+    BUFFER_ONE = "buffer_one"
+    REPLACE = "replace"
+    ALLOW = "allow"
+
+
+class JobStatus(enum.StrEnum):
+    """The status of a job's record."""
+
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    RELEASED = "released"
+
+
+class ReleaseOutcome(enum.StrEnum):
+    """How a run ended, as told to `release`."""
+
+    DONE = "done"
+    FAILED = "failed"
+    HANDOVER = "handover"
+    """A graceful stop: the record becomes `released`, and a backup may claim the next attempt at once."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """One instance's request to run one slot of one job."""
+
+    namespace: str
+    job: str
+    slot: int
+    """The slot: the intended fire time in epoch milliseconds, UTC."""
+    owner: str
+    """The claiming instance's id."""
+    lease_ms: int = 30_000
+    max_attempts: int = 3
+    overlap: Overlap = Overlap.SKIP
+    fingerprint: str = ""
+    """The schedule's fingerprint, stored with the record so that a changed schedule is noticed."""
+    max_skew_ms: int = 2_000
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The winner's right to run one slot, valid until `expires_at` by the store's clock."""
+
+    namespace: str
+    job: str
+    slot: int
+    attempt: int
+    token: int
+    """The fencing token: larger than the token of every earlier claim of this job."""
+    owner: str
+    expires_at: int
+    """Store time, epoch ms. Zero on claim-only backends, which have no lease."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    """The store's answer to one claim."""
+
+    outcome: ClaimOutcome
+    job: str
+    slot: int
+    lease: Lease | None = None
+    """Set exactly when `outcome` is WON."""
+    holder: str | None = None
+    """The instance that holds the record, when known."""
+    attempt: int = 0
+    """The record's attempt after the claim (0 when unknown)."""
+    expires_at: int | None = None
+    """The holder's lease expiry in store time, for TAKEN and SKIPPED."""
+    now: int | None = None
+    """The store's clock when it decided, epoch ms."""
+    previous_status: JobStatus | None = None
+    """For a takeover, the slot's status before: RELEASED (a handover) or RUNNING (an expired lease)."""
+    fingerprint: str | None = None
+    """The fingerprint stored with the record before this claim, when the backend keeps one."""
+    record_slot: int | None = None
+    """The slot the record held before this claim (the newer slot for STALE, the older one for SKIPPED)."""
+
+    @property
+    def won(self) -> bool:
+        """True when this instance runs the slot."""
+        return self.outcome is ClaimOutcome.WON
+
+
+@dataclass(frozen=True, slots=True)
+class JobState:
+    """A stored record, as `inspect` reads it."""
+
+    namespace: str
+    job: str
+    slot: int
+    attempt: int
+    token: int
+    owner: str
+    status: JobStatus
+    expires_at: int
+    fingerprint: str
+    updated_at: int
+    now: int
+    """The store's clock when it was read, so `expires_at - now` is the lease's remaining time."""
+
+
+ReleaseCallback = Callable[[str, int], None]
+"""Called with (job, slot) when a release of that slot is pushed by the store."""
+
+
+@runtime_checkable
+class ClaimBackend(Protocol):
+    """A store that picks one winner per (namespace, job, slot). Claim-only backends stop here."""
+
+    capabilities: ClassVar[frozenset[Capability]]
+    """What this backend supports; `claim` is always present."""
+    url_schemes: ClassVar[tuple[str, ...]]
+    """URL schemes `from_url` accepts, e.g. ('redis', 'rediss')."""
+
+    @property
+    def horizon_ms(self) -> int | None:
+        """How long the store remembers a claim (its dedupe horizon); None when it never forgets.
+
+        The scheduler never claims a slot older than half the horizon.
+        """
+        ...
+
+    @property
+    def url(self) -> str:
+        """Where the store is, for messages, with any password redacted."""
+        ...
+
+    async def open(self) -> None:
+        """Connect and prepare the store; raise `BackendUnavailable` when it cannot be reached."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections; idempotent."""
+        ...
+
+    async def claim(self, request: ClaimRequest) -> ClaimResult:
+        """Decide atomically in the store whether `request.owner` runs `request.slot` of `request.job`.
+
+        Claim-only backends answer:
+        - no earlier claim of this (namespace, job, slot) within the horizon: **WON**, attempt 1;
+        - an earlier claim: **TAKEN** (`holder` when the store knows it).
+        They ignore `lease_ms`, `max_attempts` and `overlap`.
+        """
+        ...
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        """Claim a batch; results are in request order. One round trip where `claim_many` is declared."""
+        ...
+
+
+@runtime_checkable
+class LeaseBackend(ClaimBackend, Protocol):
+    """A store with the full lease state machine of DESIGN §3."""
+
+    async def claim(self, request: ClaimRequest) -> ClaimResult:
+        """Decide atomically, with `now` read from the store's clock. One record per (namespace, job):
+
+        - `request.slot > now + max_skew_ms`: **EARLY**; nothing changes.
+        - no record: create `slot, attempt=1, token=1, running`, `expires_at = now + lease_ms`: **WON**.
+        - record for the same slot, `running` and `expires_at > now`: **TAKEN** (holder, expires_at).
+        - same slot, `done` or `failed`: **DONE**.
+        - same slot, `released`, or `running` with `expires_at <= now` (expiry is inclusive):
+          if `attempt < max_attempts`: `attempt+1, token+1, owner=me, running`: **WON** (takeover,
+          `previous_status` tells which); else **EXHAUSTED**.
+        - record for an older slot, `running` with `expires_at > now`: by `overlap`:
+          `skip`/`buffer_one`: **SKIPPED**; `replace`: the older lease is revoked (its renew fails)
+          and the new slot is **WON** with `attempt=1, token+1`; `allow`: see below.
+        - record for an older slot in any other state: `slot, attempt=1, token+1, running`: **WON**.
+        - record for a newer slot: **STALE**.
+
+        With `overlap=allow` there is one record per (job, slot), judged by the same-slot rows; a slot
+        with no record that is older than the job's newest slot is **STALE**. The token is per job.
+        """
+        ...
+
+    async def renew(self, lease: Lease, lease_ms: int) -> Lease | None:
+        """Extend the lease to store `now + lease_ms`, or return None when it is lost.
+
+        - Succeeds only while the record's slot, token and owner equal the lease's and its status is
+          `running` (an expired lease that nobody took over is still renewed).
+        - Returns the lease with the new `expires_at`.
+        """
+        ...
+
+    async def release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
+        """End the run: status `done`, `failed` or `released` (handover). Pushes the release if `notify`.
+
+        - Ignored (returns False) unless the record's slot, token and owner equal the lease's.
+        """
+        ...
+
+    async def inspect(self, namespace: str, job: str) -> JobState | None:
+        """Read one job's record (capability `inspect`)."""
+        ...
+
+    async def jobs(self, namespace: str) -> list[JobState]:
+        """Read every record in a namespace, sorted by job name (capability `inspect`)."""
+        ...
+
+    async def subscribe(self, namespace: str, callback: ReleaseCallback) -> None:
+        """Call `callback(job, slot)` whenever a run in `namespace` is released (capability `notify`).
+
+        Backends without `notify` accept the call and never call back.
+        """
+        ...

@@ -1,0 +1,57 @@
+"""Hook specifications for anarchon plugins (pluggy).
+
+A plugin is a module or object with functions marked `@anarchon.hookimpl`, registered under the
+entry-point group `anarchon`. Set `ANARCHON_DISABLE_PLUGIN_AUTOLOAD=1` to load none.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from ._context import JobContext
+    from .backends import ClaimRequest, ClaimResult, ReleaseOutcome
+
+__all__ = [
+    "anarchon_backends",
+    "anarchon_claim",
+    "anarchon_lease_lost",
+    "anarchon_run_finished",
+    "anarchon_run_started",
+    "hookimpl",
+    "hookspec",
+]
+
+hookspec = pluggy.HookspecMarker("anarchon")
+"""Marks a hook specification."""
+hookimpl = pluggy.HookimplMarker("anarchon")
+"""Marks a plugin's hook implementation."""
+
+
+@hookspec
+def anarchon_backends() -> list[type[Any]]:  # type: ignore[empty-body]
+    """Return backend classes this plugin provides; each has `url_schemes` and `from_url(url)`."""
+
+
+@hookspec
+def anarchon_claim(request: ClaimRequest, result: ClaimResult) -> None:
+    """Observe one claim and the store's answer."""
+
+
+@hookspec
+def anarchon_run_started(ctx: JobContext) -> None:
+    """Observe a handler starting."""
+
+
+@hookspec
+def anarchon_run_finished(
+    ctx: JobContext, outcome: ReleaseOutcome | None, error: BaseException | None
+) -> None:
+    """Observe a run ending; `outcome` is None when the lease was lost."""
+
+
+@hookspec
+def anarchon_lease_lost(ctx: JobContext, reason: str) -> None:
+    """Observe a run losing its lease."""

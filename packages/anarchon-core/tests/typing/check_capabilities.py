@@ -1,0 +1,45 @@
+"""Checked by mypy --strict in `make test` (never run): proves the typed capabilities of DESIGN §7.
+
+Each rejected call carries a `type: ignore[...]`; with `warn_unused_ignores`, mypy fails if a
+rejection ever stops happening, and fails on any accepted call that stops type-checking.
+"""
+
+from __future__ import annotations
+
+from anarchon import JobContext, MemoryBackend, MemoryClaimBackend, Scheduler
+
+
+async def handler(ctx: JobContext) -> None:
+    """A handler."""
+
+
+lease = Scheduler(backend=MemoryBackend(), lease="6s", heartbeat="1s")
+claim_only = Scheduler(backend=MemoryClaimBackend())
+
+# Accepted: lease-only options on a lease backend, chained.
+lease.every("a", "10s", handler, overlap="skip", max_attempts=3, catch_up=0, retry=True).cron(
+    "b", "0 8 * * 1-5", handler, timezone="Europe/Athens", lease="30s", heartbeat="5s"
+)
+
+
+@lease.every("c", "1m", overlap="buffer_one")
+async def decorated(ctx: JobContext) -> None:
+    """A decorated handler keeps its type."""
+
+
+# Accepted: common options on a claim-only backend.
+claim_only.every("d", "10s", handler, timeout="5s", jitter="10ms").at("e", 1_800_000_000, handler)
+
+# Rejected: lease-only options on a claim-only backend.
+claim_only.every("f", "10s", handler, overlap="skip")  # type: ignore[call-overload]
+claim_only.cron("g", "* * * * *", handler, max_attempts=2)  # type: ignore[call-overload]
+claim_only.at("h", 1_800_000_000, handler, catch_up="5m")  # type: ignore[call-overload]
+claim_only.every("i", "10s", lease="30s")  # type: ignore[call-overload]
+Scheduler(backend=MemoryClaimBackend(), lease="30s")  # type: ignore[call-overload]
+
+# Rejected: unknown options and bad option values, on any backend.
+lease.every("j", "10s", handler, colour="blue")  # type: ignore[call-overload]
+lease.every("k", "10s", handler, overlap="sometimes")  # type: ignore[call-overload]
+
+# Rejected: no backend.
+Scheduler()  # type: ignore[call-overload]
