@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from ._schedules import to_ms
 
-__all__ = ["SkewedClock", "VirtualClock", "VirtualTimeLoop"]
+__all__ = ["SkewedClock", "VirtualClock", "VirtualTimeLoop", "require_service"]
 
 T = TypeVar("T")
 
@@ -89,3 +89,27 @@ class SkewedClock:
     def now_ms(self) -> int:
         """The base clock's time plus the offset."""
         return self.base.now_ms() + self.offset_ms
+
+
+def require_service(name: str, url: str, default_port: int) -> None:
+    """In a pytest test: skip when `url`'s server is unreachable, or fail when
+    `ANARCHON_REQUIRE_SERVICES=1` (as in CI) says every service must be there."""
+    import os
+    import socket
+    from urllib.parse import urlsplit
+
+    import pytest
+
+    from .backends import redact_url
+
+    parts = urlsplit(url)
+    host = parts.hostname or "127.0.0.1"
+    port = parts.port or default_port
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return
+    except OSError as exc:
+        reason = f"{name} unreachable at {redact_url(url)} ({exc})"
+    if os.environ.get("ANARCHON_REQUIRE_SERVICES") == "1":
+        pytest.fail(f"{reason}; ANARCHON_REQUIRE_SERVICES=1 forbids skipping", pytrace=False)
+    pytest.skip(reason)
