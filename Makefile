@@ -22,7 +22,7 @@ $(VENV)/.installed: $(BIN)/python requirements-dev.txt $(addsuffix /pyproject.to
 install: $(VENV)/.installed
 
 lint: install
-	$(BIN)/ruff check .
+	$(BIN)/ruff check --output-format concise .
 
 typecheck: install
 	$(BIN)/mypy $(SRC_DIRS)
