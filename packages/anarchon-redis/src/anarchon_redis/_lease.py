@@ -17,6 +17,7 @@ from anarchon.backends import (
     JobState,
     JobStatus,
     Lease,
+    Overlap,
     ReleaseCallback,
     ReleaseOutcome,
     redact_url,
@@ -216,7 +217,7 @@ class RedisBackend(_ScriptedStore):
             return []
         calls = [
             (self._job_keys(r.namespace, r.job),
-             [r.slot, r.owner, r.lease_ms, r.max_attempts, r.overlap.value, r.fingerprint, r.max_skew_ms])
+             [r.slot, r.owner, r.lease_ms, r.max_attempts, Overlap(r.overlap).value, r.fingerprint, r.max_skew_ms])
             for r in requests
         ]
 

@@ -46,8 +46,10 @@ class RedisStreamBackend(_ScriptedStore):
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.CLAIM, Capability.CLAIM_MANY})
     url_schemes: ClassVar[tuple[str, ...]] = ("redis+stream", "rediss+stream", "unix+stream")
+    # The constructor also takes plain redis:// URLs; only the +stream schemes are registered.
     _schemes: ClassVar[dict[str, str]] = {"redis+stream": "redis", "rediss+stream": "rediss",
-                                          "unix+stream": "unix"}
+                                          "unix+stream": "unix", "redis": "redis", "rediss": "rediss",
+                                          "unix": "unix"}
     _url_options: ClassVar[tuple[str, ...]] = ("prefix", "strategy", "maxlen", "idmp_duration")
 
     def __init__(
