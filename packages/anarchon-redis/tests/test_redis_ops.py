@@ -49,7 +49,7 @@ async def test_keys_are_hash_tagged_per_job(redis_url: str, prefix: str, raw: re
     try:
         now = await _store_now(raw)
         await backend.claim(ClaimRequest("ns:x", "reports:daily", now, "A"))
-        keys = sorted(k.decode() for k in await raw.keys(f"*{prefix}*"))
+        keys = sorted(k.decode() if isinstance(k, bytes) else k for k in await raw.keys(f"*{prefix}*"))
         assert keys == [f"{{{prefix}:ns%3Ax:reports:daily}}", f"{{{prefix}:ns%3Ax}}:jobs"]
         slots = {key_slot(k.encode()) for k in (keys[0], keys[0] + ":others", keys[0] + ":stream")}
         assert len(slots) == 1
@@ -103,7 +103,7 @@ async def test_release_is_pushed_and_listener_survives_client_kill(
         assert await a.release(won.lease, ReleaseOutcome.HANDOVER)
         assert await asyncio.wait_for(got.get(), 2) == ("job:with:colons", now)
         # Drop every pub/sub connection: the listener reconnects and subscribes again.
-        killed = await raw.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+        killed = await raw.client_kill_filter(_type="pubsub")
         assert int(killed) >= 1
         for _ in range(100):
             if any(b"subscribe" in c.get("cmd", "").encode() or c.get("sub", "0") != "0"
@@ -111,7 +111,8 @@ async def test_release_is_pushed_and_listener_survives_client_kill(
                 break
             await asyncio.sleep(0.05)
         again = await a.claim(ClaimRequest("ns", "job:with:colons", now, "B"))
-        assert again.lease is not None and again.lease.attempt == 2
+        assert again.lease is not None
+        assert again.lease.attempt == 2
         deadline = loop.time() + 5
         while True:
             assert await a.release(again.lease, ReleaseOutcome.DONE) or loop.time() < deadline
@@ -167,7 +168,8 @@ async def test_existing_clients_and_decode_responses(redis_url: str, prefix: str
                                              fingerprint="cron:* * * * *"))
         assert r.won
         state = await backend.inspect(f"ns-{type(client).__name__}", "j")
-        assert state is not None and state.owner == "A" and state.fingerprint == "cron:* * * * *"
+        assert state is not None
+        assert (state.owner, state.fingerprint) == ("A", "cron:* * * * *")
         await backend.close()
         assert await client.ping()  # a client the user passed in stays open
         await client.aclose()
@@ -191,7 +193,8 @@ async def test_32_connections_race_one_winner_per_slot(
             ))
             winners = [r for r in results if r.won]
             assert len(winners) == 1, (slot, [r.outcome for r in results])
-            assert {r.outcome for r in results} <= {ClaimOutcome.TAKEN, ClaimOutcome.WON, ClaimOutcome.SKIPPED}
+            allowed = {ClaimOutcome.TAKEN, ClaimOutcome.WON, ClaimOutcome.SKIPPED}
+            assert {r.outcome for r in results} <= allowed
             assert winners[0].lease is not None
     finally:
         for b in backends:
@@ -207,7 +210,8 @@ async def test_stream_32_connections_race(redis_url: str, prefix: str, strategy:
     try:
         for slot in range(1000, 21_000, 1000):
             results = await asyncio.gather(*(
-                b.claim_many([ClaimRequest("race", "j", slot, f"i{i}"), ClaimRequest("race", "k", slot, f"i{i}")])
+                b.claim_many([ClaimRequest("race", "j", slot, f"i{i}"),
+                              ClaimRequest("race", "k", slot, f"i{i}")])
                 for i, b in enumerate(backends)
             ))
             for col in range(2):
@@ -220,19 +224,22 @@ async def test_stream_32_connections_race(redis_url: str, prefix: str, strategy:
 
 
 @pytest.mark.parametrize("strategy", ["stream-id", "script"])
-async def test_stream_strategies(redis_url: str, prefix: str, raw: redis.asyncio.Redis, strategy: str) -> None:
+async def test_stream_strategies(
+    redis_url: str, prefix: str, raw: redis.asyncio.Redis, strategy: str
+) -> None:
     backend = RedisStreamBackend.from_url(
         redis_url.replace("redis", "redis+stream", 1) + f"?strategy={strategy}&maxlen=5&prefix={prefix}"
     )
-    assert backend.strategy == strategy and backend.maxlen == 5 and backend.horizon_ms is None
+    assert (backend.strategy, backend.maxlen, backend.horizon_ms) == (strategy, 5, None)
     await backend.open()
     try:
         first = await backend.claim(ClaimRequest("ns", "j", 5000, "A"))
-        assert first.won and first.lease is not None and first.lease.attempt == 1
+        assert first.lease is not None
+        assert first.lease.attempt == 1
         again = await backend.claim(ClaimRequest("ns", "j", 5000, "B"))
-        assert again.outcome is ClaimOutcome.TAKEN and again.holder == "A"
+        assert (again.outcome, again.holder) == (ClaimOutcome.TAKEN, "A")
         older = await backend.claim(ClaimRequest("ns", "j", 4000, "B"))  # below the stream's top
-        assert older.outcome is ClaimOutcome.TAKEN and older.holder is None
+        assert (older.outcome, older.holder) == (ClaimOutcome.TAKEN, None)
         for slot in range(6000, 600_000, 1000):
             await backend.claim(ClaimRequest("ns", "j", slot, "A"))
         key = f"{{{prefix}:ns:j}}:stream"
@@ -244,7 +251,8 @@ async def test_stream_strategies(redis_url: str, prefix: str, raw: redis.asyncio
 
 async def test_idmp_refused_on_old_server(redis_url: str, prefix: str, raw: redis.asyncio.Redis) -> None:
     version = (await raw.info("server"))["redis_version"]
-    backend = RedisStreamBackend(redis_url.replace("redis", "redis+stream", 1), strategy="idmp", prefix=prefix)
+    url = redis_url.replace("redis", "redis+stream", 1)
+    backend = RedisStreamBackend(url, strategy="idmp", prefix=prefix)
     assert backend.horizon_ms == 3_600_000
     if tuple(int(p) for p in version.split(".")[:2]) >= (8, 6):
         pytest.skip(f"the server runs Redis {version}, which supports IDMP")

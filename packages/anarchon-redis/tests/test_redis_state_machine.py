@@ -30,7 +30,7 @@ NS = "sm"
 Step = tuple[Any, ...]
 C = "claim"
 
-SCENARIOS: dict[str, tuple[list[Step], list[str]]] = {
+SCENARIOS: dict[str, tuple[list[Step], list[str | bool | None]]] = {
     "none-won": ([(C, "a", 0, "A", {})], ["won"]),
     "same-slot-live-taken": ([(C, "a", 0, "A", {}), (C, "b", 0, "B", {})], ["won", "taken"]),
     "same-slot-done": (
@@ -125,7 +125,8 @@ SCENARIOS: dict[str, tuple[list[Step], list[str]]] = {
     ),
     "release-wrong-token-ignored": (
         [(C, "a", 0, "A", {"lease_ms": 0}), (C, "b", 0, "B", {}), ("release", "a", ReleaseOutcome.HANDOVER),
-         ("renew", "b", LIVE), ("release", "b", ReleaseOutcome.HANDOVER), ("release", "b", ReleaseOutcome.DONE)],
+         ("renew", "b", LIVE), ("release", "b", ReleaseOutcome.HANDOVER),
+         ("release", "b", ReleaseOutcome.DONE)],
         ["won", "won", False, "lease", True, False],
     ),
     "inspect-missing": ([("inspect", "nothing")], [None]),

@@ -217,7 +217,8 @@ class RedisBackend(_ScriptedStore):
             return []
         calls = [
             (self._job_keys(r.namespace, r.job),
-             [r.slot, r.owner, r.lease_ms, r.max_attempts, Overlap(r.overlap).value, r.fingerprint, r.max_skew_ms])
+             [r.slot, r.owner, r.lease_ms, r.max_attempts, Overlap(r.overlap).value, r.fingerprint,
+              r.max_skew_ms])
             for r in requests
         ]
 
