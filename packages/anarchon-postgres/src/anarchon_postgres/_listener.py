@@ -43,6 +43,12 @@ class Listener:
         self.reconnects = 0
         """How many times the connection was re-established after a drop."""
 
+    @property
+    def server_pid(self) -> int | None:
+        """The server process of the LISTEN connection, while connected."""
+        conn = self._conn
+        return None if conn is None or conn.is_closed() else int(conn.get_server_pid())
+
     def add(self, namespace: str, callback: ReleaseCallback) -> None:
         """Call `callback(job, slot)` for releases in `namespace`."""
         self._subs.append((namespace, callback))
