@@ -9,7 +9,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 import pytest
@@ -136,7 +136,8 @@ SCENARIOS: dict[str, list[Step]] = {
     "older-done->won new slot": [Claim("a", 0), Release(0, ReleaseOutcome.DONE), Claim("b", 10_000)],
     "older-expired->won new slot": [Claim("a", 0, lease_ms=0), Claim("b", 10_000)],
     "older-released->won new slot": [
-        Claim("a", 0), Release(0, ReleaseOutcome.HANDOVER), Claim("b", 10_000), Release(0, ReleaseOutcome.DONE),
+        Claim("a", 0), Release(0, ReleaseOutcome.HANDOVER), Claim("b", 10_000),
+        Release(0, ReleaseOutcome.DONE),
     ],
     "newer-slot->stale": [Claim("a", 10_000), Claim("b", 0)],
     "future->early": [Claim("a", 60_000)],
@@ -228,7 +229,8 @@ async def test_claim_many_matches_one_by_one_in_one_statement(pg: PostgresBacken
     # The duplicate job-1 goes in a second statement, after the first one's claim.
     assert calls == ["claim", "claim"]
     assert [r.outcome for r in results[:50]] == [ClaimOutcome.WON] * 50
-    assert results[50].outcome is ClaimOutcome.TAKEN and results[50].holder == "a"
+    assert results[50].outcome is ClaimOutcome.TAKEN
+    assert results[50].holder == "a"
     assert results[51].outcome is ClaimOutcome.EARLY
     assert [r.job for r in results] == [r.job for r in requests]
 
@@ -240,7 +242,8 @@ async def test_hostile_names_are_bound_parameters(pg: PostgresBackend) -> None:
     got: list[tuple[str, int]] = []
     await pg.subscribe(ns, lambda job, slot: got.append((job, slot)))
     result = await pg.claim(ClaimRequest(ns, evil, base, "o'wner"))
-    assert result.won and result.lease is not None
+    assert result.won
+    assert result.lease is not None
     assert (await pg.inspect(ns, evil)) is not None
     assert [s.job for s in await pg.jobs(ns)] == [evil]
     assert await pg.release(result.lease, ReleaseOutcome.DONE)
@@ -269,7 +272,8 @@ async def test_jobs_sorted_like_memory(pg: PostgresBackend) -> None:
             await backend.claim(ClaimRequest("ns", name, base, "a"))
     assert [s.job for s in await pg.jobs("ns")] == [s.job for s in await memory.jobs("ns")]
     state = await pg.inspect("ns", "a")
-    assert state is not None and state.status is JobStatus.RUNNING
+    assert state is not None
+    assert state.status is JobStatus.RUNNING
     assert 0 < state.expires_at - state.now <= 30_000
     assert await pg.inspect("ns", "nope") is None
 
@@ -317,7 +321,8 @@ async def test_password_never_in_errors_or_logs(caplog: pytest.LogCaptureFixture
     caplog.set_level(logging.DEBUG)
     secret = "hunter2-s3cret"
     backend = PostgresBackend(f"postgresql://postgres:{secret}@127.0.0.1:1/test")
-    assert secret not in repr(backend) and secret not in backend.url
+    assert secret not in repr(backend)
+    assert secret not in backend.url
     with pytest.raises(BackendUnavailable) as info:
         await backend.open()
     chain: list[BaseException] = []
@@ -328,7 +333,8 @@ async def test_password_never_in_errors_or_logs(caplog: pytest.LogCaptureFixture
     assert all(secret not in str(e) for e in chain)
     with pytest.raises(ValueError) as bad:
         await PostgresBackend(f"postgresql://postgres:{secret}@127.0.0.1:5432/test?sslmode=bogus").open()
-    assert secret not in str(bad.value) and bad.value.__cause__ is None
+    assert secret not in str(bad.value)
+    assert bad.value.__cause__ is None
     assert secret not in caplog.text
 
 
@@ -346,8 +352,8 @@ async def test_from_url_and_plugin_discovery(schema: str) -> None:
         await backend.close()
     with pytest.raises(ValueError, match="statement_cache_size"):
         PostgresBackend.from_url(f"{URL}?statement_cache_size=lots")
-    with pytest.raises(TypeError, match="asyncpg.Pool"):
-        PostgresBackend(42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"asyncpg\.Pool"):
+        PostgresBackend(cast(Any, 42))
 
 
 async def test_existing_pool_is_used_and_left_open(schema: str) -> None:
@@ -375,8 +381,8 @@ async def test_existing_pool_is_used_and_left_open(schema: str) -> None:
 # -- handover push ------------------------------------------------------------------------------
 
 
-async def _wait(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
+async def _wait(predicate: Callable[[], bool], within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
     while not predicate():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.01)
@@ -398,7 +404,8 @@ async def test_release_is_pushed_on_the_loop_and_listener_reconnects(schema: str
         await backup.subscribe("ns", on_release)
         await backup.subscribe("other-ns", lambda job, slot: got.append(("WRONG", slot, False)))
         listener = backup.listener
-        assert listener is not None and listener.connected.is_set()
+        assert listener is not None
+        assert listener.connected.is_set()
         base = (now_ms() // 10_000 - 3) * 10_000
         first = await holder.claim(ClaimRequest("ns", "j", base, "a"))
         assert first.lease is not None
@@ -450,7 +457,9 @@ async def test_fence_frozen_runner_loses_and_replacement_writes(pg: PostgresBack
 
     await asyncio.sleep(0.3)  # the first runner is frozen past its lease...
     second = await pg.claim(ClaimRequest("ns", "pay", base, "replacement", lease_ms=30_000))
-    assert second.won and second.lease is not None and second.lease.attempt == 2  # ...and taken over
+    assert second.won
+    assert second.lease is not None
+    assert second.lease.attempt == 2
     with pytest.raises(LeaseLost, match="no longer owns"):
         await fenced_write(frozen, "frozen")
     await fenced_write(Ctx("ns", "pay", base, second.lease.token), "replacement")
@@ -471,7 +480,9 @@ async def test_fence_blocks_takeover_until_commit(pg: PostgresBackend) -> None:
         await asyncio.sleep(0.2)
         assert not takeover.done()  # it waits for our commit
     result = await takeover
-    assert result.won and result.lease is not None and result.lease.attempt == 2
+    assert result.won
+    assert result.lease is not None
+    assert result.lease.attempt == 2
 
 
 async def test_fence_needs_a_transaction(pg: PostgresBackend) -> None:
