@@ -507,3 +507,12 @@ async def test_fence_accepts_anarchon_job_context(pg: PostgresBackend) -> None:
     stale = replace(won.lease, token=won.lease.token + 5)
     assert await pg.renew(stale, 1000) is None
 
+
+
+def test_public_names_are_exported_and_documented() -> None:
+    for name in anarchon_postgres.__all__:
+        obj = getattr(anarchon_postgres, name)
+        assert isinstance(obj, int) or (obj.__doc__ or "").strip(), name
+    assert {"PostgresBackend", "FenceContext"} <= set(anarchon_postgres.__all__)
+    assert PostgresBackend.__doc__
+    assert anarchon_postgres.__doc__
