@@ -95,7 +95,7 @@ async def _run(backend: LeaseBackend, steps: list[tuple[str, Step]]) -> list[obj
     return out
 
 
-async def _same_as_memory(kv: NatsKVBackend, steps: list[tuple[str, Step]]) -> list[object]:
+async def _same_as_memory(kv: NatsKVBackend, steps: list[tuple[str, Step]]) -> list[Any]:
     """Run the steps on both backends concurrently (so sleeps overlap) and compare the answers."""
     memory = MemoryBackend()
     got, want = await asyncio.gather(_run(kv, steps), _run(memory, steps))

@@ -175,7 +175,7 @@ async def test_a_dropped_connection_reconnects_and_keeps_claiming(url: str, name
         assert client is not None
         transport = client._transport
         assert transport is not None
-        transport.close()  # the socket goes away under the client, as on a network failure
+        transport.close()  # type: ignore[no-untyped-call]  # the socket goes away under the client, as on a network failure
         await asyncio.sleep(4)
         end = int(time.time() * 1000) - 1000
         assert client.stats["reconnects"] >= 1
