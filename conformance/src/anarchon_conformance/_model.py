@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
@@ -123,9 +123,19 @@ def _machine(world: _World) -> type[RuleBasedStateMachine]:
         def release(self, data: st.DataObject, outcome: ReleaseOutcome) -> None:
             if not self.held:
                 return
+            self.release_one(self.held[data.draw(st.integers(0, len(self.held) - 1), label="lease")], outcome)
+
+        @rule(data=st.data(), client=st.integers(0, CLIENTS - 1), max_attempts=st.integers(1, 3))
+        def hand_over_and_take_over(self, data: st.DataObject, client: int, max_attempts: int) -> None:
+            """A graceful stop, then another instance claims the same slot at once."""
+            if not self.held:
+                return
+            held = self.held[data.draw(st.integers(0, len(self.held) - 1), label="lease")]
+            self.release_one(held, ReleaseOutcome.HANDOVER)
+            self.claim(client, (held.real.slot - self.slot) // 60_000, False, max_attempts, Overlap.SKIP)
+
+        def release_one(self, held: _Held, outcome: ReleaseOutcome) -> None:
             self._settle()
-            i = data.draw(st.integers(0, len(self.held) - 1), label="lease")
-            held = self.held[i]
             client = world.clients[int(held.real.owner[1:])]
             real = run(client.release(held.real, outcome))
             model = run(self.model.release(held.model, outcome))
@@ -160,7 +170,10 @@ class TestModel:
         run_state_machine_as_test(
             machine,
             settings=settings(
-                max_examples=15, stateful_step_count=20, deadline=None,
+                max_examples=25, stateful_step_count=20, deadline=None,
+                # Steps sleep in real time, so shrinking would take minutes: report the failing
+                # run as found (hypothesis prints every step of it).
+                phases=[Phase.explicit, Phase.reuse, Phase.generate],
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                        HealthCheck.differing_executors],
             ),

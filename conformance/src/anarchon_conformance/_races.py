@@ -110,7 +110,10 @@ class TestRaces:
             if Capability.LEASE not in clients[0].capabilities:
                 return
             ended = False
-            for then in rounds:
+            # After hypothesis's rounds, hand over until the attempts run out: every example ends
+            # by checking that max_attempts holds.
+            plan = rounds + ["handover"] * (max_attempts + 1 - len(rounds))
+            for then in plan:
                 order, yields, delays = _schedule(data, k)
 
                 async def one(i: int) -> ClaimResult:
