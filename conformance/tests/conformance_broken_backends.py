@@ -7,7 +7,6 @@ from dataclasses import replace
 
 from anarchon import MemoryBackend, MemoryStore
 from anarchon.backends import ClaimOutcome, ClaimRequest, ClaimResult, JobStatus, Lease
-
 from anarchon_conformance import BackendFactory, StoreClock
 
 
@@ -21,8 +20,9 @@ class TwoWinnersBackend(MemoryBackend):
         await asyncio.sleep(0)  # another client's claim runs here
         result = await super().claim(request)
         if fresh and result.outcome is ClaimOutcome.TAKEN:
-            lease = Lease(request.namespace, request.job, request.slot, 1, 1, request.owner,
-                          result.expires_at or 0)
+            lease = Lease(
+                request.namespace, request.job, request.slot, 1, 1, request.owner, result.expires_at or 0
+            )
             return ClaimResult(ClaimOutcome.WON, request.job, request.slot, lease=lease, attempt=1)
         return result
 

@@ -94,8 +94,13 @@ def test_plugin_adds_nothing_to_other_modules(pytester: pytest.Pytester) -> None
 def test_backend_option_takes_a_url(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_by_url="from anarchon_conformance.suite import *\n")
     result = pytester.runpytest(
-        "-p", "no:cacheprovider", "-q", "--anarchon-backend=memory://", "--anarchon-claims=200",
-        "-k", "Claim or Lease or fuzz",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--anarchon-backend=memory://",
+        "--anarchon-claims=200",
+        "-k",
+        "Claim or Lease or fuzz",
     )
     assert result.ret == 0, result.stdout.str()
     assert result.parseoutcomes()["passed"] > 40
@@ -104,8 +109,13 @@ def test_backend_option_takes_a_url(pytester: pytest.Pytester) -> None:
 def test_backend_option_takes_module_factory(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_by_factory="from anarchon_conformance.suite import *\n")
     result = pytester.runpytest(
-        "-p", "no:cacheprovider", "-q", "-rs", "--anarchon-backend=conformance_broken_backends:two_winners",
-        "-k", "race_32",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-rs",
+        "--anarchon-backend=conformance_broken_backends:two_winners",
+        "-k",
+        "race_32",
     )
     result.assert_outcomes(failed=1)
 
@@ -113,10 +123,18 @@ def test_backend_option_takes_module_factory(pytester: pytest.Pytester) -> None:
 def test_claim_only_backend_skips_lease_tier_naming_it(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_claim_only="from anarchon_conformance.suite import *\n")
     result = pytester.runpytest(
-        "-p", "no:cacheprovider", "-q", "-rs", "--anarchon-backend=memory-claim://", "-k", "row_none or handover",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-rs",
+        "--anarchon-backend=memory-claim://",
+        "-k",
+        "row_none or handover",
     )
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["*does not declare the 'lease' capability*", "*does not declare the 'notify'*"])
+    result.stdout.fnmatch_lines(
+        ["*does not declare the 'lease' capability*", "*does not declare the 'notify'*"]
+    )
 
 
 def test_containers_without_docker_skip_saying_why(pytester: pytest.Pytester) -> None:

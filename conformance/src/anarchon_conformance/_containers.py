@@ -27,15 +27,32 @@ class Service:
 
 
 SERVICES: dict[str, Service] = {
-    "redis": Service("ANARCHON_REDIS_URL", "redis://127.0.0.1:6379/0", 6379, "redis:7-alpine",
-                     "redis://{host}:{port}/0"),
-    "postgres": Service("ANARCHON_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test", 5432,
-                        "postgres:16-alpine", "postgresql://postgres@{host}:{port}/postgres",
-                        {"POSTGRES_HOST_AUTH_METHOD": "trust"}),
-    "rabbitmq": Service("ANARCHON_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/", 5672,
-                        "rabbitmq:3-alpine", "amqp://guest:guest@{host}:{port}/"),
-    "nats": Service("ANARCHON_NATS_URL", "nats://127.0.0.1:4222", 4222, "nats:2-alpine",
-                    "nats://{host}:{port}", command="-js"),
+    "redis": Service(
+        "ANARCHON_REDIS_URL", "redis://127.0.0.1:6379/0", 6379, "redis:7-alpine", "redis://{host}:{port}/0"
+    ),
+    "postgres": Service(
+        "ANARCHON_POSTGRES_URL",
+        "postgresql://postgres@127.0.0.1:5432/test",
+        5432,
+        "postgres:16-alpine",
+        "postgresql://postgres@{host}:{port}/postgres",
+        {"POSTGRES_HOST_AUTH_METHOD": "trust"},
+    ),
+    "rabbitmq": Service(
+        "ANARCHON_RABBITMQ_URL",
+        "amqp://guest:guest@127.0.0.1:5672/",
+        5672,
+        "rabbitmq:3-alpine",
+        "amqp://guest:guest@{host}:{port}/",
+    ),
+    "nats": Service(
+        "ANARCHON_NATS_URL",
+        "nats://127.0.0.1:4222",
+        4222,
+        "nats:2-alpine",
+        "nats://{host}:{port}",
+        command="-js",
+    ),
 }
 """The services a driver may ask for, by name."""
 

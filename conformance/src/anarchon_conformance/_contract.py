@@ -22,7 +22,7 @@ __all__ = [
 
 ODD_NAMES = [
     "ジョブ-β-😀",
-    "it's \"quoted\" \\ back`tick`",
+    'it\'s "quoted" \\ back`tick`',
     "x" * 200,
     "spaces and\ttabs; DROP TABLE jobs; --",
     "a:b/c*d?e%f{g}",
@@ -53,7 +53,8 @@ class TestClaimContract:
     async def test_first_claim_wins_attempt_1(self, anarchon_kit: Kit) -> None:
         result = await anarchon_kit.claim("job", "a")
         assert result.outcome is ClaimOutcome.WON
-        assert result.lease is not None and result.lease.attempt == 1
+        assert result.lease is not None
+        assert result.lease.attempt == 1
 
     async def test_second_claim_is_taken(self, anarchon_kit: Kit) -> None:
         await anarchon_kit.won("job", "a")
@@ -88,7 +89,8 @@ class TestClaimContract:
     @pytest.mark.parametrize("name", ODD_NAMES, ids=["unicode", "quotes", "200-chars", "sql", "punct"])
     async def test_odd_job_names_round_trip(self, anarchon_kit: Kit, name: str) -> None:
         lease = await anarchon_kit.won(name, "a")
-        assert lease.job == name and lease.namespace == anarchon_kit.namespace
+        assert lease.job == name
+        assert lease.namespace == anarchon_kit.namespace
         assert (await anarchon_kit.claim(name, "b")).outcome is ClaimOutcome.TAKEN
         # A prefix of the name is another job: the store must not truncate or fold names.
         assert (await anarchon_kit.claim(name[:-1] or "_", "b")).outcome is ClaimOutcome.WON
@@ -109,7 +111,8 @@ class TestLeaseContract:
 
     async def test_row_none_creates_attempt_1_token_1(self, anarchon_kit: Kit) -> None:
         result = await anarchon_kit.claim("job", "a")
-        assert result.outcome is ClaimOutcome.WON and result.lease is not None
+        assert result.outcome is ClaimOutcome.WON
+        assert result.lease is not None
         lease = result.lease
         assert (lease.attempt, lease.token) == (1, 1), f"first claim: {lease!r}"
         if result.now is not None:
@@ -142,8 +145,10 @@ class TestLeaseContract:
         lease = await anarchon_kit.won("job", "a")
         assert await anarchon_kit.release(lease, ReleaseOutcome.HANDOVER) is True
         result = await anarchon_kit.claim("job", "b", on=await anarchon_kit.client())
-        assert result.outcome is ClaimOutcome.WON and result.lease is not None, result
-        assert result.lease.attempt == 2 and result.lease.token > lease.token, result
+        assert result.outcome is ClaimOutcome.WON, result
+        assert result.lease is not None, result
+        assert result.lease.attempt == 2, result
+        assert result.lease.token > lease.token, result
         assert result.previous_status in (None, JobStatus.RELEASED), result
 
     async def test_row_same_slot_expired_is_taken_over(self, anarchon_kit: Kit) -> None:
@@ -152,8 +157,10 @@ class TestLeaseContract:
         assert (await anarchon_kit.claim("job", "b", on=other)).outcome is ClaimOutcome.TAKEN
         await expire()
         result = await anarchon_kit.claim("job", "b", on=other)
-        assert result.outcome is ClaimOutcome.WON and result.lease is not None, f"after expiry: {result!r}"
-        assert result.lease.attempt == 2 and result.lease.token > lease.token, result
+        assert result.outcome is ClaimOutcome.WON, f"after expiry: {result!r}"
+        assert result.lease is not None, f"after expiry: {result!r}"
+        assert result.lease.attempt == 2, result
+        assert result.lease.token > lease.token, result
         assert result.previous_status in (None, JobStatus.RUNNING), result
 
     async def test_row_same_slot_released_exhausted(self, anarchon_kit: Kit) -> None:
@@ -182,14 +189,16 @@ class TestLeaseContract:
     async def test_row_older_slot_live_replace(self, anarchon_kit: Kit) -> None:
         old = await anarchon_kit.won("job", "a")
         new = await anarchon_kit.won("job", "b", anarchon_kit.slot + MINUTE, overlap=Overlap.REPLACE)
-        assert new.attempt == 1 and new.token > old.token, new
+        assert new.attempt == 1, new
+        assert new.token > old.token, new
         assert await anarchon_kit.renew(old) is None, "the replaced run's lease must be revoked"
         assert await anarchon_kit.release(old, ReleaseOutcome.DONE) is False
 
     async def test_row_older_slot_live_allow(self, anarchon_kit: Kit) -> None:
         old = await anarchon_kit.won("job", "a", overlap=Overlap.ALLOW)
         new = await anarchon_kit.won("job", "b", anarchon_kit.slot + MINUTE, overlap=Overlap.ALLOW)
-        assert new.attempt == 1 and new.token > old.token
+        assert new.attempt == 1
+        assert new.token > old.token
         # Both runs go on: each is renewed, and each slot is still taken.
         assert await anarchon_kit.renew(old) is not None, "overlap=allow: the older run keeps its lease"
         assert await anarchon_kit.renew(new) is not None
@@ -201,13 +210,18 @@ class TestLeaseContract:
 
     @pytest.mark.parametrize("state", ["done", "failed", "released", "expired"])
     async def test_row_older_slot_ended_new_slot_wins(self, anarchon_kit: Kit, state: str) -> None:
-        old = await anarchon_kit.won("job", "a", lease_ms=SHORT_LEASE_MS if state == "expired" else LONG_LEASE_MS)
+        old = await anarchon_kit.won(
+            "job", "a", lease_ms=SHORT_LEASE_MS if state == "expired" else LONG_LEASE_MS
+        )
         if state == "expired":
             await expire()
         else:
-            assert await anarchon_kit.release(old, ReleaseOutcome(state if state != "released" else "handover"))
+            assert await anarchon_kit.release(
+                old, ReleaseOutcome(state if state != "released" else "handover")
+            )
         new = await anarchon_kit.won("job", "b", anarchon_kit.slot + MINUTE)
-        assert new.attempt == 1 and new.token > old.token, f"older slot {state}: {new!r}"
+        assert new.attempt == 1, f"older slot {state}: {new!r}"
+        assert new.token > old.token, f"older slot {state}: {new!r}"
 
     # -- row: newer slot than asked --------------------------------------------------------------------
 
@@ -230,7 +244,10 @@ class TestLeaseContract:
         renewed = await anarchon_kit.renew(lease, LONG_LEASE_MS)
         assert renewed is not None, "the owner's renew must succeed"
         assert (renewed.slot, renewed.token, renewed.owner, renewed.attempt) == (
-            lease.slot, lease.token, lease.owner, lease.attempt
+            lease.slot,
+            lease.token,
+            lease.owner,
+            lease.attempt,
         )
         assert renewed.expires_at > lease.expires_at
         await expire()  # past the first, short lease: the renewed one holds
@@ -242,8 +259,11 @@ class TestLeaseContract:
 
         lease = await anarchon_kit.won("job", "a")
         other = await anarchon_kit.client()
-        for forged in (replace(lease, owner="b"), replace(lease, token=lease.token + 1),
-                       replace(lease, slot=lease.slot + MINUTE)):
+        for forged in (
+            replace(lease, owner="b"),
+            replace(lease, token=lease.token + 1),
+            replace(lease, slot=lease.slot + MINUTE),
+        ):
             assert await anarchon_kit.renew(forged, on=other) is None, f"renew of a forged lease {forged!r}"
         assert await anarchon_kit.renew(lease) is not None
 
@@ -252,7 +272,8 @@ class TestLeaseContract:
         await expire()
         other = await anarchon_kit.client()
         taken = await anarchon_kit.claim("job", "b", on=other)
-        assert taken.outcome is ClaimOutcome.WON and taken.lease is not None
+        assert taken.outcome is ClaimOutcome.WON
+        assert taken.lease is not None
         assert await anarchon_kit.renew(lease) is None, "a stale runner's renew must fail"
         assert await anarchon_kit.release(lease, ReleaseOutcome.DONE) is False
         assert await anarchon_kit.renew(taken.lease, on=other) is not None
@@ -275,9 +296,13 @@ class TestLeaseContract:
         lease = await anarchon_kit.won("job", "a")
         assert await anarchon_kit.release(replace(lease, owner="b"), ReleaseOutcome.DONE) is False
         assert await anarchon_kit.release(replace(lease, token=lease.token + 1), ReleaseOutcome.DONE) is False
-        assert (await anarchon_kit.claim("job", "b")).outcome is ClaimOutcome.TAKEN, "forged release changed state"
+        assert (await anarchon_kit.claim("job", "b")).outcome is ClaimOutcome.TAKEN, (
+            "forged release changed state"
+        )
         assert await anarchon_kit.release(lease, ReleaseOutcome.HANDOVER) is True
-        assert await anarchon_kit.release(lease, ReleaseOutcome.DONE) is False, "second release must be ignored"
+        assert await anarchon_kit.release(lease, ReleaseOutcome.DONE) is False, (
+            "second release must be ignored"
+        )
 
     async def test_stale_release_does_not_disturb_new_holder(self, anarchon_kit: Kit) -> None:
         lease = await anarchon_kit.won("job", "a", lease_ms=SHORT_LEASE_MS)
@@ -326,12 +351,14 @@ class TestLeaseContract:
     async def test_odd_job_names_lease_cycle(self, anarchon_kit: Kit, name: str) -> None:
         lease = await anarchon_kit.won(name, "a")
         renewed = await anarchon_kit.renew(lease)
-        assert renewed is not None and renewed.job == name
+        assert renewed is not None
+        assert renewed.job == name
         assert await anarchon_kit.release(renewed, ReleaseOutcome.HANDOVER)
         taken = await anarchon_kit.won(name, "b")
-        assert taken.attempt == 2 and taken.job == name
+        assert taken.attempt == 2
+        assert taken.job == name
 
-    # -- the store's clock ------------------------------------------------------------------------------------
+    # -- the store's clock ----------------------------------------------------------------------
 
     @pytest.mark.parametrize("offset_s", [3600, -3600], ids=["client-ahead-1h", "client-behind-1h"])
     async def test_store_clock_decides(
@@ -348,7 +375,9 @@ class TestLeaseContract:
         monkeypatch.setattr(time, "time_ns", lambda: real_time_ns() + offset_s * 1_000_000_000)
 
         result = await anarchon_kit.claim("job", "b", slot, on=other, lease_ms=2_000)
-        assert result.outcome is ClaimOutcome.TAKEN, f"client clock {offset_s:+}s decided the lease: {result!r}"
+        assert result.outcome is ClaimOutcome.TAKEN, (
+            f"client clock {offset_s:+}s decided the lease: {result!r}"
+        )
         if result.now is not None:
             assert abs(result.now - real_now_ms) < 600_000, f"store now {result.now} follows the client clock"
         renewed = await anarchon_kit.renew(lease, 2_000)
@@ -404,12 +433,19 @@ class TestInspectContract:
         state = await anarchon_kit.backend.inspect(anarchon_kit.namespace, name)
         assert state is not None
         assert (state.namespace, state.job, state.slot, state.attempt, state.token, state.owner) == (
-            anarchon_kit.namespace, name, lease.slot, 1, lease.token, "a"
+            anarchon_kit.namespace,
+            name,
+            lease.slot,
+            1,
+            lease.token,
+            "a",
         )
-        assert state.status is JobStatus.RUNNING and state.expires_at > state.now
+        assert state.status is JobStatus.RUNNING
+        assert state.expires_at > state.now
         assert await anarchon_kit.release(lease, ReleaseOutcome.DONE)
         after = await anarchon_kit.backend.inspect(anarchon_kit.namespace, name)
-        assert after is not None and after.status is JobStatus.DONE
+        assert after is not None
+        assert after.status is JobStatus.DONE
 
     async def test_jobs_sorted_and_namespaced(self, anarchon_kit: Kit) -> None:
         for name in ("b", "a", "c"):

@@ -7,7 +7,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from anarchon.backends import Capability, ClaimOutcome, ClaimRequest, ClaimResult, Lease, Overlap, ReleaseOutcome
+from anarchon.backends import (
+    Capability,
+    ClaimOutcome,
+    ClaimRequest,
+    ClaimResult,
+    Lease,
+    Overlap,
+    ReleaseOutcome,
+)
 
 from ._support import BackendPool, request
 
@@ -47,17 +55,30 @@ class Kit:
         return caps
 
     def req(
-        self, job: str, owner: str = "a", slot: int | None = None, *, lease_ms: int = LONG_LEASE_MS,
-        max_attempts: int = 3, overlap: Overlap = Overlap.SKIP, namespace: str | None = None,
+        self,
+        job: str,
+        owner: str = "a",
+        slot: int | None = None,
+        *,
+        lease_ms: int = LONG_LEASE_MS,
+        max_attempts: int = 3,
+        overlap: Overlap = Overlap.SKIP,
+        namespace: str | None = None,
     ) -> ClaimRequest:
         """A claim request in this test's namespace."""
         return request(
-            self.namespace if namespace is None else namespace, job, self.slot if slot is None else slot,
-            owner, lease_ms=lease_ms, max_attempts=max_attempts, overlap=overlap,
+            self.namespace if namespace is None else namespace,
+            job,
+            self.slot if slot is None else slot,
+            owner,
+            lease_ms=lease_ms,
+            max_attempts=max_attempts,
+            overlap=overlap,
         )
 
-    async def claim(self, job: str, owner: str = "a", slot: int | None = None, *, on: Any = None,
-                    **kw: Any) -> ClaimResult:
+    async def claim(
+        self, job: str, owner: str = "a", slot: int | None = None, *, on: Any = None, **kw: Any
+    ) -> ClaimResult:
         """Claim through `on` (default: the first client) and check the result's shape."""
         req = self.req(job, owner, slot, **kw)
         result: ClaimResult = await (on or self.backend).claim(req)
@@ -89,15 +110,18 @@ class Kit:
 def check_result(req: ClaimRequest, result: Any) -> None:
     """Every claim result: a ClaimResult for the asked job and slot, with a lease exactly when WON."""
     assert isinstance(result, ClaimResult), f"claim returned {result!r}, not a ClaimResult"
-    assert result.job == req.job and result.slot == req.slot, (
-        f"claim of ({req.job!r}, {req.slot}) answered for ({result.job!r}, {result.slot})"
-    )
+    where = f"claim of ({req.job!r}, {req.slot}) answered for ({result.job!r}, {result.slot})"
+    assert result.job == req.job, where
+    assert result.slot == req.slot, where
     assert isinstance(result.outcome, ClaimOutcome), f"outcome {result.outcome!r} is not a ClaimOutcome"
     if result.outcome is ClaimOutcome.WON:
         lease = result.lease
         assert lease is not None, f"WON without a lease: {result!r}"
         assert (lease.namespace, lease.job, lease.slot, lease.owner) == (
-            req.namespace, req.job, req.slot, req.owner
+            req.namespace,
+            req.job,
+            req.slot,
+            req.owner,
         ), f"lease {lease!r} does not match request {req!r}"
         assert lease.attempt >= 1, f"lease attempt {lease.attempt} < 1"
     else:

@@ -6,7 +6,7 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
@@ -79,25 +79,42 @@ def _machine(world: _World) -> type[RuleBasedStateMachine]:
             after = time.monotonic()
             world.deadlines.append((before + lease_ms / 1000, after + lease_ms / 1000))
 
-        @rule(client=st.integers(0, CLIENTS - 1), k=st.integers(0, 2), short=st.booleans(),
-              max_attempts=st.integers(1, 3), overlap=st.sampled_from(list(Overlap)))
+        @rule(
+            client=st.integers(0, CLIENTS - 1),
+            k=st.integers(0, 2),
+            short=st.booleans(),
+            max_attempts=st.integers(1, 3),
+            overlap=st.sampled_from(list(Overlap)),
+        )
         def claim(self, client: int, k: int, short: bool, max_attempts: int, overlap: Overlap) -> None:
             self._settle()
             lease_ms = MODEL_LEASE_MS if short else LONG_LEASE_MS
-            req = request(world.namespace, self.job, self.slot + k * 60_000, f"c{client}", lease_ms=lease_ms,
-                          max_attempts=max_attempts, overlap=overlap)
+            req = request(
+                world.namespace,
+                self.job,
+                self.slot + k * 60_000,
+                f"c{client}",
+                lease_ms=lease_ms,
+                max_attempts=max_attempts,
+                overlap=overlap,
+            )
             before = time.monotonic()
             real: ClaimResult = run(world.clients[client].claim(req))
             model = run(self.model.claim(req))
             self._granted(before, lease_ms)
             assert real.outcome == model.outcome, f"{req!r}: backend said {real!r}, the model {model!r}"
             if model.outcome is ClaimOutcome.WON:
-                assert real.lease is not None and model.lease is not None
+                assert real.lease is not None
+                assert model.lease is not None
                 assert (real.lease.attempt, real.lease.owner, real.lease.slot) == (
-                    model.lease.attempt, model.lease.owner, model.lease.slot
+                    model.lease.attempt,
+                    model.lease.owner,
+                    model.lease.slot,
                 ), f"{req!r}: backend lease {real.lease!r}, model lease {model.lease!r}"
                 self.real_tokens.append(real.lease.token)
-                assert self.real_tokens == sorted(set(self.real_tokens)), f"tokens went back: {self.real_tokens}"
+                assert self.real_tokens == sorted(set(self.real_tokens)), (
+                    f"tokens went back: {self.real_tokens}"
+                )
                 self.held.append(_Held(real.lease, model.lease))
             elif real.holder is not None and model.holder is not None:
                 assert real.holder == model.holder, f"{req!r}: backend {real!r}, model {model!r}"
@@ -115,7 +132,9 @@ def _machine(world: _World) -> type[RuleBasedStateMachine]:
             real = run(client.renew(held.real, lease_ms))
             model = run(self.model.renew(held.model, lease_ms))
             self._granted(before, lease_ms)
-            assert (real is None) == (model is None), f"renew of {held.real!r}: backend {real!r}, model {model!r}"
+            assert (real is None) == (model is None), (
+                f"renew of {held.real!r}: backend {real!r}, model {model!r}"
+            )
             if real is not None and model is not None:
                 self.held[i] = _Held(real, model)
 
@@ -158,7 +177,10 @@ def _machine(world: _World) -> type[RuleBasedStateMachine]:
 class TestModel:
     """A hypothesis `RuleBasedStateMachine` drives the backend and `MemoryBackend` in lockstep."""
 
-    pytestmark = [pytest.mark.anarchon_tier("lease"), pytest.mark.usefixtures("_anarchon_tier_gate")]
+    pytestmark: ClassVar[list[Any]] = [
+        pytest.mark.anarchon_tier("lease"),
+        pytest.mark.usefixtures("_anarchon_tier_gate"),
+    ]
 
     def test_backend_matches_reference_model(
         self, anarchon_runner: tuple[asyncio.Runner, BackendPool], anarchon_namespace: str
@@ -170,11 +192,16 @@ class TestModel:
         run_state_machine_as_test(
             machine,
             settings=settings(
-                max_examples=25, stateful_step_count=20, deadline=None,
+                max_examples=25,
+                stateful_step_count=20,
+                deadline=None,
                 # Steps sleep in real time, so shrinking would take minutes: report the failing
                 # run as found (hypothesis prints every step of it).
                 phases=[Phase.explicit, Phase.reuse, Phase.generate],
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                       HealthCheck.differing_executors],
+                suppress_health_check=[
+                    HealthCheck.too_slow,
+                    HealthCheck.function_scoped_fixture,
+                    HealthCheck.differing_executors,
+                ],
             ),
         )

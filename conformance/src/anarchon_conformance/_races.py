@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,9 +22,14 @@ MAX_CLIENTS = 32
 """The most clients that race at once, each on its own connection."""
 
 RACE_SETTINGS = settings(
-    max_examples=25, deadline=None, derandomize=False,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                           HealthCheck.differing_executors],  # one class, imported by many modules
+    max_examples=25,
+    deadline=None,
+    derandomize=False,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.differing_executors,
+    ],  # one class, imported by many modules
 )
 
 
@@ -43,7 +48,9 @@ async def _after(yields: int, delay_us: int) -> None:
 def _schedule(data: st.DataObject, k: int) -> tuple[list[int], list[int], list[int]]:
     order = data.draw(st.permutations(range(k)), label="start order")
     yields = data.draw(st.lists(st.integers(0, 4), min_size=k, max_size=k), label="yields")
-    delays = data.draw(st.lists(st.sampled_from([0, 0, 0, 100, 1000]), min_size=k, max_size=k), label="delay_us")
+    delays = data.draw(
+        st.lists(st.sampled_from([0, 0, 0, 100, 1000]), min_size=k, max_size=k), label="delay_us"
+    )
     return list(order), yields, delays
 
 
@@ -61,7 +68,10 @@ class TestRaces:
     @RACE_SETTINGS
     @given(data=st.data())
     def test_race_one_winner_per_slot(
-        self, anarchon_runner: tuple[asyncio.Runner, BackendPool], anarchon_namespace: str, data: st.DataObject
+        self,
+        anarchon_runner: tuple[asyncio.Runner, BackendPool],
+        anarchon_namespace: str,
+        data: st.DataObject,
     ) -> None:
         runner, pool = anarchon_runner
         k = data.draw(st.integers(2, MAX_CLIENTS), label="clients")
@@ -94,13 +104,18 @@ class TestRaces:
     @RACE_SETTINGS
     @given(data=st.data())
     def test_race_takeovers_one_winner_per_attempt(
-        self, anarchon_runner: tuple[asyncio.Runner, BackendPool], anarchon_namespace: str, data: st.DataObject
+        self,
+        anarchon_runner: tuple[asyncio.Runner, BackendPool],
+        anarchon_namespace: str,
+        data: st.DataObject,
     ) -> None:
         runner, pool = anarchon_runner
         k = data.draw(st.integers(2, 16), label="clients")
         max_attempts = data.draw(st.integers(1, 4), label="max_attempts")
-        rounds = data.draw(st.lists(st.sampled_from(["handover", "handover", "hold", "done"]), min_size=1,
-                                    max_size=5), label="winner then does")
+        rounds = data.draw(
+            st.lists(st.sampled_from(["handover", "handover", "hold", "done"]), min_size=1, max_size=5),
+            label="winner then does",
+        )
         job = f"takeover-{uuid.uuid4().hex[:8]}"
         slot = past_slot()
         wins: list[Lease] = []
@@ -116,11 +131,18 @@ class TestRaces:
             for then in plan:
                 order, yields, delays = _schedule(data, k)
 
-                async def one(i: int) -> ClaimResult:
+                async def one(i: int, yields: list[int] = yields, delays: list[int] = delays) -> ClaimResult:
                     await _after(yields[i], delays[i])
                     result: ClaimResult = await clients[i].claim(
-                        request(anarchon_namespace, job, slot, f"c{i}", lease_ms=LONG_LEASE_MS,
-                                max_attempts=max_attempts))
+                        request(
+                            anarchon_namespace,
+                            job,
+                            slot,
+                            f"c{i}",
+                            lease_ms=LONG_LEASE_MS,
+                            max_attempts=max_attempts,
+                        )
+                    )
                     return result
 
                 results = await asyncio.gather(*(one(i) for i in order))
@@ -149,14 +171,16 @@ class TestRaces:
     @pytest.mark.asyncio
     async def test_race_32_clients_fresh_connections(self, anarchon_kit: Kit) -> None:
         clients = [anarchon_kit.backend, *[await anarchon_kit.client() for _ in range(MAX_CLIENTS - 1)]]
-        results = await asyncio.gather(*(c.claim(anarchon_kit.req("job", f"c{i}")) for i, c in enumerate(clients)))
+        results = await asyncio.gather(
+            *(c.claim(anarchon_kit.req("job", f"c{i}")) for i, c in enumerate(clients))
+        )
         assert [r.outcome for r in results].count(ClaimOutcome.WON) == 1, results
 
 
 class TestExactCount:
     """ShedLock's FuzzTester: workers bump an unguarded counter only while holding a won claim."""
 
-    pytestmark = [*_tier("claim"), pytest.mark.asyncio]
+    pytestmark: ClassVar[list[Any]] = [*_tier("claim"), pytest.mark.asyncio]
 
     async def test_exact_count_fuzz(self, anarchon_kit: Kit, anarchon_claims: int) -> None:
         workers = min(MAX_CLIENTS, 8, anarchon_claims)
@@ -182,7 +206,9 @@ class TestExactCount:
                 seen = counters[key]  # an unguarded read-modify-write: only the lease keeps it exact
                 await asyncio.sleep(0)
                 if leases:
-                    assert await client.renew(lease, LONG_LEASE_MS) is not None, f"lost a fresh lease {lease!r}"
+                    assert await client.renew(lease, LONG_LEASE_MS) is not None, (
+                        f"lost a fresh lease {lease!r}"
+                    )
                 else:
                     await asyncio.sleep(0)
                 counters[key] = seen + 1
@@ -193,4 +219,6 @@ class TestExactCount:
         _one_winner_each(wins)
         assert wins, "no worker ever won a claim"
         total = sum(counters.values())
-        assert total == len(wins), f"lost updates: the counter reached {total}, but {len(wins)} claims were won"
+        assert total == len(wins), (
+            f"lost updates: the counter reached {total}, but {len(wins)} claims were won"
+        )

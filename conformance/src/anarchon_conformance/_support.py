@@ -95,7 +95,9 @@ def resolve_backend(spec: str) -> BackendFactory:
     try:
         target = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise ValueError(f"--anarchon-backend {spec!r}: cannot load {attr!r} from {module_name!r}: {exc}") from exc
+        raise ValueError(
+            f"--anarchon-backend {spec!r}: cannot load {attr!r} from {module_name!r}: {exc}"
+        ) from exc
     if not callable(target):
         raise ValueError(f"--anarchon-backend {spec!r}: {attr!r} is not callable")
     factory = target()
@@ -144,13 +146,26 @@ class BackendPool:
 
 
 def request(
-    namespace: str, job: str, slot: int, owner: str, *, lease_ms: int = 30_000, max_attempts: int = 3,
-    overlap: Overlap = Overlap.SKIP, fingerprint: str = "",
+    namespace: str,
+    job: str,
+    slot: int,
+    owner: str,
+    *,
+    lease_ms: int = 30_000,
+    max_attempts: int = 3,
+    overlap: Overlap = Overlap.SKIP,
+    fingerprint: str = "",
 ) -> ClaimRequest:
     """A claim request with the suite's defaults."""
     return ClaimRequest(
-        namespace=namespace, job=job, slot=slot, owner=owner, lease_ms=lease_ms,
-        max_attempts=max_attempts, overlap=overlap, fingerprint=fingerprint,
+        namespace=namespace,
+        job=job,
+        slot=slot,
+        owner=owner,
+        lease_ms=lease_ms,
+        max_attempts=max_attempts,
+        overlap=overlap,
+        fingerprint=fingerprint,
     )
 
 

@@ -21,6 +21,12 @@ from ._containers import service_url
 from ._kit import Kit, past_slot
 from ._support import BackendFactory, BackendPool, resolve_backend
 
+# The suite's modules are imported later, by the test modules that pull the suite in: let pytest
+# rewrite their asserts so that a failure shows the values.
+pytest.register_assert_rewrite(
+    "anarchon_conformance._contract", "anarchon_conformance._races", "anarchon_conformance._model"
+)
+
 __all__ = [
     "anarchon_backend",
     "anarchon_backend_factory",
@@ -41,15 +47,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     """Register the kit's command-line options."""
     group = parser.getgroup("anarchon", "anarchon conformance kit")
     group.addoption(
-        "--anarchon-backend", metavar="URL_OR_module:factory", default=None,
+        "--anarchon-backend",
+        metavar="URL_OR_module:factory",
+        default=None,
         help="backend for the conformance suite: a URL (installed driver) or module:factory",
     )
     group.addoption(
-        "--anarchon-claims", metavar="N", type=int, default=DEFAULT_CLAIMS,
+        "--anarchon-claims",
+        metavar="N",
+        type=int,
+        default=DEFAULT_CLAIMS,
         help=f"claims in the exact-count fuzz (default {DEFAULT_CLAIMS}; long runs: 1000000)",
     )
     group.addoption(
-        "--anarchon-containers", action="store_true", default=False,
+        "--anarchon-containers",
+        action="store_true",
+        default=False,
         help="start throwaway servers with testcontainers (needs a reachable Docker engine)",
     )
 
