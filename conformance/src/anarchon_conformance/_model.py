@@ -146,12 +146,19 @@ def _machine(world: _World) -> type[RuleBasedStateMachine]:
 
         @rule(data=st.data(), client=st.integers(0, CLIENTS - 1), max_attempts=st.integers(1, 3))
         def hand_over_and_take_over(self, data: st.DataObject, client: int, max_attempts: int) -> None:
-            """A graceful stop, then another instance claims the same slot at once."""
+            """Graceful stops, each followed at once by another instance's claim of the same slot,
+            until the attempts run out (or the slot moved on)."""
             if not self.held:
                 return
             held = self.held[data.draw(st.integers(0, len(self.held) - 1), label="lease")]
-            self.release_one(held, ReleaseOutcome.HANDOVER)
-            self.claim(client, (held.real.slot - self.slot) // 60_000, False, max_attempts, Overlap.SKIP)
+            for _ in range(max_attempts + 1):
+                self.release_one(held, ReleaseOutcome.HANDOVER)
+                before = len(self.held)
+                self.claim(client, (held.real.slot - self.slot) // 60_000, False, max_attempts, Overlap.SKIP)
+                if len(self.held) == before:
+                    return  # nobody won (exhausted, or not this slot's turn), and both agreed
+                held = self.held[-1]
+                client = (client + 1) % CLIENTS
 
         def release_one(self, held: _Held, outcome: ReleaseOutcome) -> None:
             self._settle()
