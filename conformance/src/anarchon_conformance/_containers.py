@@ -77,10 +77,8 @@ def _start_container(name: str, service: Service, started: list[Any]) -> str:
             DockerContainer,
         )
     except ImportError as exc:
-        pytest.skip(
-            f"--anarchon-containers: testcontainers is not installed ({exc}); "
-            "`pip install anarchon-conformance[containers]` and run a docker engine"
-        )
+        hint = f"testcontainers is not installed ({exc}): `pip install anarchon-conformance[containers]`"
+        pytest.skip(f"--anarchon-containers needs a docker engine and testcontainers; {hint}")
     try:
         docker.from_env().ping()
     except Exception as exc:
