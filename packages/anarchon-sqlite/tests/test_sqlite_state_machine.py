@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from anarchon import (
     ClaimOutcome,
     ClaimRequest,
@@ -25,7 +26,6 @@ from anarchon import (
     Overlap,
     ReleaseOutcome,
 )
-
 from anarchon_sqlite import SqliteBackend
 
 LIVE = 60_000
@@ -59,7 +59,8 @@ def short(r: ClaimResult) -> str:
     if r.lease is not None:
         parts += [f"attempt={r.lease.attempt}", f"token={r.lease.token}", f"owner={r.lease.owner}"]
         assert r.lease.slot == r.slot
-        assert r.now is not None and r.lease.expires_at >= r.now
+        assert r.now is not None
+        assert r.lease.expires_at >= r.now
     elif r.outcome in (ClaimOutcome.TAKEN, ClaimOutcome.SKIPPED, ClaimOutcome.STALE, ClaimOutcome.DONE,
                        ClaimOutcome.EXHAUSTED):
         parts += [f"holder={r.holder}", f"attempt={r.attempt}"]
@@ -80,7 +81,8 @@ async def test_no_record_wins_attempt_1_token_1(backend: Any) -> None:
     r = await backend.claim(req(s, "a"))
     assert short(r) == "won attempt=1 token=1 owner=a"
     assert r.lease.expires_at - r.now == LIVE
-    assert r.fingerprint is None and r.record_slot is None
+    assert r.fingerprint is None
+    assert r.record_slot is None
 
 
 async def test_same_slot_live_is_taken_with_holder_and_expiry(backend: Any) -> None:
@@ -124,7 +126,8 @@ async def test_expired_lease_nobody_took_over_still_renews(backend: Any) -> None
     s = base_slot()
     lease = await won(backend, req(s, "a", lease=GONE))
     renewed = await backend.renew(lease, LIVE)
-    assert renewed is not None and renewed.expires_at > lease.expires_at
+    assert renewed is not None
+    assert renewed.expires_at > lease.expires_at
     assert short(await backend.claim(req(s, "b"))) == "taken holder=a attempt=1"
 
 
@@ -145,7 +148,8 @@ async def test_older_slot_live_skips_the_new_one(backend: Any, overlap: Overlap)
     await won(backend, req(s, "a"))
     r = await backend.claim(req(s + 10_000, "b", overlap=overlap))
     assert short(r) == "skipped holder=a attempt=1"
-    assert r.record_slot == s and r.expires_at is not None
+    assert r.record_slot == s
+    assert r.expires_at is not None
     assert short(await backend.claim(req(s, "b", overlap=overlap))) == "taken holder=a attempt=1"
 
 
@@ -211,7 +215,8 @@ async def test_slot_beyond_max_skew_is_early(backend: Any) -> None:
     future = base_slot() + 120_000  # one minute ahead of the store's clock
     r = await backend.claim(req(future, "a"))
     assert short(r) == "early"
-    assert r.now is not None and 55_000 < future - r.now <= 60_000
+    assert r.now is not None
+    assert 55_000 < future - r.now <= 60_000
     assert await backend.inspect(NS, "job") is None
     assert short(await backend.claim(req(future, "a", skew=120_000))) == "won attempt=1 token=1 owner=a"
 

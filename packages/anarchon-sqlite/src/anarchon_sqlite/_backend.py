@@ -16,7 +16,8 @@ from typing import Any, ClassVar, TypeVar, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import aiosqlite
-from anarchon import BackendError, BackendUnavailable, Duration, SchemaMismatch, parse_duration
+
+from anarchon import BackendError, BackendUnavailable, Duration, parse_duration
 from anarchon.backends import (
     BackendBase,
     Capability,
@@ -105,7 +106,9 @@ def _parse_url(url: str) -> tuple[str, dict[str, str]]:
     if parts.scheme.lower() != "sqlite":
         raise ValueError(f"invalid SQLite URL {url!r}: the scheme must be 'sqlite'; {_URL_HINT}")
     if parts.netloc:
-        raise ValueError(f"invalid SQLite URL {url!r}: a SQLite file has no host ({parts.netloc!r}); {_URL_HINT}")
+        raise ValueError(
+            f"invalid SQLite URL {url!r}: a SQLite file has no host ({parts.netloc!r}); {_URL_HINT}"
+        )
     if not parts.path.startswith("/") or len(parts.path) < 2:
         raise ValueError(f"invalid SQLite URL {url!r}: no file path; {_URL_HINT}")
     options = dict(parse_qsl(parts.query, keep_blank_values=True))
@@ -142,7 +145,9 @@ class SqliteBackend(BackendBase):
             raw, options = _parse_url(raw)
         if "table" in options:
             if table != "anarchon_jobs" and table != options["table"]:
-                raise ValueError(f"table given twice: {table!r} and {options['table']!r} in the URL; keep one")
+                raise ValueError(
+                    f"table given twice: {table!r} and {options['table']!r} in the URL; keep one"
+                )
             table = options["table"]
         if "busy_timeout" in options:
             busy_timeout = options["busy_timeout"]
@@ -282,7 +287,9 @@ class SqliteBackend(BackendBase):
 
     def _connection(self, what: str) -> aiosqlite.Connection:
         if self._db is None:
-            raise BackendUnavailable(f"{what} on {self.url}: the backend is not open; call `await open()` first")
+            raise BackendUnavailable(
+                f"{what} on {self.url}: the backend is not open; call `await open()` first"
+            )
         return self._db
 
     async def _call(self, db: aiosqlite.Connection, what: str, fn: Callable[[Conn], T]) -> T:

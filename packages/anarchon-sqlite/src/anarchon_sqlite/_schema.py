@@ -85,7 +85,9 @@ def ensure_schema(conn: sqlite3.Connection, table: str, url: str) -> None:
     """
     meta = _shape(conn, META_TABLE)
     if meta is None:
-        conn.execute(f'CREATE TABLE "{META_TABLE}" (name TEXT NOT NULL PRIMARY KEY, version INTEGER NOT NULL)')
+        conn.execute(
+            f'CREATE TABLE "{META_TABLE}" (name TEXT NOT NULL PRIMARY KEY, version INTEGER NOT NULL)'
+        )
     else:
         _check(meta, _META_COLUMNS, META_TABLE, url)
     shape = _shape(conn, table)
