@@ -16,7 +16,7 @@ from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from ._schedules import to_ms
+from .._schedules import to_ms
 
 __all__ = ["SkewedClock", "VirtualClock", "VirtualTimeLoop", "require_service"]
 
@@ -100,7 +100,7 @@ def require_service(name: str, url: str, default_port: int) -> None:
 
     import pytest
 
-    from .backends import redact_url
+    from ..backends import redact_url
 
     parts = urlsplit(url)
     host = parts.hostname or "127.0.0.1"

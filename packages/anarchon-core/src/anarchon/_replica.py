@@ -1,0 +1,65 @@
+"""A test replica: `python -m anarchon._replica CONFIG_JSON`, used by `anarchon.testing.cluster`.
+
+It runs two jobs on the backend at `url` and appends one JSON line per handler start and end to
+`<workdir>/events-<pid>.jsonl`:
+- `tick`, every `tick_every`: starts and ends at once;
+- `long`, every `long_every`: runs `long_run`, checking its cancellation signal every 100 ms.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import Capability, JobContext, RunCancelled, Scheduler, backend_for_url
+
+
+def main(argv: list[str]) -> None:
+    """Run one replica until SIGTERM/SIGINT."""
+    config: dict[str, Any] = json.loads(argv[1])
+    out = Path(config["workdir"]) / f"events-{os.getpid()}.jsonl"
+    fh = out.open("a", buffering=1)
+
+    def emit(event: str, ctx: JobContext, **extra: Any) -> None:
+        record = {"event": event, "job": ctx.name, "slot": ctx.slot, "attempt": ctx.attempt,
+                  "pid": os.getpid(), "t": time.time(), **extra}
+        fh.write(json.dumps(record) + "\n")
+
+    backend = backend_for_url(config["url"])
+    settings: dict[str, Any] = {"namespace": config["namespace"], "log": True,
+                                "stop_timeout": config.get("stop_timeout", "5s")}
+    if Capability.LEASE in backend.capabilities:
+        settings.update(lease=config["lease"], heartbeat=config["heartbeat"])
+    scheduler: Scheduler[Any] = Scheduler(backend, **settings)
+    long_run = float(config["long_run"])
+
+    async def tick(ctx: JobContext) -> None:
+        emit("start", ctx)
+        emit("end", ctx)
+
+    async def long(ctx: JobContext) -> None:
+        emit("start", ctx)
+        deadline = time.monotonic() + long_run
+        try:
+            while time.monotonic() < deadline:
+                await ctx.sleep(0.1)
+        except RunCancelled as exc:
+            emit("cancelled", ctx, reason=exc.reason)
+            raise
+        emit("end", ctx)
+
+    options: dict[str, Any] = {"catch_up": 0} if scheduler.leases else {}
+    scheduler.every("tick", config["tick_every"], tick, **options)
+    scheduler.every("long", config["long_every"], long, **options)
+    fh.write(json.dumps({"event": "ready", "pid": os.getpid(), "t": time.time(),
+                         "instance": scheduler.instance_id}) + "\n")
+    scheduler.run()
+    fh.write(json.dumps({"event": "exit", "pid": os.getpid(), "t": time.time()}) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,188 @@
+"""Real OS-process clusters for driver tests: N replicas of `anarchon._replica` on one store.
+
+    with Cluster(url, tmp_path, replicas=3, lease="2s", heartbeat="0.5s") as cluster:
+        ev = cluster.wait_for(lambda e: e.event == "start" and e.job == "long", timeout=20)
+        cluster.stop(ev.pid)                       # SIGTERM: graceful stop, handover
+        cluster.wait_for(lambda e: e.slot == ev.slot and e.attempt == 2, timeout=10)
+        cluster.assert_one_winner()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from .._duration import Duration, parse_duration
+
+__all__ = ["Cluster", "Event"]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One line a replica wrote: a handler's start, end or cancellation, or the replica's ready/exit."""
+
+    event: str
+    pid: int
+    t: float
+    """Wall time, epoch seconds."""
+    job: str = ""
+    slot: int = 0
+    attempt: int = 0
+    reason: str = ""
+    instance: str = ""
+
+
+class Cluster:
+    """Start, stop, kill and observe replica processes that share one backend URL."""
+
+    def __init__(
+        self,
+        url: str,
+        workdir: Path | str,
+        *,
+        replicas: int = 3,
+        namespace: str | None = None,
+        lease: Duration = "2s",
+        heartbeat: Duration = "0.5s",
+        tick_every: Duration = "1s",
+        long_every: Duration = "6s",
+        long_run: Duration = "3s",
+        stop_timeout: Duration = "5s",
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.url = url
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.replicas = replicas
+        self.namespace = namespace or f"cluster-{uuid.uuid4().hex[:8]}"
+        self.lease_ms = parse_duration(lease, name="lease")
+        self.heartbeat_ms = parse_duration(heartbeat, name="heartbeat")
+        self._config = {
+            "url": url, "workdir": str(self.workdir), "namespace": self.namespace,
+            "lease": f"{self.lease_ms}ms", "heartbeat": f"{self.heartbeat_ms}ms",
+            "tick_every": f"{parse_duration(tick_every, name='tick_every')}ms",
+            "long_every": f"{parse_duration(long_every, name='long_every')}ms",
+            "long_run": parse_duration(long_run, name="long_run") / 1000,
+            "stop_timeout": f"{parse_duration(stop_timeout, name='stop_timeout', allow_zero=True)}ms",
+        }
+        self._env = {**os.environ, **(env or {})}
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    def __enter__(self) -> Cluster:
+        for _ in range(self.replicas):
+            self.spawn()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def spawn(self, *, wait: bool = True) -> int:
+        """Start one more replica; return its pid once it is ready (or at once with wait=False)."""
+        log = (self.workdir / f"replica-{len(self.procs)}-{uuid.uuid4().hex[:4]}.log").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "anarchon._replica", json.dumps(self._config)],
+            stdout=log, stderr=subprocess.STDOUT, env=self._env,
+        )
+        self.procs[proc.pid] = proc
+        if wait:
+            self.wait_for(lambda e: e.event == "ready" and e.pid == proc.pid, timeout=30)
+        return proc.pid
+
+    def alive(self) -> list[int]:
+        """Pids of replicas still running."""
+        return [pid for pid, p in self.procs.items() if p.poll() is None]
+
+    def stop(self, pid: int, *, wait: float = 15.0) -> int | None:
+        """Send SIGTERM (a graceful stop) and wait for the process to exit; return its exit code."""
+        proc = self.procs[pid]
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise AssertionError(f"replica {pid} did not stop within {wait} s of SIGTERM") from None
+
+    def kill(self, pid: int) -> None:
+        """Send SIGKILL: the replica vanishes without releasing anything."""
+        proc = self.procs[pid]
+        proc.kill()
+        proc.wait(10)
+
+    def close(self) -> None:
+        """Stop every replica (SIGTERM, then SIGKILL after 15 s)."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for proc in self.procs.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+    def events(self) -> list[Event]:
+        """Every event written so far, ordered by wall time."""
+        found: list[Event] = []
+        for path in self.workdir.glob("events-*.jsonl"):
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    try:
+                        found.append(Event(**json.loads(line)))
+                    except (ValueError, TypeError):
+                        continue  # a line cut short by kill -9
+        return sorted(found, key=lambda e: e.t)
+
+    def wait_for(self, predicate: Callable[[Event], bool], *, timeout: float) -> Event:
+        """Return the first event matching `predicate`, waiting up to `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for event in self.events():
+                if predicate(event):
+                    return event
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"no matching event within {timeout} s; replica output:\n{self.output(tail=40)}"
+                )
+            time.sleep(0.05)
+
+    def starts(self, job: str | None = None) -> list[Event]:
+        """Handler starts, optionally of one job."""
+        return [e for e in self.events() if e.event == "start" and (job is None or e.job == job)]
+
+    def assert_one_winner(self) -> None:
+        """At most one handler start per (job, slot, attempt) across every replica."""
+        counts = Counter((e.job, e.slot, e.attempt) for e in self.starts())
+        doubles = {k: n for k, n in counts.items() if n > 1}
+        assert not doubles, f"more than one winner for (job, slot, attempt): {doubles}"
+
+    def missed(self, job: str, since_ms: int, until_ms: int, every_ms: int = 1000) -> list[int]:
+        """Slots of `job` on its grid in [since_ms, until_ms] that no replica started."""
+        started = {e.slot for e in self.starts(job)}
+        first = -(-since_ms // every_ms) * every_ms
+        return [s for s in range(first, until_ms + 1, every_ms) if s not in started]
+
+    def output(self, tail: int = 40) -> str:
+        """The last lines of every replica's stdout/stderr, for failure messages."""
+        chunks = []
+        for path in sorted(self.workdir.glob("replica-*.log")):
+            lines = path.read_text(errors="replace").splitlines()[-tail:]
+            chunks.append(f"--- {path.name}\n" + "\n".join(lines))
+        return "\n".join(chunks)
+
+    def __repr__(self) -> str:
+        return f"Cluster({self.url!r}, replicas={len(self.alive())})"
+
+
