@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from anarchon.testing.cluster import Cluster
 
 LEASE_S = 2.0
