@@ -31,7 +31,7 @@ demo: $(VENV)/.demo-installed
 	$(BIN)/python examples/quickstart/run_demo.py
 
 lint: install
-	$(BIN)/ruff check .
+	$(BIN)/ruff check --output-format concise .
 
 typecheck: install
 	$(BIN)/mypy $(SRC_DIRS)

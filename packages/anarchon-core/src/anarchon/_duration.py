@@ -15,7 +15,7 @@ Duration: TypeAlias = timedelta | int | float | str
 """Anything anarchon accepts as a duration."""
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)(?![a-z])")
 _HINT = "use e.g. '30s', '5m', '1h30m' or a number of seconds"
 
 
@@ -30,16 +30,14 @@ def parse_duration(value: object, *, name: str = "duration", allow_zero: bool = 
             raise ScheduleError(f"invalid {name} {value!r}: {_HINT}")
         ms = value * 1000
     elif isinstance(value, str):
-        text = value.strip().lower().replace(" ", "")
+        text = value.strip().lower()
         if not text:
             raise ScheduleError(f"invalid {name} {value!r}: {_HINT}")
         try:
             ms = float(text) * 1000  # a bare number in a string means seconds
         except ValueError:
             pos, total = 0, 0.0
-            for match in _PART.finditer(text):
-                if match.start() != pos:
-                    break
+            while (match := _PART.match(text, pos)) is not None:
                 total += float(match.group(1)) * _UNITS_MS[match.group(2)]
                 pos = match.end()
             if pos != len(text) or pos == 0:

@@ -104,9 +104,9 @@ class _Run:
     claimed_at: float
     """Loop time when the winning claim was sent: the lease cannot outlast claimed_at + lease."""
     task: asyncio.Task[None] | None = None
+    handler: asyncio.Future[None] | None = None
     heartbeat: asyncio.Task[None] | None = None
     lost: bool = False
-    stop_cancelled: bool = False
 
 
 class Scheduler(Generic[B]):
@@ -395,9 +395,8 @@ class Scheduler(Generic[B]):
         if pending:
             _done, still = await asyncio.wait(pending, timeout=self.stop_timeout_ms / 1000)
             for run in runs:
-                if run.task is not None and run.task in still:
-                    run.stop_cancelled = True
-                    run.task.cancel()
+                if run.task is not None and run.task in still and run.handler is not None:
+                    run.handler.cancel()
             if still:
                 await asyncio.wait(still, timeout=5)
         await asyncio.gather(*(t for t in (self._main, self._lag) if t), return_exceptions=True)
@@ -511,7 +510,7 @@ class Scheduler(Generic[B]):
                 nxt = max(nxt, job.schedule.prev_slot(now) or nxt)
             if nxt is not None:
                 self._push(nxt + self._jitter(job), job, nxt, "slot")
-        if job.latest_slot is not None and entry.slot < job.latest_slot:
+        if entry.kind != "watch" and job.latest_slot is not None and entry.slot < job.latest_slot:
             return False  # a newer slot was claimed already (e.g. catch-up raced a boundary)
         horizon = self.backend.horizon_ms
         if horizon is not None and now - entry.slot > horizon // 2:
@@ -522,7 +521,6 @@ class Scheduler(Generic[B]):
             return False
         if entry.kind != "watch":
             job.latest_slot = entry.slot
-            job.watch_slot = None  # a newer slot supersedes any older one this instance watched
         return True
 
     def _request(self, job: Job, slot: int) -> ClaimRequest:
@@ -552,10 +550,7 @@ class Scheduler(Generic[B]):
                     self._watch(entry.job, entry.slot, retry_ms + self._jitter(entry.job))
             return
         for entry, request, result in zip(batch, requests, results, strict=True):
-            try:
-                self._hooks.anarchon_claim(request=request, result=result)
-            except Exception:
-                self.log.exception("plugin hook anarchon_claim failed")
+            self._hook("anarchon_claim", request=request, result=result)
             self._handle(entry, result, sent)
 
     def _handle(self, entry: _Entry, result: ClaimResult, sent: float) -> None:
@@ -569,6 +564,9 @@ class Scheduler(Generic[B]):
                 "%s: the store holds schedule %r but this instance has %r (a rolling deploy?)",
                 job.name, result.fingerprint, fingerprint,
             )
+        if (job.watch_slot is not None and job.watch_slot < result.slot
+                and outcome is not ClaimOutcome.SKIPPED and outcome is not ClaimOutcome.EARLY):
+            job.watch_slot = None  # a newer slot superseded the older one this instance watched
         if outcome is ClaimOutcome.WON:
             assert result.lease is not None
             if job.watch_slot == result.slot:
@@ -595,6 +593,10 @@ class Scheduler(Generic[B]):
                           fmt_slot(result.record_slot) if result.record_slot else "?", result.holder)
             if job.options.overlap is Overlap.BUFFER_ONE:
                 self._watch(job, result.slot, self._backup_delay(job, result))
+            elif (job.watch_slot is None and result.record_slot is not None and self.leases
+                  and result.holder != self.instance_id):
+                # Keep an eye on the older run: if its holder dies, it is taken over as attempt 2.
+                self._watch(job, result.record_slot, self._backup_delay(job, result))
         elif outcome is ClaimOutcome.EARLY:
             ahead = result.slot - (result.now or result.slot)
             self.log.warning(
@@ -649,40 +651,40 @@ class Scheduler(Generic[B]):
         outcome: ReleaseOutcome | None = ReleaseOutcome.DONE
         error: BaseException | None = None
         try:
-            try:
-                self._hooks.anarchon_run_started(ctx=ctx)
-            except Exception:
-                self.log.exception("plugin hook anarchon_run_started failed")
+            self._hook("anarchon_run_started", ctx=ctx)
+            handler = run.handler = asyncio.ensure_future(self._invoke(job, ctx))
             timeout = job.options.timeout_ms
             try:
-                async with asyncio.timeout(None if timeout is None else timeout / 1000) as scope:
-                    await self._invoke(job, ctx)
-            except TimeoutError as exc:
-                if not scope.expired():
-                    raise
-                ctx.signal.set(_TIMEOUT)
+                done, _ = await asyncio.wait({handler}, timeout=None if timeout is None else timeout / 1000)
+            except asyncio.CancelledError:  # the scheduler itself is going away
+                handler.cancel()
+                raise
+            if not done:
+                ctx.signal.set(_TIMEOUT)  # set first, so the handler's cleanup sees why
+                handler.cancel()
+                await asyncio.wait({handler})
+            try:
+                handler.result()
+            except asyncio.CancelledError as exc:
+                error = exc
+                outcome = ReleaseOutcome.FAILED if ctx.signal.reason == _TIMEOUT else ReleaseOutcome.HANDOVER
+            except RunCancelled as exc:
+                error = exc
+                outcome = self._cancel_outcome(run)
+            except Exception as exc:
                 error = exc
                 outcome = ReleaseOutcome.FAILED
-                self.log.warning("%s slot=%s failed: timeout after %d ms", job.name, fmt_slot(run.lease.slot),
-                                 timeout)
-        except RunCancelled as exc:
-            error = exc
-            outcome = self._cancel_outcome(run)
-        except asyncio.CancelledError as exc:  # stop() cancelled it after stop_timeout
+                if ctx.signal.reason != _TIMEOUT:
+                    self.log.error("%s slot=%s attempt=%d failed: %s", job.name, fmt_slot(run.lease.slot),
+                                   run.lease.attempt, _short(exc), exc_info=exc)
+                    outcome = await self._maybe_retry(run)
+            if ctx.signal.reason == _TIMEOUT:
+                outcome = ReleaseOutcome.FAILED
+                self.log.warning("%s slot=%s failed: timeout after %d ms", job.name,
+                                 fmt_slot(run.lease.slot), timeout)
+        except asyncio.CancelledError as exc:
             error = exc
             outcome = ReleaseOutcome.HANDOVER
-        except Exception as exc:
-            error = exc
-            outcome = ReleaseOutcome.FAILED
-            self.log.error("%s slot=%s attempt=%d failed: %s", job.name, fmt_slot(run.lease.slot),
-                           run.lease.attempt, _short(exc), exc_info=exc)
-            retry = job.options.retry_ms
-            if retry is not None and run.lease.attempt < job.options.max_attempts and not run.lost:
-                backoff = retry * 2 ** (run.lease.attempt - 1)
-                self.log.info("%s slot=%s retry in %d ms", job.name, fmt_slot(run.lease.slot), backoff)
-                with contextlib.suppress(RunCancelled):
-                    await ctx.sleep(backoff / 1000)
-                outcome = ReleaseOutcome.HANDOVER
         finally:
             if run.heartbeat is not None:
                 run.heartbeat.cancel()
@@ -699,12 +701,27 @@ class Scheduler(Generic[B]):
             elif outcome is ReleaseOutcome.HANDOVER:
                 self.log.info("%s slot=%s released for handover attempt=%d", job.name,
                               fmt_slot(run.lease.slot), run.lease.attempt)
-            try:
-                self._hooks.anarchon_run_finished(ctx=ctx, outcome=outcome, error=error)
-            except Exception:
-                self.log.exception("plugin hook anarchon_run_finished failed")
+            self._hook("anarchon_run_finished", ctx=ctx, outcome=outcome, error=error)
             if outcome is ReleaseOutcome.HANDOVER and job.options.retry_ms is not None and not self._stopping:
                 self._watch(job, run.lease.slot, 0)
+
+    async def _maybe_retry(self, run: _Run) -> ReleaseOutcome:
+        """After a handler error: wait the backoff, then hand the slot over for another attempt."""
+        retry, lease = run.job.options.retry_ms, run.lease
+        if retry is None or lease.attempt >= run.job.options.max_attempts or run.lost:
+            return ReleaseOutcome.FAILED
+        backoff = retry * 2 ** (lease.attempt - 1)
+        self.log.info("%s slot=%s retry in %d ms", run.job.name, fmt_slot(lease.slot), backoff)
+        with contextlib.suppress(RunCancelled):
+            await run.ctx.sleep(backoff / 1000)
+        return ReleaseOutcome.HANDOVER
+
+    def _hook(self, name: str, **kwargs: Any) -> None:
+        """Call an observer hook; a plugin's failure is logged, never raised."""
+        try:
+            getattr(self._hooks, name)(**kwargs)
+        except Exception:
+            self.log.exception("plugin hook %s failed", name)
 
     def _cancel_outcome(self, run: _Run) -> ReleaseOutcome | None:
         reason = run.ctx.signal.reason
@@ -772,10 +789,7 @@ class Scheduler(Generic[B]):
         run.ctx.signal.set(_LEASE_LOST)
         self.log.warning("%s slot=%s lease lost attempt=%d: %s", run.job.name, fmt_slot(run.lease.slot),
                          run.lease.attempt, why)
-        try:
-            self._hooks.anarchon_lease_lost(ctx=run.ctx, reason=why)
-        except Exception:
-            self.log.exception("plugin hook anarchon_lease_lost failed")
+        self._hook("anarchon_lease_lost", ctx=run.ctx, reason=why)
 
     async def _lag_monitor(self) -> None:
         """Measure event-loop lag; name the running jobs when the loop was blocked."""
@@ -808,11 +822,23 @@ def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text != type(exc).__name__ else text
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever `sys.stderr` is at the time (test runners swap it)."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def _enable_console_logging(log: logging.Logger) -> None:
     """`log=True`: INFO lines like 'anarchon: sync slot=… won attempt=1 (host:1:ab12)' on stderr."""
     if any(getattr(h, "_anarchon", False) for h in log.handlers):
         return
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
     handler._anarchon = True  # type: ignore[attr-defined]
     log.addHandler(handler)

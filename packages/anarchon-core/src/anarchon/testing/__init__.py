@@ -12,13 +12,34 @@ from __future__ import annotations
 
 import asyncio
 import selectors
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from .._schedules import to_ms
+from ..backends import (
+    Capability,
+    ClaimRequest,
+    ClaimResult,
+    JobState,
+    Lease,
+    LeaseBackend,
+    ReleaseCallback,
+    ReleaseOutcome,
+)
 
-__all__ = ["SkewedClock", "VirtualClock", "VirtualTimeLoop", "require_service"]
+if TYPE_CHECKING:
+    from .._scheduler import Scheduler
+
+__all__ = [
+    "FaultyBackend",
+    "ManualClock",
+    "SkewedClock",
+    "VirtualClock",
+    "VirtualTimeLoop",
+    "crash",
+    "require_service",
+]
 
 T = TypeVar("T")
 
@@ -79,6 +100,21 @@ class VirtualClock:
             return runner.run(coro)
 
 
+class ManualClock:
+    """A wall clock that moves only when told: for stepping a backend through lease expiry."""
+
+    def __init__(self, start_ms: int = 1_767_225_600_000) -> None:
+        self.now = start_ms
+
+    def now_ms(self) -> int:
+        """The current manual time, epoch ms."""
+        return self.now
+
+    def advance(self, ms: int) -> None:
+        """Move time forward by `ms` milliseconds."""
+        self.now += ms
+
+
 class SkewedClock:
     """Another clock's reading plus a fixed offset: an instance whose clock runs fast or slow."""
 
@@ -113,3 +149,105 @@ def require_service(name: str, url: str, default_port: int) -> None:
     if os.environ.get("ANARCHON_REQUIRE_SERVICES") == "1":
         pytest.fail(f"{reason}; ANARCHON_REQUIRE_SERVICES=1 forbids skipping", pytrace=False)
     pytest.skip(reason)
+
+
+class FaultyBackend:
+    """Wraps a lease backend to inject faults: a crash (every call fails) or a freeze (calls wait)."""
+
+    url_schemes: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, inner: LeaseBackend) -> None:
+        self.inner = inner
+        self.capabilities: frozenset[Capability] = inner.capabilities
+        self.crashed = False
+        self._frozen_until: float | None = None
+
+    @property
+    def horizon_ms(self) -> int | None:
+        """The wrapped backend's horizon."""
+        return self.inner.horizon_ms
+
+    @property
+    def url(self) -> str:
+        """The wrapped backend's URL."""
+        return self.inner.url
+
+    def crash(self) -> None:
+        """From now on every call fails, as if the process had died."""
+        self.crashed = True
+
+    def freeze(self, seconds: float) -> None:
+        """Calls made in the next `seconds` wait until the freeze ends (a paused process)."""
+        self._frozen_until = asyncio.get_running_loop().time() + seconds
+
+    async def _gate(self) -> None:
+        if self.crashed:
+            raise ConnectionError("backend crashed (injected)")
+        if self._frozen_until is not None:
+            delay = self._frozen_until - asyncio.get_running_loop().time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        if self.crashed:
+            raise ConnectionError("backend crashed (injected)")
+
+    async def open(self) -> None:
+        """Open the wrapped backend."""
+        await self.inner.open()
+
+    async def close(self) -> None:
+        """Close the wrapped backend."""
+        await self.inner.close()
+
+    async def claim(self, request: ClaimRequest) -> ClaimResult:
+        """Claim, unless crashed or frozen."""
+        await self._gate()
+        return await self.inner.claim(request)
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        """Claim a batch, unless crashed or frozen."""
+        await self._gate()
+        return await self.inner.claim_many(requests)
+
+    async def renew(self, lease: Lease, lease_ms: int) -> Lease | None:
+        """Renew, unless crashed or frozen."""
+        await self._gate()
+        return await self.inner.renew(lease, lease_ms)
+
+    async def release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
+        """Release, unless crashed or frozen."""
+        await self._gate()
+        return await self.inner.release(lease, outcome)
+
+    async def inspect(self, namespace: str, job: str) -> JobState | None:
+        """Inspect through the wrapped backend."""
+        return await self.inner.inspect(namespace, job)
+
+    async def jobs(self, namespace: str) -> list[JobState]:
+        """List records through the wrapped backend."""
+        return await self.inner.jobs(namespace)
+
+    async def subscribe(self, namespace: str, callback: ReleaseCallback) -> None:
+        """Subscribe; a crashed instance hears nothing more."""
+
+        def relay(job: str, slot: int) -> None:
+            if not self.crashed:
+                callback(job, slot)
+
+        await self.inner.subscribe(namespace, relay)
+
+
+async def crash(scheduler: Scheduler[Any]) -> None:
+    """Make `scheduler` vanish like a killed process: its tasks stop and nothing is released.
+
+    Its backend must be a `FaultyBackend`.
+    """
+    backend = scheduler.backend
+    if not isinstance(backend, FaultyBackend):
+        raise TypeError("crash() needs a scheduler whose backend is a FaultyBackend")
+    backend.crash()
+    tasks = [t for t in (*scheduler._tasks, scheduler._main, scheduler._lag) if t is not None]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    scheduler._running = False
+    scheduler._runs.clear()

@@ -1,0 +1,593 @@
+"""The engine (DESIGN §5), in virtual time: nothing here sleeps in real time."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Coroutine
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from anarchon import (
+    BackendUnavailable,
+    ClaimRequest,
+    ConfigError,
+    DuplicateJobError,
+    JobContext,
+    JobStatus,
+    MemoryBackend,
+    MemoryClaimBackend,
+    MemoryStore,
+    OptionError,
+    RunCancelled,
+    ScheduleError,
+    Scheduler,
+    to_ms,
+)
+from anarchon.backends import BackendBase
+from anarchon.testing import FaultyBackend, SkewedClock, VirtualClock, crash
+
+START = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
+T0 = to_ms(START)
+
+
+def run(clock: VirtualClock, coro: Coroutine[Any, Any, None]) -> None:
+    clock.run(coro)
+
+
+class Cluster:
+    """Several schedulers in one process over one in-memory store, on one virtual clock."""
+
+    def __init__(self, clock: VirtualClock, n: int, *, notify: bool = True, **settings: Any) -> None:
+        self.clock = clock
+        self.store = MemoryStore(clock)
+        self.starts: list[tuple[str, int, int, str]] = []  # job, slot, attempt, instance
+        self.stamps: list[int] = []  # virtual wall time of each start
+        self.schedulers = [
+            Scheduler(FaultyBackend(MemoryBackend(self.store, notify=notify)), instance_id=f"i{k}",
+                      clock=clock, **settings)
+            for k in range(n)
+        ]
+
+    def record(self, ctx: JobContext) -> None:
+        self.starts.append((ctx.name, ctx.slot, ctx.attempt, ctx.instance_id))
+        self.stamps.append(self.clock.now_ms())
+
+    def duplicates(self) -> dict[tuple[str, int, int], int]:
+        counts = Counter((job, slot, attempt) for job, slot, attempt, _ in self.starts)
+        return {k: v for k, v in counts.items() if v > 1}
+
+
+@pytest.fixture
+def clock() -> VirtualClock:
+    return VirtualClock(START)
+
+
+def test_the_issue_example_runs_as_written(clock: VirtualClock, capsys: pytest.CaptureFixture[str]) -> None:
+    scheduler = Scheduler(backend=MemoryBackend(clock=clock), lease="6s", heartbeat="1s", log=True,
+                          clock=clock)
+    seen: list[int] = []
+
+    @scheduler.every("sync", "10s", catch_up=0)
+    async def sync(ctx: JobContext) -> None:
+        seen.append(ctx.slot)
+        await ctx.sleep(0.2)
+
+    async def digest(ctx: JobContext) -> None:
+        print("digest", ctx.scheduled_at.isoformat(), ctx.attempt)
+
+    (scheduler
+        .cron("digest", "0 8 * * 1-5", digest, timezone="Europe/Athens")
+        .at("migrate", datetime(2027, 1, 1, tzinfo=UTC), lambda: None))
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(35)
+
+    run(clock, main())
+    assert seen == [T0 + 10_000, T0 + 20_000, T0 + 30_000]
+    assert "anarchon: sync slot=2026-12-01T10:00:10Z won attempt=1" in capsys.readouterr().err
+
+
+def test_three_replicas_run_each_slot_once(clock: VirtualClock) -> None:
+    c = Cluster(clock, 3, lease="6s", heartbeat="1s")
+    for s in c.schedulers:
+        async def handler(ctx: JobContext) -> None:
+            c.record(ctx)
+            await ctx.sleep(0.5)
+
+        s.every("sync", "1s", handler, catch_up=0)
+
+    async def main() -> None:
+        for s in c.schedulers:
+            await s.start()
+        await asyncio.sleep(60.8)  # every run (0.5 s, started within 50 ms of its slot) has ended
+        for s in c.schedulers:
+            await s.stop()
+
+    run(clock, main())
+    slots = sorted(slot for _, slot, _, _ in c.starts)
+    assert slots == [T0 + k * 1000 for k in range(1, 61)]
+    assert not c.duplicates()
+    assert len({inst for *_, inst in c.starts}) == 3  # jitter spreads the wins
+
+
+def test_handler_errors_never_stop_the_scheduler(
+    clock: VirtualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    backend = MemoryBackend(clock=clock)
+    scheduler = Scheduler(backend, clock=clock)
+    calls: list[int] = []
+
+    @scheduler.every("boom", "1s", catch_up=0)
+    async def boom(ctx: JobContext) -> None:
+        calls.append(ctx.slot)
+        raise ValueError("handler bug")
+
+    @scheduler.every("sync-boom", "1s", catch_up=0)
+    def sync_boom() -> None:
+        raise KeyError("sync handler bug")
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(3.5)
+        state = await backend.inspect("anarchon", "boom")
+        assert state is not None and state.status is JobStatus.FAILED
+
+    run(clock, main())
+    assert len(calls) == 3
+    assert "handler bug" in caplog.text and "Traceback" in caplog.text
+
+
+def test_timeout_cancels_and_fails_the_run(clock: VirtualClock) -> None:
+    backend = MemoryBackend(clock=clock)
+    scheduler = Scheduler(backend, clock=clock)
+    reasons: list[str] = []
+
+    @scheduler.every("slow", "10s", timeout="2s", catch_up=0)
+    async def slow(ctx: JobContext) -> None:
+        try:
+            await asyncio.sleep(5)
+        finally:
+            reasons.append(ctx.signal.reason or "")
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(13)
+        state = await backend.inspect("anarchon", "slow")
+        assert state is not None and state.status is JobStatus.FAILED
+
+    run(clock, main())
+    assert reasons == ["timeout"]
+
+
+@pytest.mark.parametrize("notify", [True, False])
+def test_graceful_stop_hands_over_within_two_heartbeats(clock: VirtualClock, notify: bool) -> None:
+    c = Cluster(clock, 2, notify=notify, lease="6s", heartbeat="1s")
+    for s in c.schedulers:
+        async def long(ctx: JobContext) -> None:
+            c.record(ctx)
+            await ctx.sleep(30)
+
+        s.every("report", "1m", long, catch_up=0)
+
+    async def main() -> None:
+        for s in c.schedulers:
+            await s.start()
+        await asyncio.sleep(62)
+        winner = next(s for s in c.schedulers if s.active_runs)
+        stopped_at = clock.now_ms()
+        await winner.stop()
+        await asyncio.sleep(5)
+        assert [a for _, _, a, _ in c.starts] == [1, 2]
+        assert c.starts[1][3] != winner.instance_id
+        delay = c.stamps[1] - stopped_at
+        # Pushed: within the jitter. Polled: within two heartbeats.
+        assert delay <= (100 if notify else 2000), delay
+        for s in c.schedulers:
+            await s.stop()
+
+    run(clock, main())
+
+
+def test_crash_is_taken_over_within_lease_heartbeat_jitter(clock: VirtualClock) -> None:
+    c = Cluster(clock, 3, lease="6s", heartbeat="1s")
+    stamps: list[int] = []
+    for s in c.schedulers:
+        async def long(ctx: JobContext) -> None:
+            c.record(ctx)
+            stamps.append(clock.now_ms())
+            await ctx.sleep(20)
+
+        s.every("report", "1m", long, catch_up=0)
+
+    async def main() -> None:
+        for s in c.schedulers:
+            await s.start()
+        await asyncio.sleep(61)
+        winner = next(s for s in c.schedulers if s.active_runs)
+        crashed_at = clock.now_ms()
+        await crash(winner)
+        await asyncio.sleep(10)
+        assert [a for _, _, a, _ in c.starts] == [1, 2]
+        assert stamps[1] - crashed_at <= 6000 + 1000 + 50
+        for s in c.schedulers:
+            if s is not winner:
+                await s.stop()
+
+    run(clock, main())
+
+
+def test_frozen_runner_loses_its_lease_and_its_signal_is_set(clock: VirtualClock) -> None:
+    c = Cluster(clock, 2, lease="6s", heartbeat="1s")
+    signals: dict[str, JobContext] = {}
+    for s in c.schedulers:
+        async def long(ctx: JobContext) -> None:
+            c.record(ctx)
+            signals[ctx.instance_id] = ctx
+            await ctx.signal.wait()
+
+        s.every("report", "1m", long, catch_up=0)
+
+    async def main() -> None:
+        for s in c.schedulers:
+            await s.start()
+        await asyncio.sleep(61)
+        winner = next(s for s in c.schedulers if s.active_runs)
+        assert isinstance(winner.backend, FaultyBackend)
+        winner.backend.freeze(10)
+        await asyncio.sleep(12)
+        frozen = signals[winner.instance_id]
+        assert frozen.cancelled and frozen.signal.reason == "lease lost"
+        assert [a for _, _, a, _ in c.starts] == [1, 2]
+        for s in c.schedulers:
+            await s.stop()
+
+    run(clock, main())
+
+
+def test_catch_up_runs_the_latest_missed_slot_only(clock: VirtualClock) -> None:
+    backend = MemoryBackend(clock=clock)
+    ran: list[int] = []
+    scheduler = Scheduler(backend, clock=clock)
+    scheduler.every("hourly", "1h", lambda ctx: ran.append(ctx.slot), catch_up="5m")
+    late = Scheduler(MemoryBackend(clock=clock), clock=clock)
+    late.every("hourly", "1h", lambda ctx: ran.append(-ctx.slot), catch_up="5m")
+    off = Scheduler(MemoryBackend(clock=clock), clock=clock)
+    off.every("hourly", "1h", lambda ctx: ran.append(0), catch_up=0)
+
+    async def main() -> None:
+        await asyncio.sleep(180)  # 10:03: the 10:00 slot is 3 minutes old
+        async with scheduler, off:
+            await asyncio.sleep(1)
+        await asyncio.sleep(300)  # 10:09: beyond the window
+        async with late:
+            await asyncio.sleep(1)
+
+    run(clock, main())
+    assert ran == [T0]
+
+
+def test_at_in_the_past_beyond_catch_up_never_runs_and_says_why(
+    clock: VirtualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler = Scheduler(MemoryBackend(clock=clock), clock=clock)
+    ran: list[int] = []
+    scheduler.at("migrate", datetime(2026, 11, 30, tzinfo=UTC), lambda: ran.append(1))
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(1)
+
+    run(clock, main())
+    assert ran == []
+    assert "migrate slot=2026-11-30T00:00:00Z will not run" in caplog.text
+    assert "beyond catch_up" in caplog.text
+
+
+@pytest.mark.parametrize(("overlap", "expected"), [
+    ("skip", [0, 30]),            # 10 and 20 are skipped while slot 0 runs (25 s)
+    ("buffer_one", [0, 25, 30]),  # the newest skipped slot (20) runs as soon as slot 0 ends
+    ("replace", [0, 10, 20, 30]),
+    ("allow", [0, 10, 20, 30]),
+])
+def test_overlap_policies(clock: VirtualClock, overlap: str, expected: list[int]) -> None:
+    c = Cluster(clock, 2, lease="6s", heartbeat="1s")
+    began: list[int] = []
+    for s in c.schedulers:
+        async def long(ctx: JobContext) -> None:
+            c.record(ctx)
+            began.append((clock.now_ms() - T0) // 1000)
+            try:
+                await ctx.sleep(25 if ctx.slot == T0 + 10_000 else 3)
+            except RunCancelled:
+                pass
+
+        s.every("long", "10s", long, overlap=overlap, catch_up=0)  # type: ignore[call-overload]
+
+    async def main() -> None:
+        await asyncio.sleep(9)
+        for s in c.schedulers:
+            await s.start()
+        await asyncio.sleep(33)
+        for s in c.schedulers:
+            await s.stop()
+
+    run(clock, main())
+    assert [b - 10 for b in began] == expected
+    assert not c.duplicates()
+
+
+def test_max_attempts_and_retry(clock: VirtualClock) -> None:
+    c = Cluster(clock, 2, lease="6s", heartbeat="1s")
+    attempts: list[int] = []
+    for s in c.schedulers:
+        async def flaky(ctx: JobContext) -> None:
+            attempts.append(ctx.attempt)
+            raise RuntimeError("flaky")
+
+        s.every("flaky", "1h", flaky, retry="1s", max_attempts=3, catch_up=0)
+
+    async def main() -> None:
+        for s in c.schedulers:
+            await s.start()
+        await asyncio.sleep(3600 + 30)
+        for s in c.schedulers:
+            await s.stop()
+        state = await c.schedulers[0].backend.inspect("anarchon", "flaky")
+        assert state is not None
+        assert state.status is JobStatus.FAILED and state.attempt == 3
+
+    run(clock, main())
+    assert attempts == [1, 2, 3]
+
+
+def test_claims_due_together_go_in_one_round_trip(clock: VirtualClock) -> None:
+    backend = MemoryBackend(clock=clock)
+    scheduler = Scheduler(backend, clock=clock, jitter=0)
+
+    async def noop() -> None:  # async: a worker thread would finish in real, not virtual, time
+        pass
+
+    for i in range(100):
+        scheduler.every(f"job{i}", "1s", noop, catch_up=0)
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(0.5)
+            before = backend.store.calls
+            await asyncio.sleep(1)
+            claims = backend.store.calls - before
+            # One claim_many for 100 jobs, plus one release per run.
+            assert claims == 1 + 100
+
+    run(clock, main())
+
+
+def test_a_fast_clock_cannot_run_a_slot_early(clock: VirtualClock, caplog: pytest.LogCaptureFixture) -> None:
+    store = MemoryStore(clock)
+    ran_at: list[int] = []
+    fast = Scheduler(MemoryBackend(store), clock=SkewedClock(clock, 5000), max_skew="2s")
+    fast.every("x", "1m", lambda ctx: ran_at.append(clock.now_ms() - ctx.slot), catch_up=0)
+
+    async def main() -> None:
+        async with fast:
+            await asyncio.sleep(70)
+
+    run(clock, main())
+    assert ran_at and all(-2000 <= lag <= 100 for lag in ran_at), ran_at
+    assert "early: this instance's clock runs" in caplog.text
+
+
+def test_a_blocked_event_loop_counts_as_a_lost_lease(
+    clock: VirtualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler = Scheduler(MemoryBackend(clock=clock), clock=clock, lease="2s", heartbeat="0.5s")
+    seen: list[JobContext] = []
+
+    @scheduler.every("blocker", "1m", catch_up=0)
+    async def blocker(ctx: JobContext) -> None:
+        seen.append(ctx)
+        clock.advance(3)  # as if the handler blocked the loop for 3 s: no renewal could be sent
+        await ctx.sleep(2)
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(63)
+
+    with pytest.raises(RunCancelled):  # noqa: PT012 - the signal is what ends the handler
+        try:
+            run(clock, main())
+        finally:
+            assert seen and seen[0].signal.reason == "lease lost"
+            raise RunCancelled("checked")
+    assert "blocker slot=" in caplog.text and "lease lost" in caplog.text
+    assert "too late" in caplog.text
+
+
+def test_claim_only_backend_respects_half_the_horizon(
+    clock: VirtualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    backend = MemoryClaimBackend(clock=clock, horizon="4s")
+    scheduler = Scheduler(backend, clock=clock)
+    ran: list[int] = []
+    scheduler.every("x", "1s", lambda ctx: ran.append(ctx.slot))
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(1.5)
+            clock.advance(3)  # a 3 s stall: the due slot is older than horizon / 2
+            await asyncio.sleep(1)
+
+    run(clock, main())
+    assert T0 + 1000 in ran
+    assert "beyond half the backend's dedupe horizon" in caplog.text
+
+
+def test_store_failing_mid_run_loses_nothing(clock: VirtualClock, caplog: pytest.LogCaptureFixture) -> None:
+    backend = FaultyBackend(MemoryBackend(clock=clock))
+    scheduler = Scheduler(backend, clock=clock, lease="6s", heartbeat="1s")
+    ran: list[int] = []
+    scheduler.every("x", "10s", lambda ctx: ran.append(ctx.slot), catch_up=0)
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(9)
+            backend.crashed = True  # the store goes away for 3 s around the slot at 10 s
+            await asyncio.sleep(3)
+            backend.crashed = False
+            await asyncio.sleep(5)
+
+    run(clock, main())
+    assert ran == [T0 + 10_000]
+    assert "claim of 1 slot(s) failed" in caplog.text
+
+
+def test_fingerprint_change_is_warned_once(clock: VirtualClock, caplog: pytest.LogCaptureFixture) -> None:
+    store = MemoryStore(clock)
+    old = Scheduler(MemoryBackend(store), clock=clock)
+    old.every("x", "10s", lambda: None, catch_up=0)
+    new = Scheduler(MemoryBackend(store), clock=clock)
+    new.every("x", "5s", lambda: None, catch_up=0)
+
+    async def main() -> None:
+        async with old:
+            await asyncio.sleep(11)
+        async with new:
+            await asyncio.sleep(16)
+
+    run(clock, main())
+    assert caplog.text.count("the store holds schedule 'every:10000+0'") == 1
+
+
+# -- bad input at registration ------------------------------------------------------------------
+
+
+@pytest.fixture
+def scheduler() -> Scheduler[MemoryBackend]:
+    return Scheduler(MemoryBackend())
+
+
+@pytest.mark.parametrize("expr", ["61 * * * *", "every tuesday"])
+def test_invalid_cron(scheduler: Scheduler[MemoryBackend], expr: str) -> None:
+    with pytest.raises(ScheduleError, match=repr(expr).replace("*", r"\*")):
+        scheduler.cron("c", expr, lambda: None)
+
+
+@pytest.mark.parametrize("bad", ["10 parsecs", 0, -5])
+def test_invalid_interval(scheduler: Scheduler[MemoryBackend], bad: object) -> None:
+    with pytest.raises(ScheduleError, match=repr(bad)):
+        scheduler.every("e", bad, lambda: None)  # type: ignore[call-overload]
+
+
+def test_unknown_timezone(scheduler: Scheduler[MemoryBackend]) -> None:
+    with pytest.raises(ScheduleError, match="'Mars/Olympus'"):
+        scheduler.cron("c", "0 8 * * *", lambda: None, timezone="Mars/Olympus")
+
+
+def test_duplicate_name_names_the_first_handler(scheduler: Scheduler[MemoryBackend]) -> None:
+    def first() -> None: ...
+
+    scheduler.every("dup", "1s", first)
+    with pytest.raises(DuplicateJobError, match=r"'dup'.*first"):
+        scheduler.every("dup", "2s", lambda: None)
+
+
+@pytest.mark.parametrize("name", ["", "   ", "x" * 201, "bad\nname"])
+def test_bad_names(scheduler: Scheduler[MemoryBackend], name: str) -> None:
+    with pytest.raises(ConfigError, match="invalid job name"):
+        scheduler.every(name, "1s", lambda: None)
+
+
+def test_handler_not_callable(scheduler: Scheduler[MemoryBackend]) -> None:
+    with pytest.raises(ConfigError, match="not callable"):
+        scheduler.every("x", "1s", "print")  # type: ignore[call-overload]
+
+
+def test_handler_with_too_many_arguments(scheduler: Scheduler[MemoryBackend]) -> None:
+    with pytest.raises(ConfigError, match="takes 2 arguments"):
+        scheduler.every("x", "1s", lambda a, b: None)
+
+
+def test_unknown_option(scheduler: Scheduler[MemoryBackend]) -> None:
+    with pytest.raises(TypeError, match="unknown option 'colour'"):
+        scheduler.every("x", "1s", lambda: None, colour="blue")  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match="unknown option 'leese'"):
+        Scheduler(MemoryBackend(), leese="5s")  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("option", ["overlap", "max_attempts", "catch_up", "lease", "heartbeat", "retry"])
+def test_lease_only_option_on_claim_only_backend(option: str) -> None:
+    claim_only: Scheduler[MemoryClaimBackend] = Scheduler(MemoryClaimBackend())
+    value: Any = {"overlap": "skip", "max_attempts": 2, "retry": True}.get(option, "10s")
+    with pytest.raises(TypeError, match=rf"option '{option}' needs a lease backend.*MemoryClaimBackend"):
+        claim_only.every("x", "1m", lambda: None, **{option: value})
+
+
+def test_lease_option_on_claim_only_scheduler() -> None:
+    with pytest.raises(TypeError, match="'lease' needs a lease backend"):
+        Scheduler(MemoryClaimBackend(), lease="30s")  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize(("lease", "heartbeat"), [("10s", "5s"), ("10s", "6s")])
+def test_heartbeat_must_be_less_than_half_the_lease(lease: str, heartbeat: str) -> None:
+    with pytest.raises(OptionError, match="less than half the lease"):
+        Scheduler(MemoryBackend(), lease=lease, heartbeat=heartbeat)
+    with pytest.raises(OptionError, match="less than half the lease"):
+        Scheduler(MemoryBackend()).every("x", "1m", lambda: None, lease=lease, heartbeat=heartbeat)
+
+
+def test_backend_is_required() -> None:
+    with pytest.raises(TypeError, match="a backend is required: none is assumed"):
+        Scheduler()  # type: ignore[call-overload]
+
+
+class _Unreachable(BackendBase):
+    capabilities = MemoryClaimBackend.capabilities
+
+    @property
+    def url(self) -> str:
+        return "redis://user:***@10.255.255.1:6379/0"
+
+    async def open(self) -> None:
+        raise ConnectionRefusedError("connection refused")
+
+    async def claim(self, request: ClaimRequest) -> Any:
+        raise AssertionError("never opened")
+
+
+def test_unreachable_backend_at_start_names_the_redacted_url() -> None:
+    scheduler = Scheduler(_Unreachable())
+
+    async def main() -> None:
+        with pytest.raises(BackendUnavailable, match=r"redis://user:\*\*\*@10\.255\.255\.1") as info:
+            await scheduler.start()
+        assert "secret" not in str(info.value)
+
+    asyncio.run(main())
+
+
+def test_decorator_returns_the_function(scheduler: Scheduler[MemoryBackend]) -> None:
+    def f(ctx: JobContext) -> None: ...
+
+    assert scheduler.every("f", "1s")(f) is f
+    assert scheduler.jobs["f"].takes_ctx
+
+
+def test_sync_handler_runs_in_a_worker_thread() -> None:
+    import threading
+
+    scheduler = Scheduler(MemoryBackend(), jitter=0)
+    threads: list[str] = []
+    scheduler.every("t", "0.2s", lambda: threads.append(threading.current_thread().name), catch_up=0)
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(0.5)
+
+    asyncio.run(main())
+    assert threads and all(name != "MainThread" for name in threads)
+
+

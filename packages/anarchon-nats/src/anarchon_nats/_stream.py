@@ -1,0 +1,158 @@
+"""`NatsBackend`: JetStream's `Nats-Msg-Id` deduplication as a claim-only gate."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+import nats.js.errors
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import StorageType, StreamConfig
+
+from anarchon import BackendError, SchemaMismatch
+from anarchon._duration import Duration, parse_duration
+from anarchon.backends import BackendBase, Capability, ClaimOutcome, ClaimRequest, ClaimResult, Lease
+
+from ._common import Connection, check_name, encode_token, raise_backend_error
+
+__all__ = ["NatsBackend"]
+
+
+class NatsBackend(BackendBase):
+    """A claim-only backend: the first publish of a slot's `Nats-Msg-Id` wins; a duplicate is taken."""
+
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.CLAIM})
+    url_schemes: ClassVar[tuple[str, ...]] = ("nats", "tls")
+
+    def __init__(
+        self,
+        servers_or_client: str | list[str] | Client,
+        *,
+        stream: str = "ANARCHON",
+        duplicate_window: Duration = "2m",
+        prefix: str = "anarchon",
+        timeout: Duration = "5s",
+    ) -> None:
+        self._conn = Connection(servers_or_client, self.url_schemes)
+        self.stream = check_name("stream", stream)
+        self.prefix = check_name("prefix", prefix)
+        self._window_ms = parse_duration(duplicate_window, name="duplicate_window")
+        if self._window_ms < 100:
+            raise ValueError(f"invalid duplicate_window {duplicate_window!r}: JetStream needs at least 100ms")
+        self._timeout = parse_duration(timeout, name="timeout") / 1000
+        self._js: JetStreamContext | None = None
+
+    @classmethod
+    def from_url(cls, url: str) -> NatsBackend:
+        """Build from `nats://host:4222?stream=ANARCHON&duplicate_window=2m&prefix=anarchon`."""
+        parts = urlsplit(url)
+        options: dict[str, Any] = dict(parse_qsl(parts.query))
+        unknown = set(options) - {"stream", "duplicate_window", "prefix"}
+        if unknown:
+            raise ValueError(f"unknown option(s) {sorted(unknown)} in the NATS URL: use stream, "
+                             "duplicate_window or prefix")
+        return cls(urlunsplit(parts._replace(query="")), **options)
+
+    @property
+    def url(self) -> str:
+        """The server(s), passwords redacted."""
+        return self._conn.url
+
+    @property
+    def horizon_ms(self) -> int:
+        """The stream's duplicate window: how long a claim's `Nats-Msg-Id` is remembered."""
+        return self._window_ms
+
+    def subject(self, namespace: str, job: str) -> str:
+        """`<prefix>.<namespace>.<job>`, with odd names hashed so the subject is valid."""
+        return f"{self.prefix}.{encode_token(namespace)}.{encode_token(job)}"
+
+    @staticmethod
+    def msg_id(namespace: str, job: str, slot: int) -> str:
+        """`<namespace>:<job>:<slot>`, with odd names hashed (a hashed token is '=' and hex, no ':')."""
+        return f"{encode_token(namespace)}:{encode_token(job)}:{slot}"
+
+    def _expected(self) -> dict[str, Any]:
+        window = self._window_ms / 1000
+        return {"subjects": [f"{self.prefix}.>"], "duplicate_window": window, "max_age": window}
+
+    async def open(self) -> None:
+        """Connect, then create the stream or check that an existing one has the expected settings."""
+        client = await self._conn.open(self._timeout)
+        self._js = js = client.jetstream(timeout=self._timeout)
+        want = self._expected()
+        try:
+            try:
+                info = await js.stream_info(self.stream)
+            except nats.js.errors.NotFoundError:
+                info = await js.add_stream(StreamConfig(
+                    name=self.stream, subjects=want["subjects"], duplicate_window=want["duplicate_window"],
+                    max_age=want["max_age"], storage=StorageType.FILE,
+                    description="anarchon claim gates (Nats-Msg-Id deduplication)",
+                ))
+        except BackendError:
+            raise
+        except nats.js.errors.BadRequestError as exc:
+            raise SchemaMismatch(
+                f"cannot create stream {self.stream!r} on {self.url}: {exc.description}; another stream may "
+                f"already capture '{self.prefix}.>': pass another prefix= or stream="
+            ) from exc
+        except Exception as exc:
+            raise_backend_error(self.url, exc, f"open stream {self.stream!r} (is JetStream enabled?)")
+        cfg = info.config
+        wrong = []
+        if want["subjects"][0] not in (cfg.subjects or []):
+            wrong.append(f"subjects={cfg.subjects!r} (want {want['subjects']!r})")
+        if round((cfg.duplicate_window or 0) * 1000) != self._window_ms:
+            wrong.append(f"duplicate_window={cfg.duplicate_window}s (want {want['duplicate_window']}s)")
+        if cfg.max_age and cfg.max_age < want["duplicate_window"]:
+            wrong.append(f"max_age={cfg.max_age}s (want at least {want['duplicate_window']}s)")
+        if wrong:
+            raise SchemaMismatch(
+                f"stream {self.stream!r} on {self.url} exists with other settings: {', '.join(wrong)}. "
+                f"Pass matching options to NatsBackend, use another stream=, or delete it "
+                f"(`nats stream rm {self.stream}`)"
+            )
+
+    async def close(self) -> None:
+        """Close the connection if this backend opened it."""
+        self._js = None
+        await self._conn.close()
+
+    async def claim(self, request: ClaimRequest) -> ClaimResult:
+        """Publish with `Nats-Msg-Id: <namespace>:<job>:<slot>`; a duplicate PubAck means taken.
+
+        A duplicate of this owner's own earlier publish (an ack lost with the connection) is WON.
+        """
+        r = request
+        js = self._js
+        if js is None:
+            raise BackendError(f"{self!r} is not open: call `await backend.open()` (Scheduler.start does)")
+        body = json.dumps({"owner": r.owner, "job": r.job, "slot": r.slot}).encode()
+        try:
+            ack = await js.publish(self.subject(r.namespace, r.job), body, stream=self.stream,
+                                   headers={"Nats-Msg-Id": self.msg_id(r.namespace, r.job, r.slot)})
+            holder: str | None = r.owner
+            if ack.duplicate:
+                holder = await self._holder(js, ack.seq)
+        except Exception as exc:
+            raise_backend_error(self.url, exc, f"claim {r.job!r} slot {r.slot}")
+        if holder != r.owner:
+            return ClaimResult(ClaimOutcome.TAKEN, r.job, r.slot, holder=holder, attempt=1)
+        lease = Lease(r.namespace, r.job, r.slot, 1, 0, r.owner, 0)
+        return ClaimResult(ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=r.owner, attempt=1)
+
+    async def _holder(self, js: JetStreamContext, seq: int | None) -> str | None:
+        """The owner stored in the first message of a slot, or None when it is gone."""
+        if not seq:
+            return None
+        try:
+            msg = await js.get_msg(self.stream, seq=seq)
+            owner = json.loads(msg.data or b"{}").get("owner")
+        except nats.js.errors.NotFoundError:
+            return None
+        except ValueError:
+            return None
+        return owner if isinstance(owner, str) else None

@@ -1,0 +1,292 @@
+"""NatsKVBackend against the real server, row by row against MemoryBackend (DESIGN §3)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+
+from anarchon import ConfigError, Scheduler, SchemaMismatch
+from anarchon.backends import (
+    ClaimOutcome,
+    ClaimRequest,
+    ClaimResult,
+    JobStatus,
+    Lease,
+    LeaseBackend,
+    MemoryBackend,
+    Overlap,
+    ReleaseOutcome,
+)
+from anarchon.testing import require_service
+from anarchon.testing.cluster import Cluster
+from anarchon_nats import NatsKVBackend
+
+URL = os.environ.get("ANARCHON_NATS_URL", "nats://127.0.0.1:4222")
+LEASE_MS = 1000
+
+pytestmark = pytest.mark.services
+
+
+@pytest.fixture
+def url() -> str:
+    require_service("NATS", URL, 4222)
+    return URL
+
+
+@pytest.fixture
+async def bucket(url: str) -> AsyncIterator[str]:
+    """A unique bucket name; both of its streams are deleted afterwards."""
+    name = f"t{uuid.uuid4().hex[:10]}"
+    yield name
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    for stream in (f"KV_{name}", f"KV_{name}_state"):
+        try:
+            await js.delete_stream(stream)
+        except Exception:
+            pass
+    await nc.close()
+
+
+@pytest.fixture
+async def kv(url: str, bucket: str) -> AsyncIterator[NatsKVBackend]:
+    b = NatsKVBackend(url, bucket=bucket, lease=f"{LEASE_MS}ms")
+    await b.open()
+    yield b
+    await b.close()
+
+
+def _now_slot() -> int:
+    return int(time.time() * 1000) // 1000 * 1000
+
+
+def _req(slot: int, owner: str, job: str = "job", **kw: Any) -> ClaimRequest:
+    return ClaimRequest("ns", job, slot, owner, lease_ms=LEASE_MS, **kw)
+
+
+Step = Callable[[LeaseBackend, dict[str, Any]], Awaitable[object]]
+
+
+def _summary(value: object) -> object:
+    """What must agree between the two backends (tokens differ in value, not in order)."""
+    if isinstance(value, ClaimResult):
+        return (value.outcome, value.attempt if value.won else None, value.previous_status,
+                value.lease.owner if value.lease else None)
+    if isinstance(value, Lease):
+        return ("lease", value.slot, value.attempt, value.owner)
+    return value
+
+
+async def _run(backend: LeaseBackend, steps: list[tuple[str, Step]]) -> list[object]:
+    memo: dict[str, Any] = {}
+    out: list[object] = []
+    for name, step in steps:
+        value = await step(backend, memo)
+        memo[name] = value
+        out.append(_summary(value))
+    return out
+
+
+async def _same_as_memory(kv: NatsKVBackend, steps: list[tuple[str, Step]]) -> list[Any]:
+    """Run the steps on both backends concurrently (so sleeps overlap) and compare the answers."""
+    memory = MemoryBackend()
+    got, want = await asyncio.gather(_run(kv, steps), _run(memory, steps))
+    assert got == want
+    return got
+
+
+def claim(slot: int, owner: str, **kw: Any) -> Step:
+    async def step(b: LeaseBackend, memo: dict[str, Any]) -> object:
+        return await b.claim(_req(slot, owner, **kw))
+    return step
+
+
+def renew(name: str) -> Step:
+    async def step(b: LeaseBackend, memo: dict[str, Any]) -> object:
+        lease = memo[name].lease if isinstance(memo[name], ClaimResult) else memo[name]
+        return await b.renew(lease, LEASE_MS)
+    return step
+
+
+def release(name: str, outcome: ReleaseOutcome) -> Step:
+    async def step(b: LeaseBackend, memo: dict[str, Any]) -> object:
+        return await b.release(memo[name].lease, outcome)
+    return step
+
+
+def sleep(seconds: float) -> Step:
+    async def step(b: LeaseBackend, memo: dict[str, Any]) -> object:
+        await asyncio.sleep(seconds)
+        return None
+    return step
+
+
+async def test_rows_none_live_done_failed(kv: NatsKVBackend) -> None:
+    s = _now_slot()
+    got = await _same_as_memory(kv, [
+        ("a", claim(s, "a")),                               # none -> won, attempt 1
+        ("b", claim(s, "b")),                               # same slot, running, live -> taken
+        ("r", renew("a")),                                  # the holder renews
+        ("rel", release("a", ReleaseOutcome.DONE)),
+        ("c", claim(s, "c")),                               # same slot, done -> done
+        ("again", release("a", ReleaseOutcome.DONE)),       # ignored: no longer running
+        ("n", claim(s + 1000, "b")),                        # older slot, done -> won, attempt 1
+        ("f", release("n", ReleaseOutcome.FAILED)),
+        ("d", claim(s + 1000, "c")),                        # same slot, failed -> done
+        ("old", claim(s, "d")),                             # newer slot than asked -> stale
+    ])
+    assert got[0][0] is ClaimOutcome.WON
+    assert got[1][0] is ClaimOutcome.TAKEN
+    assert got[4][0] is ClaimOutcome.DONE
+    assert got[9][0] is ClaimOutcome.STALE
+
+
+async def test_rows_handover_takeover_and_exhausted(kv: NatsKVBackend) -> None:
+    s = _now_slot()
+    got = await _same_as_memory(kv, [
+        ("a", claim(s, "a", max_attempts=3)),
+        ("h", release("a", ReleaseOutcome.HANDOVER)),       # released -> takeover at once
+        ("b", claim(s, "b", max_attempts=3)),
+        ("stale_renew", renew("a")),                        # the old holder's lease is gone
+        ("stale_release", release("a", ReleaseOutcome.DONE)),
+        ("wait", sleep(LEASE_MS / 1000 + 0.6)),             # b stops renewing: its lease expires
+        ("c", claim(s, "c", max_attempts=3)),               # running, expired -> takeover, attempt 3
+        ("h2", release("c", ReleaseOutcome.HANDOVER)),
+        ("d", claim(s, "d", max_attempts=3)),               # attempt 3 used -> exhausted
+    ])
+    assert got[2] == (ClaimOutcome.WON, 2, JobStatus.RELEASED, "b")
+    assert got[3] is None
+    assert got[4] is False
+    assert got[6] == (ClaimOutcome.WON, 3, JobStatus.RUNNING, "c")
+    assert got[8][0] is ClaimOutcome.EXHAUSTED
+
+
+async def test_rows_overlap_skip_and_replace(kv: NatsKVBackend) -> None:
+    s = _now_slot()
+    got = await _same_as_memory(kv, [
+        ("a", claim(s - 1000, "a")),
+        ("skip", claim(s, "b", overlap=Overlap.SKIP)),           # older slot live -> skipped
+        ("buf", claim(s, "b", overlap=Overlap.BUFFER_ONE)),      # also skipped (the core buffers)
+        ("rep", claim(s, "b", overlap=Overlap.REPLACE)),         # older lease revoked, new slot won
+        ("lost", renew("a")),                                    # the revoked runner's renew fails
+        ("gone", release("a", ReleaseOutcome.DONE)),
+        ("kept", renew("rep")),
+    ])
+    assert got[1][0] is ClaimOutcome.SKIPPED
+    assert got[3] == (ClaimOutcome.WON, 1, None, "b")
+    assert got[4] is None
+    assert got[6] == ("lease", s, 1, "b")
+
+
+async def test_an_expired_lease_nobody_took_is_still_renewed(kv: NatsKVBackend) -> None:
+    s = _now_slot()
+    got = await _same_as_memory(kv, [
+        ("a", claim(s, "a")),
+        ("wait", sleep(LEASE_MS / 1000 + 0.6)),
+        ("r", renew("a")),
+        ("b", claim(s, "b")),
+    ])
+    assert got[2] == ("lease", s, 1, "a")
+    assert got[3][0] is ClaimOutcome.TAKEN
+
+
+async def test_tokens_increase_on_every_claim_and_stay_on_renew(kv: NatsKVBackend) -> None:
+    s = _now_slot()
+    first = await kv.claim(_req(s, "a"))
+    assert first.lease is not None
+    renewed = await kv.renew(first.lease, LEASE_MS)
+    assert renewed is not None
+    assert renewed.token == first.lease.token
+    assert renewed.expires_at >= first.lease.expires_at
+    await kv.release(first.lease, ReleaseOutcome.HANDOVER)
+    second = await kv.claim(_req(s, "b"))
+    await kv.release(second.lease, ReleaseOutcome.DONE)  # type: ignore[arg-type]
+    third = await kv.claim(_req(s + 1000, "c"))
+    assert second.lease is not None
+    assert third.lease is not None
+    assert first.lease.token < second.lease.token < third.lease.token
+
+
+async def test_a_slot_in_the_stores_future_is_early(kv: NatsKVBackend) -> None:
+    far = _now_slot() + 60_000
+    early = await kv.claim(_req(far, "a"))
+    assert early.outcome is ClaimOutcome.EARLY
+    assert early.now is not None
+    assert far - early.now > 2000
+    assert (await kv.claim(_req(_now_slot(), "b"))).won  # nothing was left behind
+
+
+async def test_the_lease_length_is_fixed_per_bucket(url: str, bucket: str, kv: NatsKVBackend) -> None:
+    with pytest.raises(ConfigError, match="fixed lease of 1000 ms"):
+        await kv.claim(ClaimRequest("ns", "job", _now_slot(), "a", lease_ms=30_000))
+    with pytest.raises(ConfigError, match="allow"):
+        await kv.claim(_req(_now_slot(), "a", overlap=Overlap.ALLOW))
+    other = NatsKVBackend(url, bucket=bucket, lease="5s")
+    with pytest.raises(SchemaMismatch, match="TTL 1000 ms"):
+        await other.open()
+    await other.close()
+
+
+async def test_32_connections_race_for_claims_and_takeovers(url: str, bucket: str) -> None:
+    backends = [NatsKVBackend(url, bucket=bucket, lease="5s") for _ in range(32)]
+    await asyncio.gather(*(b.open() for b in backends))
+    try:
+        s = _now_slot()
+        jobs = [f"race{i}" for i in range(3)]
+
+        async def race(job: str, slot: int) -> list[ClaimResult]:
+            return list(await asyncio.gather(*(
+                b.claim(ClaimRequest("ns", job, slot, f"i{n}", lease_ms=5000)) for n, b in enumerate(backends)
+            )))
+
+        for job in jobs:
+            results = await race(job, s)
+            winners = [r for r in results if r.won]
+            assert len(winners) == 1, [r.outcome for r in results]
+            assert all(r.outcome is ClaimOutcome.TAKEN for r in results if not r.won)
+            lease = winners[0].lease
+            assert lease is not None
+            assert await backends[0].release(lease, ReleaseOutcome.HANDOVER)
+            again = await race(job, s)  # every instance races for the handover at once
+            takeovers = [r for r in again if r.won]
+            assert len(takeovers) == 1, [r.outcome for r in again]
+            assert takeovers[0].attempt == 2
+    finally:
+        await asyncio.gather(*(b.close() for b in backends))
+
+
+def test_registered_for_nats_kv_urls(url: str, bucket: str) -> None:
+    kv_url = url.replace("nats://", "nats-kv://", 1) + f"?bucket={bucket}&lease=2s"
+    scheduler = Scheduler.from_url(kv_url, lease="2s", heartbeat="0.5s")
+    assert isinstance(scheduler.backend, NatsKVBackend)
+    assert scheduler.backend.lease_ms == 2000
+    assert scheduler.leases
+
+
+@pytest.mark.slow
+def test_three_process_cluster_with_kill_takeover(url: str, bucket: str, tmp_path: Path) -> None:
+    kv_url = url.replace("nats://", "nats-kv://", 1) + f"?bucket={bucket}&lease=2s"
+    with Cluster(kv_url, tmp_path, replicas=3, lease="2s", heartbeat="0.5s", tick_every="1s",
+                 long_every="6s", long_run="3s") as c:
+        since = int(time.time() * 1000) + 1000
+        ev = c.wait_for(lambda e: e.event == "start" and e.job == "long" and e.t * 1000 > since, timeout=20)
+        c.stop(ev.pid)  # graceful: handover, attempt 2 elsewhere
+        ev2 = c.wait_for(lambda e: e.event == "start" and e.job == "long" and e.slot == ev.slot
+                         and e.attempt == 2, timeout=10)
+        assert ev2.pid != ev.pid
+        c.kill(ev2.pid)  # crash: the lease ages out under the bucket TTL, attempt 3 elsewhere
+        ev3 = c.wait_for(lambda e: e.event == "start" and e.job == "long" and e.slot == ev.slot
+                         and e.attempt == 3, timeout=10)
+        assert ev3.pid not in (ev.pid, ev2.pid)
+        until = int(time.time() * 1000) - 1500
+        c.assert_one_winner()
+        # A tick won by a replica that then died is taken over after its lease: none is missed.
+        assert c.missed("tick", since, until) == [], c.output()

@@ -1,0 +1,199 @@
+"""NatsBackend against the real server: dedupe gate, stream checks, races, drops, a missing server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import nats
+import pytest
+
+from anarchon import BackendUnavailable, JobContext, Scheduler, SchemaMismatch
+from anarchon.backends import ClaimOutcome, ClaimRequest
+from anarchon.testing import require_service
+from anarchon.testing.cluster import Cluster
+from anarchon_nats import NatsBackend
+
+URL = os.environ.get("ANARCHON_NATS_URL", "nats://127.0.0.1:4222")
+
+pytestmark = pytest.mark.services
+
+
+@pytest.fixture
+def url() -> str:
+    require_service("NATS", URL, 4222)
+    return URL
+
+
+@pytest.fixture
+async def names(url: str) -> AsyncIterator[tuple[str, str]]:
+    """A unique (stream, prefix), deleted afterwards."""
+    tag = uuid.uuid4().hex[:10]
+    stream, prefix = f"T{tag}", f"t{tag}"
+    yield stream, prefix
+    nc = await nats.connect(url)
+    try:
+        await nc.jetstream().delete_stream(stream)
+    except Exception:
+        pass
+    await nc.close()
+
+
+@pytest.fixture
+async def backend(url: str, names: tuple[str, str]) -> AsyncIterator[NatsBackend]:
+    b = NatsBackend(url, stream=names[0], prefix=names[1], duplicate_window="30s")
+    await b.open()
+    yield b
+    await b.close()
+
+
+def _req(job: str, slot: int, owner: str, namespace: str = "ns") -> ClaimRequest:
+    return ClaimRequest(namespace, job, slot, owner)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_first_publish_wins_and_duplicates_are_taken(backend: NatsBackend) -> None:
+    slot = 1_800_000_000_000
+    first = await backend.claim(_req("job", slot, "a"))
+    second = await backend.claim(_req("job", slot, "b"))
+    assert first.outcome is ClaimOutcome.WON
+    assert first.lease is not None
+    assert second.outcome is ClaimOutcome.TAKEN
+    assert second.holder == "a"
+    # The winner's own retry (its ack lost with a connection) still wins.
+    assert (await backend.claim(_req("job", slot, "a"))).won
+    assert (await backend.claim(_req("job", slot + 1000, "b"))).won
+    assert (await backend.claim(_req("job", slot, "b", namespace="other"))).won
+
+
+async def test_odd_names_are_encoded(backend: NatsBackend) -> None:
+    slot = 1_800_000_000_000
+    odd = ["with.dots", "with space", "wild*card>", "a:b", "ünï", "x" * 300]
+    for job in odd:
+        assert (await backend.claim(_req(job, slot, "a"))).won, job
+        assert (await backend.claim(_req(job, slot, "b"))).outcome is ClaimOutcome.TAKEN, job
+    assert len({backend.msg_id("ns", j, slot) for j in odd}) == len(odd)
+
+
+async def test_horizon_is_the_duplicate_window(url: str, names: tuple[str, str]) -> None:
+    stream, prefix = names
+    backend = NatsBackend.from_url(f"{url}?stream={stream}&prefix={prefix}&duplicate_window=1s")
+    assert backend.horizon_ms == 1000
+    await backend.open()
+    try:
+        assert (await backend.claim(_req("job", 1000, "a"))).won
+        assert (await backend.claim(_req("job", 1000, "b"))).outcome is ClaimOutcome.TAKEN
+        # Past the window the id is forgotten and a late publisher would win again: this is why the
+        # scheduler never claims a slot older than half the horizon.
+        await asyncio.sleep(1.5)
+        assert (await backend.claim(_req("job", 1000, "c"))).won
+    finally:
+        await backend.close()
+
+
+async def test_an_existing_stream_with_other_settings_is_named(url: str, names: tuple[str, str]) -> None:
+    stream, prefix = names
+    first = NatsBackend(url, stream=stream, prefix=prefix, duplicate_window="30s")
+    await first.open()
+    await first.close()
+    again = NatsBackend(url, stream=stream, prefix=prefix, duplicate_window="30s")
+    await again.open()
+    await again.close()
+    other = NatsBackend(url, stream=stream, prefix=f"{prefix}x", duplicate_window="1m")
+    with pytest.raises(SchemaMismatch) as info:
+        await other.open()
+    await other.close()
+    message = str(info.value)
+    assert "duplicate_window=30.0s (want 60.0s)" in message
+    assert f"{prefix}x.>" in message
+    assert stream in message
+
+
+async def test_32_connections_race_with_one_winner_per_slot(url: str, names: tuple[str, str]) -> None:
+    backends = [NatsBackend(url, stream=names[0], prefix=names[1], duplicate_window="30s") for _ in range(32)]
+    await asyncio.gather(*(b.open() for b in backends))
+    try:
+        slots = [1_800_000_000_000 + i * 1000 for i in range(5)]
+        results = await asyncio.gather(*(
+            b.claim(_req("race", slot, f"i{n}")) for slot in slots for n, b in enumerate(backends)
+        ))
+    finally:
+        await asyncio.gather(*(b.close() for b in backends))
+    for slot in slots:
+        outcomes = [r for r in results if r.slot == slot]
+        winners = [r.holder for r in outcomes if r.won]
+        assert len(outcomes) == 32
+        assert len(winners) == 1, (slot, [r.outcome for r in outcomes])
+        assert {r.holder for r in outcomes if not r.won} == set(winners)
+
+
+def test_lease_only_options_raise_type_error(url: str) -> None:
+    scheduler = Scheduler(backend=NatsBackend(url))
+    for option, value in [("overlap", "skip"), ("max_attempts", 2), ("catch_up", "1m"), ("lease", "30s"),
+                          ("heartbeat", "1s")]:
+        with pytest.raises(TypeError, match=option):
+            scheduler.every("job", "10s", lambda: None, **{option: value})  # type: ignore[call-overload]
+
+
+async def test_server_down_at_start_is_a_clear_error() -> None:
+    url = f"nats://user:s3cret@127.0.0.1:{_free_port()}"
+    scheduler = Scheduler(backend=NatsBackend(url, timeout="2s"))
+    with pytest.raises(BackendUnavailable) as info:
+        await scheduler.start()
+    message = str(info.value)
+    assert "NATS" in message
+    assert "127.0.0.1" in message
+    assert "s3cret" not in message
+    assert not scheduler.running
+
+
+@pytest.mark.slow
+async def test_a_dropped_connection_reconnects_and_keeps_claiming(url: str, names: tuple[str, str]) -> None:
+    stream, prefix = names
+    starts: list[int] = []
+    backend = NatsBackend(url, stream=stream, prefix=prefix, duplicate_window="30s")
+    scheduler = Scheduler(backend=backend, namespace="drop")
+
+    async def tick(ctx: JobContext) -> None:
+        starts.append(ctx.slot)
+
+    scheduler.every("tick", "1s", tick)
+    async with scheduler:
+        await asyncio.sleep(2.2)
+        begin = int(time.time() * 1000)
+        client = backend._conn.client
+        assert client is not None
+        transport = client._transport
+        assert transport is not None
+        transport.close()  # type: ignore[no-untyped-call]  # the socket goes away under the client, as on a network failure
+        await asyncio.sleep(4)
+        end = int(time.time() * 1000) - 1000
+        assert client.stats["reconnects"] >= 1
+    assert len(starts) == len(set(starts)), f"a slot ran twice: {starts}"
+    expected = range(-(-begin // 1000) * 1000, end + 1, 1000)
+    missed = [s for s in expected if s not in set(starts)]
+    assert not missed, f"slots missed around the dropped connection: {missed}; started: {starts}"
+
+
+@pytest.mark.slow
+def test_three_process_cluster_runs_every_slot_once(url: str, names: tuple[str, str], tmp_path: Path) -> None:
+    stream, prefix = names
+    cluster_url = f"{url}?stream={stream}&prefix={prefix}&duplicate_window=1m"
+    with Cluster(cluster_url, tmp_path, replicas=3, tick_every="1s", long_every="3s", long_run="1s") as c:
+        since = int(time.time() * 1000) + 1000
+        time.sleep(6)
+        until = int(time.time() * 1000) - 1000
+        c.assert_one_winner()
+        assert c.missed("tick", since, until) == [], c.output()
+        assert c.missed("long", since, until, every_ms=3000) == [], c.output()
+        assert len({e.pid for e in c.starts()}) >= 2, "one replica won every slot: no race happened"

@@ -1,0 +1,363 @@
+"""`PostgresBackend`: the DESIGN §3 lease state machine in one table, over asyncpg."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any, ClassVar, Protocol
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import asyncpg
+
+from anarchon import (
+    Capability,
+    ClaimOutcome,
+    ClaimRequest,
+    ClaimResult,
+    JobState,
+    JobStatus,
+    Lease,
+    LeaseLost,
+    ReleaseOutcome,
+)
+from anarchon.backends import BackendBase, ReleaseCallback, redact_url
+
+from ._errors import translating
+from ._listener import Listener
+from ._migrations import migrate
+from ._sql import Statements, validate_identifier
+
+__all__ = ["PostgresBackend"]
+
+log = logging.getLogger("anarchon.postgres")
+
+_STATUS = {
+    ReleaseOutcome.DONE: JobStatus.DONE.value,
+    ReleaseOutcome.FAILED: JobStatus.FAILED.value,
+    ReleaseOutcome.HANDOVER: JobStatus.RELEASED.value,
+}
+# A loser whose snapshot predates a concurrent claim asks again this often before answering TAKEN.
+_RECHECKS = 3
+
+
+class FenceContext(Protocol):
+    """What `fence` needs of a run: `anarchon.JobContext` has all of it."""
+
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def slot(self) -> int: ...
+    @property
+    def token(self) -> int: ...
+
+
+class PostgresBackend(BackendBase):
+    """A lease backend on PostgreSQL: one-statement claims, LISTEN/NOTIFY handover, fenced writes."""
+
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(
+        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.CLAIM_MANY, Capability.INSPECT}
+    )
+    url_schemes: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
+
+    def __init__(
+        self,
+        connection: str | asyncpg.Pool,
+        *,
+        schema: str = "public",
+        table: str = "anarchon_jobs",
+        statement_cache_size: int | None = None,
+        listen_url: str | None = None,
+        min_size: int = 1,
+        max_size: int = 10,
+    ) -> None:
+        self.sql = Statements(validate_identifier(schema, "schema"), validate_identifier(table, "table"))
+        self._statement_cache_size = statement_cache_size
+        self._min_size, self._max_size = min_size, max_size
+        if isinstance(connection, str):
+            scheme = urlsplit(connection).scheme.lower()
+            if scheme not in self.url_schemes:
+                raise ValueError(
+                    f"unsupported URL {redact_url(connection)!r}: use postgresql://user@host:5432/dbname"
+                )
+            self._dsn: str | None = connection
+            self._pool: asyncpg.Pool | None = None
+            self._owns_pool = True
+        elif isinstance(connection, asyncpg.Pool):
+            self._dsn = None
+            self._pool = connection
+            self._owns_pool = False
+        else:
+            raise TypeError(
+                f"connection must be a postgresql:// URL or an asyncpg.Pool, not {type(connection).__name__}"
+            )
+        self._listen_dsn = listen_url
+        self._listener: Listener | None = None
+        self._opened = False
+        self._open_lock = asyncio.Lock()
+
+    @classmethod
+    def from_url(cls, url: str) -> PostgresBackend:
+        """Build from a URL; the query parameters `schema`, `table` and `statement_cache_size` are
+        this backend's, any other is passed to asyncpg (e.g. `sslmode`)."""
+        parts = urlsplit(url)
+        mine: dict[str, Any] = {}
+        rest = []
+        for key, value in parse_qsl(parts.query, keep_blank_values=True):
+            if key in ("schema", "table"):
+                mine[key] = value
+            elif key == "statement_cache_size":
+                try:
+                    mine[key] = int(value)
+                except ValueError:
+                    raise ValueError(
+                        f"invalid statement_cache_size {value!r} in {redact_url(url)!r}: use an integer, "
+                        "e.g. 0 behind PgBouncer in transaction mode"
+                    ) from None
+            else:
+                rest.append((key, value))
+        dsn = urlunsplit(parts._replace(query=urlencode(rest)))
+        return cls(dsn, **mine)
+
+    # -- connection --------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """Where the store is, password redacted, with the table."""
+        where = redact_url(self._dsn) if self._dsn else "<asyncpg.Pool>"
+        return f"{where} ({self.sql.schema}.{self.sql.table})"
+
+    @property
+    def channel(self) -> str:
+        """The NOTIFY channel that releases are pushed on."""
+        return self.sql.channel
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        """The asyncpg pool (after `open`)."""
+        if self._pool is None:
+            raise RuntimeError(f"{self!r} is not open: await backend.open() first")
+        return self._pool
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        if self._statement_cache_size is None:
+            return {}
+        return {"statement_cache_size": self._statement_cache_size}
+
+    async def open(self) -> None:
+        """Connect, and create or migrate the table; raise `BackendUnavailable` when unreachable."""
+        async with self._open_lock:
+            if self._opened:
+                return
+            if self._pool is None:
+                assert self._dsn is not None
+                try:
+                    self._pool = await asyncpg.create_pool(
+                        self._dsn, min_size=self._min_size, max_size=self._max_size,
+                        **self._connect_kwargs(),
+                    )
+                except (ValueError, asyncpg.exceptions.ClientConfigurationError):
+                    # asyncpg's message may quote the DSN, password included: do not chain it.
+                    raise ValueError(
+                        f"invalid PostgreSQL URL {redact_url(self._dsn)!r}: "
+                        "use postgresql://user:password@host:5432/dbname"
+                    ) from None
+                except Exception as exc:
+                    with translating("connect", self.url):
+                        raise exc
+            with translating("migrate", self.url):
+                async with self._pool.acquire() as conn:
+                    applied = await migrate(conn, self.sql)
+            if applied:
+                log.info("migrated %s by %d version(s)", self.url, applied)
+            self._opened = True
+
+    async def close(self) -> None:
+        """Stop listening and close the pool we created (a pool passed in is left open)."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            await listener.close()
+        if self._owns_pool and self._pool is not None:
+            pool, self._pool = self._pool, None
+            try:
+                await asyncio.wait_for(pool.close(), 5)
+            except Exception:
+                pool.terminate()
+        self._opened = False
+
+    async def _fetch(self, what: str, query: str, *args: Any) -> list[Any]:
+        if not self._opened:
+            await self.open()
+        with translating(what, self.url):
+            return list(await self.pool.fetch(query, *args))
+
+    # -- claims ------------------------------------------------------------------------------
+
+    async def claim(self, request: ClaimRequest) -> ClaimResult:
+        """Claim one slot in one statement (see `anarchon.LeaseBackend.claim`)."""
+        return (await self.claim_many([request]))[0]
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        """Claim a batch in one statement; a job that appears twice goes in a second statement."""
+        results: list[ClaimResult | None] = [None] * len(requests)
+        pending = list(range(len(requests)))
+        rechecks = 0
+        while pending:
+            batch: list[int] = []
+            later: list[int] = []
+            seen: set[tuple[str, str]] = set()
+            for i in pending:
+                key = (requests[i].namespace, requests[i].job)
+                (later if key in seen else batch).append(i)
+                seen.add(key)
+            answers = await self._claim_batch([requests[i] for i in batch])
+            retry = []
+            for i, answer in zip(batch, answers, strict=True):
+                if answer is None and rechecks < _RECHECKS:
+                    retry.append(i)
+                else:
+                    results[i] = answer or self._race_lost(requests[i])
+            if retry:
+                rechecks += 1
+            pending = sorted(retry + later)
+        return [r for r in results if r is not None]
+
+    async def _claim_batch(self, reqs: Sequence[ClaimRequest]) -> list[ClaimResult | None]:
+        rows = await self._fetch(
+            "claim", self.sql.claim,
+            [r.namespace for r in reqs], [r.job for r in reqs], [r.slot for r in reqs],
+            [r.owner for r in reqs], [r.lease_ms for r in reqs], [r.max_attempts for r in reqs],
+            [str(r.overlap) for r in reqs], [r.fingerprint for r in reqs], [r.max_skew_ms for r in reqs],
+        )
+        return [self._result(r, row) for r, row in zip(reqs, rows, strict=True)]
+
+    @staticmethod
+    def _race_lost(r: ClaimRequest) -> ClaimResult:
+        return ClaimResult(ClaimOutcome.TAKEN, r.job, r.slot)
+
+    @staticmethod
+    def _result(r: ClaimRequest, row: Any) -> ClaimResult | None:
+        """Turn one result row into a ClaimResult; None when the loser's snapshot was outdated."""
+        now = row["now"]
+        if row["won"]:
+            prev = row["prev_status"]
+            lease = Lease(r.namespace, r.job, r.slot, row["w_attempt"], row["w_token"], r.owner,
+                          row["w_expires_at"])
+            return ClaimResult(
+                ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=r.owner, attempt=lease.attempt,
+                expires_at=lease.expires_at, now=now,
+                previous_status=JobStatus(prev) if prev is not None else None,
+                fingerprint=row["prev_fingerprint"], record_slot=row["prev_slot"],
+            )
+        outcome = row["outcome"]
+        if outcome == "won":
+            return None  # the row changed after this statement's snapshot: ask again
+        if outcome == "early":
+            return ClaimResult(ClaimOutcome.EARLY, r.job, r.slot, now=now)
+        if outcome == "stale" or outcome == "skipped" or r.slot == row["c_slot"]:
+            holder, attempt, status = row["c_owner"], row["c_attempt"], row["c_status"]
+            expires_at, fingerprint, record_slot = row["c_expires_at"], row["c_fingerprint"], row["c_slot"]
+        else:  # an older slot still running under overlap=allow
+            other = json.loads(row["c_other"])
+            holder, attempt, status = other["owner"], other["attempt"], other["status"]
+            expires_at, fingerprint, record_slot = other["expires_at"], other["fingerprint"], r.slot
+        kind = ClaimOutcome(outcome)
+        live = kind in (ClaimOutcome.TAKEN, ClaimOutcome.SKIPPED)
+        return ClaimResult(
+            kind, r.job, r.slot, holder=holder, attempt=attempt,
+            expires_at=expires_at if live else None, now=now,
+            previous_status=JobStatus(status) if kind is ClaimOutcome.EXHAUSTED else None,
+            fingerprint=fingerprint, record_slot=record_slot,
+        )
+
+    # -- leases ------------------------------------------------------------------------------
+
+    async def renew(self, lease: Lease, lease_ms: int) -> Lease | None:
+        """Extend a lease still owned by its holder (see `anarchon.LeaseBackend.renew`)."""
+        rows = await self._fetch(
+            "renew", self.sql.renew,
+            lease.namespace, lease.job, lease.slot, lease.token, lease.owner, lease_ms,
+        )
+        if not rows:
+            return None
+        return Lease(lease.namespace, lease.job, lease.slot, lease.attempt, lease.token, lease.owner,
+                     rows[0]["expires_at"])
+
+    async def release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
+        """End a run and NOTIFY the release, in one statement (see `anarchon.LeaseBackend.release`)."""
+        rows = await self._fetch(
+            "release", self.sql.release,
+            lease.namespace, lease.job, lease.slot, lease.token, lease.owner, _STATUS[outcome],
+            self.sql.channel,
+        )
+        return bool(rows)
+
+    async def fence(self, conn: asyncpg.Connection, ctx: FenceContext) -> None:
+        """Inside the caller's transaction on `conn`: lock the job's row until commit, and raise
+        `anarchon.LeaseLost` unless `ctx.token` is still the job's current, live lease.
+
+        Writes made on `conn` after the fence commit only while this run owns the job: a takeover
+        has to wait for the row lock, and a stale runner's fence fails.
+        """
+        if not conn.is_in_transaction():
+            raise RuntimeError(
+                "fence() must run inside a transaction: `async with conn.transaction(): "
+                "await backend.fence(conn, ctx); ...`"
+            )
+        with translating("fence", self.url):
+            row = await conn.fetchrow(self.sql.fence, ctx.namespace, ctx.name, ctx.slot, ctx.token)
+        if row is None or not row["current"]:
+            now = "no record" if row is None else f"the record holds slot={row['slot']} token={row['token']}"
+            raise LeaseLost(
+                f"{ctx.name} slot={ctx.slot} token={ctx.token} no longer owns the job ({now}); "
+                "the transaction must be rolled back"
+            )
+
+    # -- inspection ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _state(row: Any) -> JobState:
+        return JobState(
+            row["namespace"], row["job"], row["slot"], row["attempt"], row["token"], row["owner"],
+            JobStatus(row["status"]), row["expires_at"], row["fingerprint"], row["updated_at"], row["now"],
+        )
+
+    async def inspect(self, namespace: str, job: str) -> JobState | None:
+        """Read one job's current record."""
+        rows = await self._fetch("inspect", self.sql.inspect, namespace, job)
+        return self._state(rows[0]) if rows else None
+
+    async def jobs(self, namespace: str) -> list[JobState]:
+        """Read every current record in a namespace, sorted by job name."""
+        return [self._state(row) for row in await self._fetch("jobs", self.sql.jobs, namespace)]
+
+    # -- push --------------------------------------------------------------------------------
+
+    async def _listen_connection(self) -> asyncpg.Connection:
+        if self._listen_dsn is not None or self._dsn is not None:
+            dsn = self._listen_dsn or self._dsn
+            return await asyncpg.connect(dsn, **self._connect_kwargs())
+        # A pool passed in: open one more connection with the pool's own connect arguments.
+        pool: Any = self.pool
+        return await pool._connect(*pool._connect_args, **pool._connect_kwargs)
+
+    async def subscribe(self, namespace: str, callback: ReleaseCallback) -> None:
+        """Call `callback(job, slot)` on this event loop whenever a run in `namespace` is released."""
+        if self._listener is None:
+            where = redact_url(self._listen_dsn) if self._listen_dsn else self.url
+            self._listener = Listener(self._listen_connection, self.sql.channel, where)
+            self._listener.add(namespace, callback)
+            await self._listener.start()
+        else:
+            self._listener.add(namespace, callback)
+
+    @property
+    def listener(self) -> Listener | None:
+        """The LISTEN connection's supervisor, once `subscribe` was called."""
+        return self._listener
+
+    def __repr__(self) -> str:
+        return f"PostgresBackend({self.url!r})"

@@ -1,0 +1,56 @@
+"""The one place that maps asyncpg's exceptions to anarchon's."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+
+import asyncpg
+
+from anarchon import BackendError, BackendUnavailable, SchemaMismatch
+
+__all__ = ["translate", "translating"]
+
+# Errors after which the connection (or the server) is gone: the operation may be retried later.
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.ConnectionFailureError,
+    asyncpg.exceptions.OperatorInterventionError,  # admin shutdown, pg_terminate_backend, crash
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.TooManyConnectionsError,
+    asyncpg.exceptions.InterfaceError,  # "connection is closed", pool closing
+    asyncpg.exceptions.InsufficientResourcesError,
+)
+_SCHEMA: tuple[type[BaseException], ...] = (
+    asyncpg.exceptions.UndefinedTableError,
+    asyncpg.exceptions.UndefinedColumnError,
+    asyncpg.exceptions.InvalidSchemaNameError,
+    asyncpg.exceptions.DatatypeMismatchError,
+)
+
+
+def translate(exc: BaseException, what: str, where: str) -> BaseException:
+    """Return anarchon's error for `exc`, raised while doing `what` on `where` (a redacted URL)."""
+    detail = f"{type(exc).__name__}: {exc}".strip()
+    if isinstance(exc, _SCHEMA):
+        return SchemaMismatch(
+            f"{what} on {where} failed: {detail}; the table does not have the shape anarchon-postgres "
+            "creates. Point `schema`/`table` at a table anarchon owns, or drop it so it is recreated"
+        )
+    if isinstance(exc, _UNAVAILABLE):
+        return BackendUnavailable(f"{what} on {where} failed: {detail}; is PostgreSQL up and reachable?")
+    if isinstance(exc, asyncpg.exceptions.InvalidAuthorizationSpecificationError):
+        return BackendUnavailable(f"{what} on {where} failed: {detail}; check the user and password")
+    return BackendError(f"{what} on {where} failed: {detail}")
+
+
+@contextlib.contextmanager
+def translating(what: str, where: str) -> Iterator[None]:
+    """Re-raise asyncpg and socket errors inside the block as anarchon's errors."""
+    try:
+        yield
+    except (asyncpg.PostgresError, *_UNAVAILABLE) as exc:
+        raise translate(exc, what, where) from exc

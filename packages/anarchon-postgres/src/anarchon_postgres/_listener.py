@@ -1,0 +1,137 @@
+"""The LISTEN side of handover: one dedicated connection, outside the pool, that reconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+
+from anarchon.backends import ReleaseCallback
+
+__all__ = ["Listener"]
+
+log = logging.getLogger("anarchon.postgres")
+
+Connect = Callable[[], Awaitable[asyncpg.Connection]]
+
+
+class Listener:
+    """LISTENs on one channel and calls back subscribers of the notified namespace, on the loop.
+
+    asyncpg's pool resets connections with `UNLISTEN *`, and PgBouncer in transaction mode drops
+    LISTEN between transactions, so the listener owns a plain connection. When it drops (server
+    restart, `pg_terminate_backend`), the listener reconnects with backoff; releases pushed while
+    it was away are missed, and backups fall back to the holder's lease expiry.
+    """
+
+    def __init__(self, connect: Connect, channel: str, where: str) -> None:
+        self._connect = connect
+        self._channel = channel
+        self._where = where
+        self._subs: list[tuple[str, ReleaseCallback]] = []
+        self._conn: asyncpg.Connection | None = None
+        self._lost = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self.connected = asyncio.Event()
+        """Set while the LISTEN connection is up (tests wait on it)."""
+        self.reconnects = 0
+        """How many times the connection was re-established after a drop."""
+
+    @property
+    def server_pid(self) -> int | None:
+        """The server process of the LISTEN connection, while connected."""
+        conn = self._conn
+        return None if conn is None or conn.is_closed() else int(conn.get_server_pid())
+
+    def add(self, namespace: str, callback: ReleaseCallback) -> None:
+        """Call `callback(job, slot)` for releases in `namespace`."""
+        self._subs.append((namespace, callback))
+
+    async def start(self) -> None:
+        """Connect once (logging a failure) and keep the connection up in the background."""
+        if self._task is not None:
+            return
+        try:
+            await self._open()
+        except Exception as exc:  # keep trying in the background; claims still work without push
+            log.warning("LISTEN connection to %s failed: %s; retrying", self._where, _short(exc))
+            self._lost.set()
+        self._task = asyncio.create_task(self._supervise(), name="anarchon-postgres-listen")
+
+    async def _open(self) -> None:
+        conn = await self._connect()
+        try:
+            conn.add_termination_listener(self._on_terminated)
+            await conn.add_listener(self._channel, self._on_notify)
+        except BaseException:
+            conn.terminate()
+            raise
+        self._conn = conn
+        self._lost.clear()
+        self.connected.set()
+
+    def _on_terminated(self, conn: Any) -> None:
+        if conn is self._conn or self._conn is None:
+            self.connected.clear()
+            self._lost.set()
+
+    async def _supervise(self) -> None:
+        delay = 0.05
+        while not self._closed:
+            await self._lost.wait()
+            self.connected.clear()
+            if self._conn is not None:
+                self._conn.terminate()
+                self._conn = None
+            while not self._closed:
+                try:
+                    await self._open()
+                except Exception as exc:
+                    log.debug("LISTEN reconnect to %s failed: %s", self._where, _short(exc))
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+                    continue
+                self.reconnects += 1
+                delay = 0.05
+                log.info("LISTEN connection to %s re-established", self._where)
+                break
+
+    def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        try:
+            namespace, job, slot = json.loads(payload)
+        except (ValueError, TypeError):
+            log.warning("ignoring a malformed release notification: %r", payload[:200])
+            return
+        for ns, callback in list(self._subs):
+            if ns == namespace:
+                try:
+                    callback(job, int(slot))
+                except Exception:
+                    log.exception("release callback for %s failed", job)
+
+    async def close(self) -> None:
+        """Stop listening and close the connection; idempotent."""
+        self._closed = True
+        self._lost.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        conn, self._conn = self._conn, None
+        self.connected.clear()
+        if conn is not None and not conn.is_closed():
+            try:
+                await asyncio.wait_for(conn.close(), 2)
+            except Exception:
+                conn.terminate()
+
+
+def _short(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"

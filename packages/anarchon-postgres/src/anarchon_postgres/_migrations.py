@@ -1,0 +1,77 @@
+"""Versioned, idempotent schema migrations, serialised across replicas by an advisory lock."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from anarchon import SchemaMismatch
+
+from ._sql import Statements, quote_ident
+
+__all__ = ["SCHEMA_VERSION", "migrate"]
+
+
+def _v1(s: Statements) -> list[str]:
+    return [
+        f"""CREATE TABLE {s.qualified} (
+            namespace text NOT NULL,
+            job text NOT NULL,
+            slot bigint NOT NULL,
+            attempt integer NOT NULL,
+            token bigint NOT NULL,
+            job_token bigint NOT NULL,
+            owner text NOT NULL,
+            status text NOT NULL CHECK (status IN ('running', 'done', 'failed', 'released')),
+            expires_at bigint NOT NULL,
+            fingerprint text NOT NULL DEFAULT '',
+            updated_at bigint NOT NULL,
+            max_attempts integer NOT NULL,
+            overlap text NOT NULL,
+            others jsonb NOT NULL DEFAULT '{{}}'::jsonb,
+            prev_slot bigint,
+            prev_status text,
+            prev_fingerprint text,
+            PRIMARY KEY (namespace, job)
+        )""",
+        f"COMMENT ON TABLE {s.qualified} IS 'anarchon: one record per (namespace, job); "
+        "others holds older slots still running under overlap=allow'",
+    ]
+
+
+MIGRATIONS = [_v1]
+SCHEMA_VERSION = len(MIGRATIONS)
+"""The schema version this release creates and expects."""
+
+
+async def migrate(conn: asyncpg.Connection, s: Statements) -> int:
+    """Bring the table up to `SCHEMA_VERSION`; return the number of migrations applied.
+
+    Every step runs in one transaction holding a transaction-scoped advisory lock, so replicas
+    starting together apply each migration exactly once and the lock never outlives the
+    transaction (safe behind PgBouncer).
+    """
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", s.lock_key)
+        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(s.schema)}")
+        has_versions = await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", s.versions)
+        has_table = await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", s.qualified)
+        if has_table and not has_versions:
+            raise SchemaMismatch(
+                f"table {s.schema}.{s.table} exists but was not created by anarchon-postgres "
+                f"(no {s.schema}.{s.table}_schema table); choose another `table` or drop it"
+            )
+        await conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {s.versions} "
+            "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        current: int = await conn.fetchval(f"SELECT coalesce(max(version), 0) FROM {s.versions}")
+        if current > SCHEMA_VERSION:
+            raise SchemaMismatch(
+                f"table {s.schema}.{s.table} is at schema version {current}, newer than this "
+                f"anarchon-postgres knows ({SCHEMA_VERSION}); upgrade anarchon-postgres"
+            )
+        for version in range(current + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[version - 1](s):
+                await conn.execute(statement)
+            await conn.execute(f"INSERT INTO {s.versions} (version) VALUES ($1)", version)
+        return SCHEMA_VERSION - current

@@ -1,0 +1,277 @@
+"""Every SQL statement the backend sends, built once per (schema, table).
+
+Identifiers are validated and quoted here; every value (namespace, job, owner, slot, …) is a bound
+parameter. Time is the server's `clock_timestamp()` in epoch milliseconds, read once per statement.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+__all__ = ["Statements", "quote_ident", "validate_identifier"]
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MAX_IDENT = 50  # leaves room for the suffixes of the helper tables within PostgreSQL's 63 bytes
+
+
+def validate_identifier(value: object, what: str) -> str:
+    """Return `value` when it is a plain SQL identifier, else raise ValueError quoting it."""
+    if not isinstance(value, str) or not _IDENT.fullmatch(value) or len(value) > _MAX_IDENT:
+        raise ValueError(
+            f"invalid {what} {value!r}: use letters, digits and underscores, starting with a letter "
+            f"or underscore, at most {_MAX_IDENT} characters (e.g. 'anarchon_jobs')"
+        )
+    return value
+
+
+def quote_ident(value: str) -> str:
+    """Double-quote an already validated identifier."""
+    return '"' + value.replace('"', '""') + '"'
+
+
+NOW_MS = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+
+
+def _live(rec: str, now: str) -> str:
+    return f"({rec}.status = 'running' AND {rec}.expires_at > {now})"
+
+
+def _judge_same(status: str, expires_at: str, attempt: str, now: str, max_attempts: str) -> str:
+    """The DESIGN §3 rows for a record of the same slot."""
+    return (
+        f"CASE WHEN {status} = 'running' AND {expires_at} > {now} THEN 'taken' "
+        f"WHEN {status} IN ('done', 'failed') THEN 'done' "
+        f"WHEN {attempt} >= {max_attempts} THEN 'exhausted' ELSE 'won' END"
+    )
+
+
+def _other(rec: str, slot: str, field: str, cast: str = "") -> str:
+    expr = f"({rec}.others -> ({slot})::text ->> '{field}')"
+    return f"{expr}::{cast}" if cast else expr
+
+
+def decide(rec: str, now: str, slot: str, overlap: str, max_attempts: str) -> str:
+    """The outcome of claiming `slot` against record `rec` (a row of the table, possibly all NULL).
+
+    The same expression judges the snapshot (to tell a loser why it lost) and, inside
+    ON CONFLICT DO UPDATE, the locked latest row (to decide the win), so the two cannot drift.
+    """
+    same = _judge_same(f"{rec}.status", f"{rec}.expires_at", f"{rec}.attempt", now, max_attempts)
+    other = _judge_same(
+        _other(rec, slot, "status"), _other(rec, slot, "expires_at", "bigint"),
+        _other(rec, slot, "attempt", "int"), now, max_attempts,
+    )
+    return (
+        f"CASE WHEN {rec}.slot IS NULL THEN 'won' "
+        f"WHEN {slot} = {rec}.slot THEN {same} "
+        f"WHEN {slot} < {rec}.slot THEN CASE WHEN {overlap} = 'allow' AND {rec}.others ? ({slot})::text "
+        f"THEN {other} ELSE 'stale' END "
+        f"WHEN {_live(rec, now)} AND {overlap} IN ('skip', 'buffer_one') THEN 'skipped' "
+        f"ELSE 'won' END"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Statements:
+    """The statements for one table."""
+
+    schema: str
+    table: str
+
+    @property
+    def qualified(self) -> str:
+        """The table's quoted, schema-qualified name."""
+        return f"{quote_ident(self.schema)}.{quote_ident(self.table)}"
+
+    @property
+    def versions(self) -> str:
+        """The migrations bookkeeping table."""
+        return f"{quote_ident(self.schema)}.{quote_ident(self.table + '_schema')}"
+
+    @property
+    def channel(self) -> str:
+        """The NOTIFY channel for releases in this table (a valid identifier under 63 bytes)."""
+        digest = hashlib.sha1(f"{self.schema}.{self.table}".encode()).hexdigest()[:12]
+        return f"anarchon_{digest}"
+
+    @property
+    def lock_key(self) -> int:
+        """The advisory-lock key that serialises migrations of this table across replicas."""
+        digest = hashlib.sha1(f"anarchon-migrate:{self.schema}.{self.table}".encode()).digest()
+        return int.from_bytes(digest[:8], "big", signed=True)
+
+    # -- claim ---------------------------------------------------------------------------------
+
+    @property
+    def claim(self) -> str:
+        """Claim a batch: $1..$9 are arrays, one element per request, each (namespace, job) once.
+
+        The snapshot CTE `cur` says why each request would lose; the upsert `up` decides on the
+        locked, latest row. A loser whose snapshot says it would have won saw a row that changed
+        under it (a concurrent claim): the caller asks again.
+        """
+        t = self.qualified
+        ex = "excluded"
+        won = decide("t", f"{ex}.updated_at", f"{ex}.slot", f"{ex}.overlap", f"{ex}.max_attempts")
+        o_attempt = _other("t", f"{ex}.slot", "attempt", "int")
+        t_as_json = (
+            "jsonb_build_object('attempt', t.attempt, 'token', t.token, 'owner', t.owner, "
+            "'status', t.status, 'expires_at', t.expires_at, 'fingerprint', t.fingerprint, "
+            "'updated_at', t.updated_at)"
+        )
+        new_other = (
+            f"jsonb_build_object('attempt', {o_attempt} + 1, 'token', t.job_token + 1, "
+            f"'owner', {ex}.owner, 'status', 'running', 'expires_at', {ex}.expires_at, "
+            f"'fingerprint', {ex}.fingerprint, 'updated_at', {ex}.updated_at)"
+        )
+
+        def cur_or(col: str) -> str:
+            return f"CASE WHEN {ex}.slot >= t.slot THEN {ex}.{col} ELSE t.{col} END"
+
+        return f"""
+WITH n AS MATERIALIZED (SELECT {NOW_MS} AS now),
+req AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bigint[],
+                         $6::int[], $7::text[], $8::text[], $9::bigint[])
+        WITH ORDINALITY AS r(namespace, job, slot, owner, lease_ms, max_attempts, overlap,
+                             fingerprint, max_skew_ms, ord)
+),
+cur AS (
+    SELECT r.ord,
+           CASE WHEN r.slot > n.now + r.max_skew_ms THEN 'early'
+                ELSE {decide("c", "n.now", "r.slot", "r.overlap", "r.max_attempts")} END AS outcome,
+           c.slot AS c_slot, c.owner AS c_owner, c.attempt AS c_attempt, c.status AS c_status,
+           c.expires_at AS c_expires_at, c.fingerprint AS c_fingerprint, c.others -> r.slot::text AS c_other
+    FROM req r CROSS JOIN n LEFT JOIN {t} c ON c.namespace = r.namespace AND c.job = r.job
+),
+up AS (
+    INSERT INTO {t} AS t (namespace, job, slot, attempt, token, job_token, owner, status, expires_at,
+                          fingerprint, updated_at, max_attempts, overlap, others)
+    SELECT r.namespace, r.job, r.slot, 1, 1, 1, r.owner, 'running', n.now + r.lease_ms,
+           r.fingerprint, n.now, r.max_attempts, r.overlap, '{{}}'::jsonb
+    FROM req r CROSS JOIN n
+    WHERE r.slot <= n.now + r.max_skew_ms
+    ON CONFLICT (namespace, job) DO UPDATE SET
+        slot = GREATEST(t.slot, {ex}.slot),
+        attempt = CASE WHEN {ex}.slot = t.slot THEN t.attempt + 1
+                       WHEN {ex}.slot > t.slot THEN 1 ELSE t.attempt END,
+        token = CASE WHEN {ex}.slot >= t.slot THEN t.job_token + 1 ELSE t.token END,
+        job_token = t.job_token + 1,
+        owner = {cur_or("owner")},
+        status = {cur_or("status")},
+        expires_at = {cur_or("expires_at")},
+        fingerprint = {cur_or("fingerprint")},
+        updated_at = {cur_or("updated_at")},
+        max_attempts = {cur_or("max_attempts")},
+        overlap = {cur_or("overlap")},
+        others = CASE
+            WHEN {ex}.slot < t.slot THEN jsonb_set(t.others, ARRAY[{ex}.slot::text], {new_other})
+            WHEN {ex}.slot > t.slot AND {ex}.overlap = 'allow' AND {_live("t", f"{ex}.updated_at")}
+                THEN t.others || jsonb_build_object(t.slot::text, {t_as_json})
+            ELSE t.others END,
+        prev_slot = LEAST(t.slot, {ex}.slot),
+        prev_status = CASE WHEN {ex}.slot = t.slot THEN t.status
+                           WHEN {ex}.slot < t.slot THEN {_other("t", f"{ex}.slot", "status")} END,
+        prev_fingerprint = CASE WHEN {ex}.slot < t.slot THEN {_other("t", f"{ex}.slot", "fingerprint")}
+                                ELSE t.fingerprint END
+    WHERE ({won}) = 'won'
+    RETURNING t.namespace, t.job, t.slot, t.attempt, t.token, t.owner, t.expires_at,
+              t.others, t.prev_slot, t.prev_status, t.prev_fingerprint
+)
+SELECT cur.*, n.now, r.slot AS r_slot,
+       up.job IS NOT NULL AS won,
+       CASE WHEN up.slot = r.slot THEN up.attempt ELSE (up.others -> r.slot::text ->> 'attempt')::int END
+           AS w_attempt,
+       CASE WHEN up.slot = r.slot THEN up.token ELSE (up.others -> r.slot::text ->> 'token')::bigint END
+           AS w_token,
+       CASE WHEN up.slot = r.slot THEN up.expires_at
+            ELSE (up.others -> r.slot::text ->> 'expires_at')::bigint END AS w_expires_at,
+       up.prev_slot, up.prev_status, up.prev_fingerprint
+FROM req r CROSS JOIN n JOIN cur ON cur.ord = r.ord
+LEFT JOIN up ON up.namespace = r.namespace AND up.job = r.job
+ORDER BY r.ord
+"""
+
+    # -- renew, release, fence ----------------------------------------------------------------
+
+    def _match(self) -> str:
+        """The lease ($1 namespace, $2 job, $3 slot, $4 token, $5 owner) is the record's, running."""
+        o = "others -> $3::text"
+        return (
+            "namespace = $1 AND job = $2 AND ("
+            "(slot = $3 AND token = $4 AND owner = $5 AND status = 'running') OR "
+            f"(slot <> $3 AND ({o} ->> 'token')::bigint = $4 AND {o} ->> 'owner' = $5 "
+            f"AND {o} ->> 'status' = 'running'))"
+        )
+
+    @property
+    def renew(self) -> str:
+        """Extend a lease by $6 ms; returns the new expiry, or no row when the lease is lost."""
+        return f"""
+WITH n AS MATERIALIZED (SELECT {NOW_MS} AS now)
+UPDATE {self.qualified} AS t SET
+    expires_at = CASE WHEN t.slot = $3 THEN n.now + $6 ELSE t.expires_at END,
+    updated_at = CASE WHEN t.slot = $3 THEN n.now ELSE t.updated_at END,
+    others = CASE WHEN t.slot = $3 THEN t.others
+                  ELSE jsonb_set(t.others, ARRAY[$3::text], (t.others -> $3::text)
+                       || jsonb_build_object('expires_at', n.now + $6, 'updated_at', n.now)) END
+FROM n
+WHERE {self._match()}
+RETURNING n.now + $6 AS expires_at
+"""
+
+    @property
+    def release(self) -> str:
+        """End a run with status $6 and NOTIFY the release, in one statement."""
+        return f"""
+WITH n AS MATERIALIZED (SELECT {NOW_MS} AS now),
+u AS (
+    UPDATE {self.qualified} AS t SET
+        status = CASE WHEN t.slot = $3 THEN $6 ELSE t.status END,
+        updated_at = CASE WHEN t.slot = $3 THEN n.now ELSE t.updated_at END,
+        others = CASE WHEN t.slot = $3 THEN t.others ELSE t.others - $3::text END
+    FROM n
+    WHERE {self._match()}
+    RETURNING t.namespace
+),
+p AS (SELECT json_build_array($1::text, $2::text, $3::bigint)::text AS payload)
+SELECT true AS released
+FROM u CROSS JOIN p
+LEFT JOIN LATERAL (SELECT pg_notify($7, p.payload) WHERE octet_length(p.payload) < 8000) x ON true
+"""
+
+    @property
+    def fence(self) -> str:
+        """Lock the job's row for the caller's transaction and read whether the lease is current."""
+        o = "others -> $3::text"
+        return f"""
+SELECT (slot = $3 AND token = $4 AND status = 'running' AND expires_at > {NOW_MS})
+       OR (slot <> $3 AND ({o} ->> 'token')::bigint = $4 AND {o} ->> 'status' = 'running'
+           AND ({o} ->> 'expires_at')::bigint > {NOW_MS}) AS current,
+       token, slot
+FROM {self.qualified}
+WHERE namespace = $1 AND job = $2
+FOR UPDATE
+"""
+
+    # -- inspect -------------------------------------------------------------------------------
+
+    _COLUMNS = "namespace, job, slot, attempt, token, owner, status, expires_at, fingerprint, updated_at"
+
+    @property
+    def inspect(self) -> str:
+        """One job's current record and the server's clock."""
+        return (
+            f"SELECT {self._COLUMNS}, {NOW_MS} AS now FROM {self.qualified} "
+            "WHERE namespace = $1 AND job = $2"
+        )
+
+    @property
+    def jobs(self) -> str:
+        """Every current record in a namespace, by job name in code-point order."""
+        return (
+            f"SELECT {self._COLUMNS}, {NOW_MS} AS now FROM {self.qualified} "
+            'WHERE namespace = $1 ORDER BY job COLLATE "C"'
+        )

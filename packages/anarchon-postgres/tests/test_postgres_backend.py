@@ -1,0 +1,518 @@
+"""PostgresBackend against the real server: every DESIGN §3 row, compared with MemoryBackend."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
+from typing import Any, cast
+
+import asyncpg
+import pytest
+
+import anarchon_postgres
+from anarchon import (
+    BackendUnavailable,
+    ClaimOutcome,
+    ClaimRequest,
+    ClaimResult,
+    JobStatus,
+    Lease,
+    LeaseLost,
+    MemoryBackend,
+    Overlap,
+    ReleaseOutcome,
+    SchemaMismatch,
+    backend_for_url,
+)
+from anarchon.testing import require_service
+from anarchon_postgres import PostgresBackend
+
+URL = os.environ.get("ANARCHON_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+pytestmark = pytest.mark.services
+
+
+@pytest.fixture
+async def schema() -> AsyncIterator[str]:
+    """A private schema, dropped afterwards, so tests never collide with each other or with CI."""
+    require_service("PostgreSQL", URL, 5432)
+    name = f"anarchon_t_{uuid.uuid4().hex[:10]}"
+    yield name
+    conn = await asyncpg.connect(URL)
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def pg(schema: str) -> AsyncIterator[PostgresBackend]:
+    backend = PostgresBackend(URL, schema=schema)
+    await backend.open()
+    yield backend
+    await backend.close()
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# -- one scenario, run against the reference model and against PostgreSQL ----------------------
+
+
+@dataclass(frozen=True)
+class Claim:
+    owner: str
+    slot: int  # offset from the scenario's base slot, ms
+    lease_ms: int = 60_000
+    max_attempts: int = 3
+    overlap: Overlap = Overlap.SKIP
+    fingerprint: str = "every:10s"
+    max_skew_ms: int = 2_000
+
+
+@dataclass(frozen=True)
+class Release:
+    step: int  # index of the step whose won lease is released
+    outcome: ReleaseOutcome
+
+
+@dataclass(frozen=True)
+class Renew:
+    step: int
+    lease_ms: int = 60_000
+
+
+@dataclass(frozen=True)
+class Sleep:
+    ms: int
+
+
+Step = Claim | Release | Renew | Sleep
+
+# A lease of 0 ms has expired the moment it is granted (expiry is inclusive): no sleeping needed.
+SCENARIOS: dict[str, list[Step]] = {
+    "none->won": [Claim("a", 0)],
+    "same-slot-live->taken": [Claim("a", 0), Claim("b", 0)],
+    "same-slot-done->done": [Claim("a", 0), Release(0, ReleaseOutcome.DONE), Claim("b", 0)],
+    "same-slot-failed->done": [Claim("a", 0), Release(0, ReleaseOutcome.FAILED), Claim("b", 0)],
+    "released->takeover": [Claim("a", 0), Release(0, ReleaseOutcome.HANDOVER), Claim("b", 0)],
+    "expired->takeover": [Claim("a", 0, lease_ms=0), Claim("b", 0)],
+    "expired->exhausted": [
+        Claim("a", 0, lease_ms=0, max_attempts=2), Claim("b", 0, lease_ms=0, max_attempts=2),
+        Claim("c", 0, max_attempts=2),
+    ],
+    "released->exhausted": [
+        Claim("a", 0, max_attempts=1), Release(0, ReleaseOutcome.HANDOVER), Claim("b", 0, max_attempts=1),
+    ],
+    "older-live-skip->skipped": [Claim("a", 0), Claim("b", 10_000)],
+    "older-live-buffer_one->skipped": [
+        Claim("a", 0, overlap=Overlap.BUFFER_ONE), Claim("b", 10_000, overlap=Overlap.BUFFER_ONE),
+    ],
+    "older-live-replace->won, old renew lost": [
+        Claim("a", 0, overlap=Overlap.REPLACE), Claim("b", 10_000, overlap=Overlap.REPLACE), Renew(0),
+        Release(0, ReleaseOutcome.DONE), Renew(1),
+    ],
+    "older-live-allow->won, both run": [
+        Claim("a", 0, overlap=Overlap.ALLOW), Claim("b", 10_000, overlap=Overlap.ALLOW),
+        Renew(0), Renew(1), Claim("c", 0, overlap=Overlap.ALLOW), Release(0, ReleaseOutcome.DONE),
+        Claim("c", 0, overlap=Overlap.ALLOW), Renew(1),
+    ],
+    "allow: expired older slot taken over, token per job": [
+        Claim("a", 0, overlap=Overlap.ALLOW, lease_ms=150), Claim("b", 10_000, overlap=Overlap.ALLOW),
+        Sleep(250), Claim("c", 10_000, overlap=Overlap.ALLOW), Claim("d", 0, overlap=Overlap.ALLOW),
+        Renew(0), Renew(4), Release(4, ReleaseOutcome.HANDOVER),
+        Claim("e", 0, overlap=Overlap.ALLOW, max_attempts=2), Claim("f", 20_000, overlap=Overlap.ALLOW),
+        Renew(1),
+    ],
+    "allow: older dead slot is not kept": [
+        Claim("a", 0, overlap=Overlap.ALLOW, lease_ms=0), Claim("b", 10_000, overlap=Overlap.ALLOW),
+        Claim("c", 0, overlap=Overlap.ALLOW),
+    ],
+    "older-done->won new slot": [Claim("a", 0), Release(0, ReleaseOutcome.DONE), Claim("b", 10_000)],
+    "older-expired->won new slot": [Claim("a", 0, lease_ms=0), Claim("b", 10_000)],
+    "older-released->won new slot": [
+        Claim("a", 0), Release(0, ReleaseOutcome.HANDOVER), Claim("b", 10_000),
+        Release(0, ReleaseOutcome.DONE),
+    ],
+    "newer-slot->stale": [Claim("a", 10_000), Claim("b", 0)],
+    "future->early": [Claim("a", 60_000)],
+    "future within max_skew->won": [Claim("a", 1_000, max_skew_ms=5_000)],
+    "fingerprint change is reported": [
+        Claim("a", 0, fingerprint="every:10s"), Release(0, ReleaseOutcome.DONE),
+        Claim("b", 10_000, fingerprint="cron:*/5"), Claim("c", 10_000, fingerprint="every:10s"),
+    ],
+    "renew after release is lost": [Claim("a", 0), Release(0, ReleaseOutcome.DONE), Renew(0),
+                                    Release(0, ReleaseOutcome.DONE)],
+    "expired but not taken over is still renewed": [Claim("a", 0, lease_ms=0), Renew(0)],
+    "stale release after takeover is ignored": [
+        Claim("a", 0, lease_ms=0), Claim("b", 0), Release(0, ReleaseOutcome.DONE), Renew(1),
+    ],
+}
+
+
+def _norm_claim(result: ClaimResult, base: int) -> tuple[Any, ...]:
+    """Everything a claim reports except absolute times (the two stores' clocks differ by µs)."""
+    lease = result.lease
+    return (
+        "claim", result.outcome, result.slot - base, result.holder, result.attempt,
+        result.previous_status, result.fingerprint,
+        None if result.record_slot is None else result.record_slot - base,
+        None if lease is None else (lease.slot - base, lease.attempt, lease.token, lease.owner),
+        result.expires_at is not None,
+    )
+
+
+async def _play(backend: Any, steps: list[Step], base: int) -> list[tuple[Any, ...]]:
+    leases: dict[int, Lease] = {}
+    out: list[tuple[Any, ...]] = []
+    for i, step in enumerate(steps):
+        if isinstance(step, Claim):
+            req = ClaimRequest(
+                "ns", "job", base + step.slot, step.owner, step.lease_ms, step.max_attempts, step.overlap,
+                step.fingerprint, step.max_skew_ms,
+            )
+            result = await backend.claim(req)
+            if result.lease is not None:
+                leases[i] = result.lease
+            out.append(_norm_claim(result, base))
+        elif isinstance(step, Sleep):
+            await asyncio.sleep(step.ms / 1000)
+        elif step.step not in leases:
+            out.append(("no lease to use", step.step))
+        elif isinstance(step, Renew):
+            renewed = await backend.renew(leases[step.step], step.lease_ms)
+            out.append(("renew", renewed is not None))
+        else:
+            out.append(("release", await backend.release(leases[step.step], step.outcome)))
+    state = await backend.inspect("ns", "job")
+    if state is not None:
+        out.append(("state", state.slot - base, state.attempt, state.token, state.owner, state.status))
+    return out
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+async def test_same_results_as_memory_backend(pg: PostgresBackend, name: str) -> None:
+    base = (now_ms() // 10_000 - 3) * 10_000  # slots in the past, 10 s apart, so none is early
+    steps = SCENARIOS[name]
+    expected, got = await asyncio.gather(_play(MemoryBackend(), steps, base), _play(pg, steps, base))
+    assert got == expected
+    assert not any(row[0] == "no lease to use" for row in got), "the scenario is miswritten"
+
+
+async def test_scenarios_cover_every_outcome(pg: PostgresBackend) -> None:
+    base = (now_ms() // 10_000 - 3) * 10_000
+    seen = set()
+    for steps in SCENARIOS.values():
+        await pg.pool.execute(f"TRUNCATE {pg.sql.qualified}")
+        seen |= {row[1] for row in await _play(pg, steps, base) if row[0] == "claim"}
+    assert seen == set(ClaimOutcome)
+
+
+async def test_claim_many_matches_one_by_one_in_one_statement(pg: PostgresBackend) -> None:
+    base = (now_ms() // 10_000 - 3) * 10_000
+    requests = [ClaimRequest("ns", f"job-{i}", base, "a") for i in range(50)]
+    requests += [ClaimRequest("ns", "job-1", base, "b"), ClaimRequest("ns", "future", base + 600_000, "a")]
+    calls: list[str] = []
+    original = pg._fetch
+
+    async def counting(what: str, query: str, *args: Any) -> list[Any]:
+        calls.append(what)
+        return await original(what, query, *args)
+
+    pg._fetch = counting  # type: ignore[method-assign]
+    results = await pg.claim_many(requests)
+    # The duplicate job-1 goes in a second statement, after the first one's claim.
+    assert calls == ["claim", "claim"]
+    assert [r.outcome for r in results[:50]] == [ClaimOutcome.WON] * 50
+    assert results[50].outcome is ClaimOutcome.TAKEN
+    assert results[50].holder == "a"
+    assert results[51].outcome is ClaimOutcome.EARLY
+    assert [r.job for r in results] == [r.job for r in requests]
+
+
+async def test_hostile_names_are_bound_parameters(pg: PostgresBackend) -> None:
+    base = (now_ms() // 10_000 - 3) * 10_000
+    evil = "x'; DROP TABLE anarchon_jobs; --"
+    ns = "ns\"; DROP SCHEMA public CASCADE; --"
+    got: list[tuple[str, int]] = []
+    await pg.subscribe(ns, lambda job, slot: got.append((job, slot)))
+    result = await pg.claim(ClaimRequest(ns, evil, base, "o'wner"))
+    assert result.won
+    assert result.lease is not None
+    assert (await pg.inspect(ns, evil)) is not None
+    assert [s.job for s in await pg.jobs(ns)] == [evil]
+    assert await pg.release(result.lease, ReleaseOutcome.DONE)
+    for _ in range(100):
+        if got:
+            break
+        await asyncio.sleep(0.01)
+    assert got == [(evil, base)]
+    assert await pg.pool.fetchval("SELECT count(*) FROM " + pg.sql.qualified) == 1
+
+
+@pytest.mark.parametrize("bad", ["", "1abc", "a-b", 'x"; DROP TABLE t; --', "a b", "x" * 51, "sch.ema"])
+def test_schema_and_table_must_be_identifiers(bad: str) -> None:
+    with pytest.raises(ValueError, match="invalid schema"):
+        PostgresBackend(URL, schema=bad)
+    with pytest.raises(ValueError, match="invalid table"):
+        PostgresBackend(URL, table=bad)
+
+
+async def test_jobs_sorted_like_memory(pg: PostgresBackend) -> None:
+    base = (now_ms() // 10_000 - 3) * 10_000
+    names = ["b", "B", "a", "Z", "é", "_x", "a1"]
+    memory = MemoryBackend()
+    for name in names:
+        for backend in (pg, memory):
+            await backend.claim(ClaimRequest("ns", name, base, "a"))
+    assert [s.job for s in await pg.jobs("ns")] == [s.job for s in await memory.jobs("ns")]
+    state = await pg.inspect("ns", "a")
+    assert state is not None
+    assert state.status is JobStatus.RUNNING
+    assert 0 < state.expires_at - state.now <= 30_000
+    assert await pg.inspect("ns", "nope") is None
+
+
+# -- migrations --------------------------------------------------------------------------------
+
+
+async def test_migrations_concurrent_and_idempotent(schema: str) -> None:
+    backends = [PostgresBackend(URL, schema=schema, table="jobs") for _ in range(8)]
+    try:
+        await asyncio.gather(*(b.open() for b in backends))
+        rows = await backends[0].pool.fetch(f'SELECT version FROM "{schema}"."jobs_schema"')
+        assert [r["version"] for r in rows] == [anarchon_postgres.SCHEMA_VERSION]
+        again = PostgresBackend(URL, schema=schema, table="jobs")
+        await again.open()
+        await again.close()
+        base = (now_ms() // 10_000 - 3) * 10_000
+        results = await asyncio.gather(*(b.claim(ClaimRequest("ns", "j", base, f"o{i}"))
+                                         for i, b in enumerate(backends)))
+        assert sum(r.won for r in results) == 1
+    finally:
+        await asyncio.gather(*(b.close() for b in backends))
+
+
+async def test_foreign_table_and_newer_schema_are_refused(schema: str) -> None:
+    conn = await asyncpg.connect(URL)
+    try:
+        await conn.execute(f'CREATE SCHEMA "{schema}"; CREATE TABLE "{schema}".mine (id int)')
+        with pytest.raises(SchemaMismatch, match="not created by anarchon"):
+            await PostgresBackend(URL, schema=schema, table="mine").open()
+        backend = PostgresBackend(URL, schema=schema, table="jobs")
+        await backend.open()
+        await backend.close()
+        await conn.execute(f'INSERT INTO "{schema}".jobs_schema (version) VALUES (99)')
+        with pytest.raises(SchemaMismatch, match="upgrade anarchon-postgres"):
+            await PostgresBackend(URL, schema=schema, table="jobs").open()
+    finally:
+        await conn.close()
+
+
+# -- connections, URLs and secrets -------------------------------------------------------------
+
+
+async def test_password_never_in_errors_or_logs(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    secret = "hunter2-s3cret"
+    backend = PostgresBackend(f"postgresql://postgres:{secret}@127.0.0.1:1/test")
+    assert secret not in repr(backend)
+    assert secret not in backend.url
+    with pytest.raises(BackendUnavailable) as info:
+        await backend.open()
+    chain: list[BaseException] = []
+    exc: BaseException | None = info.value
+    while exc is not None:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    assert all(secret not in str(e) for e in chain)
+    with pytest.raises(ValueError) as bad:
+        await PostgresBackend(f"postgresql://postgres:{secret}@127.0.0.1:5432/test?sslmode=bogus").open()
+    assert secret not in str(bad.value)
+    assert bad.value.__cause__ is None
+    assert secret not in caplog.text
+
+
+async def test_from_url_and_plugin_discovery(schema: str) -> None:
+    backend = backend_for_url(f"{URL}?schema={schema}&table=t1&statement_cache_size=0")
+    assert isinstance(backend, PostgresBackend)
+    assert (backend.sql.schema, backend.sql.table) == (schema, "t1")
+    await backend.open()
+    try:
+        base = (now_ms() // 10_000 - 3) * 10_000
+        assert (await backend.claim(ClaimRequest("ns", "j", base, "a"))).won
+        # statement_cache_size=0 (PgBouncer transaction mode) still works end to end.
+        assert (await backend.claim(ClaimRequest("ns", "j", base, "b"))).outcome is ClaimOutcome.TAKEN
+    finally:
+        await backend.close()
+    with pytest.raises(ValueError, match="statement_cache_size"):
+        PostgresBackend.from_url(f"{URL}?statement_cache_size=lots")
+    with pytest.raises(TypeError, match=r"asyncpg\.Pool"):
+        PostgresBackend(cast(Any, 42))
+
+
+async def test_existing_pool_is_used_and_left_open(schema: str) -> None:
+    pool = await asyncpg.create_pool(URL, min_size=1, max_size=2)
+    try:
+        backend = PostgresBackend(pool, schema=schema)
+        await backend.open()
+        got: list[tuple[str, int]] = []
+        await backend.subscribe("ns", lambda job, slot: got.append((job, slot)))
+        base = (now_ms() // 10_000 - 3) * 10_000
+        result = await backend.claim(ClaimRequest("ns", "j", base, "a"))
+        assert result.lease is not None
+        await backend.release(result.lease, ReleaseOutcome.HANDOVER)
+        for _ in range(100):
+            if got:
+                break
+            await asyncio.sleep(0.01)
+        assert got == [("j", base)]
+        await backend.close()
+        assert await pool.fetchval("SELECT 1") == 1  # still open: it is the user's
+    finally:
+        await pool.close()
+
+
+# -- handover push ------------------------------------------------------------------------------
+
+
+async def _wait(predicate: Callable[[], bool], within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
+async def test_release_is_pushed_on_the_loop_and_listener_reconnects(schema: str) -> None:
+    holder = PostgresBackend(URL, schema=schema)
+    backup = PostgresBackend(URL, schema=schema)
+    await holder.open()
+    await backup.open()
+    try:
+        loop = asyncio.get_running_loop()
+        got: list[tuple[str, int, bool]] = []
+
+        def on_release(job: str, slot: int) -> None:
+            running = asyncio.get_running_loop()  # raises unless called on a loop
+            got.append((job, slot, running is loop))
+
+        await backup.subscribe("ns", on_release)
+        await backup.subscribe("other-ns", lambda job, slot: got.append(("WRONG", slot, False)))
+        listener = backup.listener
+        assert listener is not None
+        assert listener.connected.is_set()
+        base = (now_ms() // 10_000 - 3) * 10_000
+        first = await holder.claim(ClaimRequest("ns", "j", base, "a"))
+        assert first.lease is not None
+        sent = time.monotonic()
+        await holder.release(first.lease, ReleaseOutcome.HANDOVER)
+        await _wait(lambda: bool(got))
+        pushed_in = time.monotonic() - sent
+        assert got == [("j", base, True)]
+        logging.getLogger(__name__).info("handover pushed in %.1f ms", pushed_in * 1000)
+
+        # Kill the LISTEN connection server-side: it comes back and pushes again.
+        pid = listener.server_pid
+        assert pid is not None
+        assert await holder.pool.fetchval("SELECT pg_terminate_backend($1)", pid)
+        await _wait(lambda: listener.reconnects >= 1 and listener.connected.is_set())
+        second = await holder.claim(ClaimRequest("ns", "j", base + 10_000, "a"))
+        assert second.lease is not None
+        await holder.release(second.lease, ReleaseOutcome.DONE)
+        await _wait(lambda: len(got) == 2)
+        assert got[1] == ("j", base + 10_000, True)
+    finally:
+        await holder.close()
+        await backup.close()
+
+
+# -- fenced transactions --------------------------------------------------------------------------
+
+
+@dataclass
+class Ctx:
+    namespace: str
+    name: str
+    slot: int
+    token: int
+
+
+async def test_fence_frozen_runner_loses_and_replacement_writes(pg: PostgresBackend) -> None:
+    await pg.pool.execute(f'CREATE TABLE "{pg.sql.schema}".ledger (slot bigint, writer text, token bigint)')
+    base = (now_ms() // 10_000 - 3) * 10_000
+    first = await pg.claim(ClaimRequest("ns", "pay", base, "frozen", lease_ms=200))
+    assert first.lease is not None
+    frozen = Ctx("ns", "pay", base, first.lease.token)
+
+    async def fenced_write(ctx: Ctx, writer: str) -> None:
+        async with pg.pool.acquire() as conn, conn.transaction():
+            await pg.fence(conn, ctx)
+            await conn.execute(f'INSERT INTO "{pg.sql.schema}".ledger VALUES ($1, $2, $3)',
+                               ctx.slot, writer, ctx.token)
+
+    await asyncio.sleep(0.3)  # the first runner is frozen past its lease...
+    second = await pg.claim(ClaimRequest("ns", "pay", base, "replacement", lease_ms=30_000))
+    assert second.won
+    assert second.lease is not None
+    assert second.lease.attempt == 2
+    with pytest.raises(LeaseLost, match="no longer owns"):
+        await fenced_write(frozen, "frozen")
+    await fenced_write(Ctx("ns", "pay", base, second.lease.token), "replacement")
+    rows = await pg.pool.fetch(f'SELECT writer, token FROM "{pg.sql.schema}".ledger')
+    assert [(r["writer"], r["token"]) for r in rows] == [("replacement", second.lease.token)]
+
+
+async def test_fence_blocks_takeover_until_commit(pg: PostgresBackend) -> None:
+    base = (now_ms() // 10_000 - 3) * 10_000
+    first = await pg.claim(ClaimRequest("ns", "pay", base, "a", lease_ms=300))
+    assert first.lease is not None
+    ctx = Ctx("ns", "pay", base, first.lease.token)
+    takeover: asyncio.Task[ClaimResult] | None = None
+    async with pg.pool.acquire() as conn, conn.transaction():
+        await pg.fence(conn, ctx)
+        await asyncio.sleep(0.4)  # the lease expires while we hold the row
+        takeover = asyncio.create_task(pg.claim(ClaimRequest("ns", "pay", base, "b")))
+        await asyncio.sleep(0.2)
+        assert not takeover.done()  # it waits for our commit
+    result = await takeover
+    assert result.won
+    assert result.lease is not None
+    assert result.lease.attempt == 2
+
+
+async def test_fence_needs_a_transaction(pg: PostgresBackend) -> None:
+    async with pg.pool.acquire() as conn:
+        with pytest.raises(RuntimeError, match="inside a transaction"):
+            await pg.fence(conn, Ctx("ns", "pay", 0, 1))
+        async with conn.transaction():
+            with pytest.raises(LeaseLost):
+                await pg.fence(conn, Ctx("ns", "never-claimed", 0, 1))
+
+
+async def test_fence_accepts_anarchon_job_context(pg: PostgresBackend) -> None:
+    from anarchon import CancelSignal, JobContext
+
+    base = (now_ms() // 10_000 - 3) * 10_000
+    won = await pg.claim(ClaimRequest("ns", "ctxjob", base, "a"))
+    assert won.lease is not None
+    ctx = JobContext(name="ctxjob", slot=base, attempt=1, token=won.lease.token, instance_id="a",
+                     namespace="ns", signal=CancelSignal(), logger=logging.getLogger("t"))
+    async with pg.pool.acquire() as conn, conn.transaction():
+        await pg.fence(conn, ctx)
+    stale = replace(won.lease, token=won.lease.token + 5)
+    assert await pg.renew(stale, 1000) is None
+
+
+
+def test_public_names_are_exported_and_documented() -> None:
+    for name in anarchon_postgres.__all__:
+        obj = getattr(anarchon_postgres, name)
+        assert isinstance(obj, int) or (obj.__doc__ or "").strip(), name
+    assert {"PostgresBackend", "FenceContext"} <= set(anarchon_postgres.__all__)
+    assert PostgresBackend.__doc__
+    assert anarchon_postgres.__doc__

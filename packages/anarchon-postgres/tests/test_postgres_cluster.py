@@ -1,0 +1,67 @@
+"""Real multi-process clusters on PostgreSQL: kill -9, graceful stop, one winner per attempt."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from anarchon.testing import require_service
+from anarchon.testing.cluster import Cluster
+
+URL = os.environ.get("ANARCHON_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+
+@pytest.fixture
+def cluster_url() -> Iterator[str]:
+    """The server URL with a private schema (dropped afterwards) for the replicas."""
+    require_service("PostgreSQL", URL, 5432)
+    schema = f"anarchon_c_{uuid.uuid4().hex[:10]}"
+    sep = "&" if "?" in URL else "?"
+    yield f"{URL}{sep}schema={schema}"
+
+    async def drop() -> None:
+        conn = await asyncpg.connect(URL)
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        finally:
+            await conn.close()
+
+    asyncio.run(drop())
+
+
+def test_kill_and_graceful_stop(cluster_url: str, tmp_path: Path) -> None:
+    with Cluster(cluster_url, tmp_path, replicas=3, lease="2s", heartbeat="0.4s",
+                 tick_every="1s", long_every="6s", long_run="3s") as cluster:
+        since = int(time.time() * 1000)
+        first = cluster.wait_for(lambda e: e.event == "start" and e.job == "long", timeout=20)
+
+        # Graceful stop: released as handover, and a backup is notified (no waiting for expiry).
+        cluster.stop(first.pid)
+        handed = cluster.wait_for(lambda e: e.event == "start" and e.job == "long" and e.slot == first.slot
+                                  and e.attempt == 2, timeout=10)
+        stopped_at = max(e.t for e in cluster.events() if e.event == "exit" and e.pid == first.pid)
+        assert handed.t - stopped_at < 2.0, "handover waited for the lease to expire"
+
+        # kill -9: nothing is released; a backup takes over after the lease expires.
+        cluster.kill(handed.pid)
+        killed_at = time.time()
+        taken = cluster.wait_for(lambda e: e.event == "start" and e.job == "long" and e.slot == first.slot
+                                 and e.attempt == 3, timeout=10)
+        assert taken.pid not in (first.pid, handed.pid)
+        assert taken.t - killed_at < 2.0 + 0.4 + 1.0  # lease + heartbeat, plus slack for a loaded host
+
+        cluster.spawn()
+        until = int(time.time() * 1000) - 1500
+        cluster.wait_for(lambda e: e.event == "start" and e.job == "tick" and e.t * 1000 > until + 2500,
+                         timeout=10)
+        cluster.assert_one_winner()
+        missed = cluster.missed("tick", since + 1000, until)
+        assert missed == [], f"missed tick slots: {missed}\n{cluster.output()}"

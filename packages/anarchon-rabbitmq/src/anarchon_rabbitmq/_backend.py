@@ -1,0 +1,228 @@
+"""`RabbitMQBackend`: one durable classic gate queue per (namespace, job, slot)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, ClassVar, NoReturn
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import aio_pika
+import aiormq
+from aio_pika.abc import AbstractChannel, AbstractRobustConnection
+
+from anarchon import BackendError, BackendUnavailable, SchemaMismatch
+from anarchon._duration import Duration, parse_duration
+from anarchon.backends import (
+    BackendBase,
+    Capability,
+    ClaimOutcome,
+    ClaimRequest,
+    ClaimResult,
+    Lease,
+    redact_url,
+)
+
+from ._names import check_prefix, queue_name
+
+__all__ = ["RabbitMQBackend"]
+
+
+class RabbitMQBackend(BackendBase):
+    """A claim-only backend: the first confirmed publish into a slot's one-message gate queue wins."""
+
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.CLAIM})
+    url_schemes: ClassVar[tuple[str, ...]] = ("amqp", "amqps")
+
+    def __init__(
+        self,
+        url_or_connection: str | AbstractRobustConnection,
+        *,
+        prefix: str = "anarchon",
+        horizon: Duration = "5m",
+        channels: int = 4,
+        timeout: Duration = "10s",
+    ) -> None:
+        if isinstance(url_or_connection, str):
+            scheme = urlsplit(url_or_connection).scheme.lower()
+            if scheme not in self.url_schemes:
+                raise ValueError(
+                    f"invalid RabbitMQ URL {redact_url(url_or_connection)!r}: use "
+                    "amqp://user:pass@host:5672/vhost or amqps://…"
+                )
+            self._url: str | None = url_or_connection
+            self._connection: AbstractRobustConnection | None = None
+            self._owns_connection = True
+        else:
+            self._url = None
+            self._connection = url_or_connection
+            self._owns_connection = False
+        self.prefix = check_prefix(prefix)
+        self._horizon_ms = parse_duration(horizon, name="horizon")
+        if channels < 1:
+            raise ValueError(f"invalid channels={channels!r}: use 1 or more")
+        self._pool_size = channels
+        self._timeout = parse_duration(timeout, name="timeout") / 1000
+        self._idle: asyncio.Queue[AbstractChannel] | None = None
+        self._created = 0
+
+    @classmethod
+    def from_url(cls, url: str) -> RabbitMQBackend:
+        """Build from `amqp://user:pass@host/vhost?prefix=…&horizon=5m`; other query keys go to aio-pika."""
+        parts = urlsplit(url)
+        ours: dict[str, Any] = {}
+        rest = []
+        for key, value in parse_qsl(parts.query, keep_blank_values=True):
+            if key in ("prefix", "horizon"):
+                ours[key] = value
+            else:
+                rest.append((key, value))
+        return cls(urlunsplit(parts._replace(query=urlencode(rest))), **ours)
+
+    @property
+    def url(self) -> str:
+        """The broker's URL, password redacted."""
+        if self._url is not None:
+            return redact_url(self._url)
+        return redact_url(str(getattr(self._connection, "url", "amqp://<connection>")))
+
+    @property
+    def horizon_ms(self) -> int:
+        """The gate queue's `x-expires`: a claim is remembered at least this long after the last one."""
+        return self._horizon_ms
+
+    def queue_name(self, namespace: str, job: str, slot: int) -> str:
+        """The gate queue's name for one slot (odd namespace or job names are hashed)."""
+        return queue_name(self.prefix, namespace, job, slot)
+
+    # -- connection ------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect (a robust connection that reconnects by itself) and check one channel works."""
+        if self._connection is None:
+            assert self._url is not None
+            try:
+                async with asyncio.timeout(self._timeout):
+                    self._connection = await aio_pika.connect_robust(self._url)
+            except Exception as exc:
+                raise BackendUnavailable(
+                    f"cannot connect to RabbitMQ at {self.url}: {_describe(exc)}; is the broker running "
+                    "and the URL right?"
+                ) from exc
+            self._owns_connection = True
+        self._idle = asyncio.Queue()
+        self._created = 0
+        async with self._channel():
+            pass
+
+    async def close(self) -> None:
+        """Close the pooled channels, and the connection when this backend opened it."""
+        idle, self._idle = self._idle, None
+        while idle is not None and not idle.empty():
+            ch = idle.get_nowait()
+            try:
+                await ch.close()
+            except Exception:
+                pass
+        conn = self._connection
+        if conn is not None and self._owns_connection:
+            self._connection = None
+            try:
+                await conn.close()
+            except Exception:
+                pass
+
+    @asynccontextmanager
+    async def _channel(self) -> AsyncIterator[AbstractChannel]:
+        """Borrow a confirming channel from the pool; a channel the broker closed is replaced."""
+        if self._idle is None or self._connection is None:
+            raise BackendError(f"{self!r} is not open: call `await backend.open()` (Scheduler.start does)")
+        idle = self._idle
+        ch: AbstractChannel | None = None
+        try:
+            async with asyncio.timeout(self._timeout):
+                while ch is None:
+                    if not idle.empty():
+                        ch = idle.get_nowait()
+                        if ch.is_closed:
+                            self._created -= 1
+                            ch = None
+                    elif self._created < self._pool_size:
+                        self._created += 1
+                        try:
+                            ch = await self._connection.channel(publisher_confirms=True,
+                                                                on_return_raises=True)
+                        except BaseException:
+                            self._created -= 1
+                            raise
+                    else:
+                        ch = await idle.get()
+                        if ch.is_closed:
+                            self._created -= 1
+                            ch = None
+        except Exception as exc:
+            _raise(self, exc, "open a channel")
+        try:
+            yield ch
+        finally:
+            if self._idle is idle:
+                idle.put_nowait(ch)
+
+    # -- the claim ---------------------------------------------------------------------------
+
+    async def claim(self, request: ClaimRequest) -> ClaimResult:
+        """Declare the slot's gate queue, publish one message with confirms: ack won, nack taken."""
+        r = request
+        name = self.queue_name(r.namespace, r.job, r.slot)
+        body = json.dumps({"owner": r.owner, "job": r.job, "slot": r.slot}).encode()
+        try:
+            async with self._channel() as ch, asyncio.timeout(self._timeout):
+                await ch.declare_queue(
+                    name, durable=True,
+                    arguments={"x-queue-type": "classic", "x-max-length": 1,
+                               "x-overflow": "reject-publish", "x-expires": self._horizon_ms},
+                )
+                await ch.default_exchange.publish(
+                    aio_pika.Message(body, delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                                     app_id="anarchon"),
+                    routing_key=name, mandatory=True,
+                )
+        except aiormq.exceptions.PublishError as exc:
+            raise BackendError(
+                f"the gate queue {name!r} vanished between its declaration and the publish on {self.url}; "
+                "the claim will be retried"
+            ) from exc
+        except aiormq.exceptions.DeliveryError as exc:
+            if isinstance(getattr(exc, "frame", None), aiormq.spec.Basic.Nack):
+                return ClaimResult(ClaimOutcome.TAKEN, r.job, r.slot, attempt=1)
+            _raise(self, exc, f"publish to {name!r}")
+        except aiormq.exceptions.ChannelPreconditionFailed as exc:
+            raise SchemaMismatch(
+                f"the gate queue {name!r} on {self.url} exists with other arguments ({exc}): another "
+                f"instance uses a different horizon than {self._horizon_ms} ms or prefix; give every "
+                "instance the same `horizon`, or use another `prefix`"
+            ) from exc
+        except BackendError:
+            raise
+        except Exception as exc:
+            _raise(self, exc, f"claim {name!r}")
+        lease = Lease(r.namespace, r.job, r.slot, 1, 0, r.owner, 0)
+        return ClaimResult(ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=r.owner, attempt=1)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _raise(backend: RabbitMQBackend, exc: BaseException, doing: str) -> NoReturn:
+    """The one place that maps aio-pika/aiormq errors to anarchon's."""
+    if isinstance(exc, BackendError):
+        raise exc
+    if isinstance(exc, (ConnectionError, OSError, TimeoutError, aiormq.exceptions.AMQPError,
+                        aiormq.exceptions.ChannelInvalidStateError)):
+        raise BackendUnavailable(f"cannot {doing} on RabbitMQ at {backend.url}: {_describe(exc)}") from exc
+    raise BackendError(f"cannot {doing} on RabbitMQ at {backend.url}: {_describe(exc)}") from exc

@@ -1,0 +1,217 @@
+"""RabbitMQBackend against the real broker: the gate, races, a dropped connection, a missing broker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aio_pika
+import pytest
+
+from anarchon import BackendUnavailable, JobContext, Scheduler
+from anarchon.backends import ClaimOutcome, ClaimRequest
+from anarchon.testing import require_service
+from anarchon.testing.cluster import Cluster
+from anarchon_rabbitmq import RabbitMQBackend, encode_token
+
+URL = os.environ.get("ANARCHON_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
+
+pytestmark = pytest.mark.services
+
+
+@pytest.fixture
+def url() -> str:
+    require_service("RabbitMQ", URL, 5672)
+    return URL
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+async def backend(url: str, prefix: str) -> AsyncIterator[RabbitMQBackend]:
+    b = RabbitMQBackend(url, prefix=prefix, horizon="30s")
+    await b.open()
+    yield b
+    await b.close()
+
+
+def _req(job: str, slot: int, owner: str, namespace: str = "ns") -> ClaimRequest:
+    return ClaimRequest(namespace, job, slot, owner)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_first_publish_wins_and_the_rest_are_taken(backend: RabbitMQBackend) -> None:
+    slot = 1_800_000_000_000
+    first = await backend.claim(_req("job", slot, "a"))
+    second = await backend.claim(_req("job", slot, "b"))
+    assert first.outcome is ClaimOutcome.WON
+    assert first.lease is not None
+    assert first.lease.attempt == 1
+    assert first.lease.owner == "a"
+    assert second.outcome is ClaimOutcome.TAKEN
+    assert second.lease is None
+    # Another slot, job or namespace has its own gate.
+    assert (await backend.claim(_req("job", slot + 1000, "b"))).won
+    assert (await backend.claim(_req("other", slot, "b"))).won
+    assert (await backend.claim(_req("job", slot, "b", namespace="ns2"))).won
+
+
+async def test_odd_names_get_valid_distinct_queues(backend: RabbitMQBackend) -> None:
+    slot = 1_800_000_000_000
+    odd = ["with.dots", "with space", "ünïcødé", "x" * 300, "a:b", "amq.gen", ""]
+    names = {backend.queue_name("ns", job, slot) for job in odd}
+    assert len(names) == len(odd)
+    assert all(len(n.encode()) <= 255 for n in names)
+    for job in odd:
+        assert (await backend.claim(_req(job, slot, "a"))).won, job
+        assert (await backend.claim(_req(job, slot, "b"))).outcome is ClaimOutcome.TAKEN, job
+    assert encode_token("plain-name_1") == "plain-name_1"
+    assert encode_token("with.dots").startswith(":")
+
+
+async def test_horizon_is_the_queue_expiry(url: str, prefix: str) -> None:
+    backend = RabbitMQBackend(url, prefix=prefix, horizon="2m")
+    assert backend.horizon_ms == 120_000
+    from_url = RabbitMQBackend.from_url(url.rstrip("/") + f"/?prefix={prefix}&horizon=1m")
+    assert from_url.horizon_ms == 60_000
+    assert from_url.prefix == prefix
+    assert Scheduler.from_url(url + f"?prefix={prefix}").backend.horizon_ms == 300_000
+
+
+async def test_a_gate_forgets_after_its_horizon(url: str, prefix: str) -> None:
+    backend = RabbitMQBackend(url, prefix=prefix, horizon="1s")
+    await backend.open()
+    try:
+        assert (await backend.claim(_req("job", 1000, "a"))).won
+        assert (await backend.claim(_req("job", 1000, "b"))).outcome is ClaimOutcome.TAKEN
+        # Past x-expires the broker deletes the queue, so a late publisher would win again: this is
+        # why the scheduler never claims a slot older than half the horizon.
+        deadline = time.monotonic() + 15
+        while not (await backend.claim(_req("job", 1000, "c"))).won:
+            assert time.monotonic() < deadline, "the gate queue never expired"
+            await asyncio.sleep(1.2)
+    finally:
+        await backend.close()
+
+
+async def test_32_connections_race_with_one_winner_per_slot(url: str, prefix: str) -> None:
+    backends = [RabbitMQBackend(url, prefix=prefix, horizon="30s", channels=1) for _ in range(32)]
+    await asyncio.gather(*(b.open() for b in backends))
+    try:
+        slots = [1_800_000_000_000 + i * 1000 for i in range(5)]
+        results = await asyncio.gather(*(
+            b.claim(_req("race", slot, f"i{n}")) for slot in slots for n, b in enumerate(backends)
+        ))
+    finally:
+        await asyncio.gather(*(b.close() for b in backends))
+    for slot in slots:
+        outcomes = [r.outcome for r in results if r.slot == slot]
+        assert len(outcomes) == 32
+        assert outcomes.count(ClaimOutcome.WON) == 1, (slot, outcomes)
+        assert outcomes.count(ClaimOutcome.TAKEN) == 31
+
+
+def test_lease_only_options_raise_type_error(url: str) -> None:
+    scheduler = Scheduler(backend=RabbitMQBackend(url))
+    for option, value in [("overlap", "skip"), ("max_attempts", 2), ("catch_up", "1m"), ("lease", "30s"),
+                          ("heartbeat", "1s")]:
+        with pytest.raises(TypeError, match=option):
+            scheduler.every("job", "10s", lambda: None, **{option: value})  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match="lease"):
+        Scheduler(backend=RabbitMQBackend(url), lease="30s")  # type: ignore[call-overload]
+
+
+async def test_broker_down_at_start_is_a_clear_error() -> None:
+    url = f"amqp://guest:s3cret@127.0.0.1:{_free_port()}/"
+    scheduler = Scheduler(backend=RabbitMQBackend(url, timeout="3s"))
+    with pytest.raises(BackendUnavailable) as info:
+        await scheduler.start()
+    message = str(info.value)
+    assert "RabbitMQ" in message
+    assert "127.0.0.1" in message
+    assert "s3cret" not in message
+    assert not scheduler.running
+
+
+def _close_connection(name: str) -> None:
+    """Close one named client connection on the broker, as a network failure or admin would."""
+    listing = subprocess.run(
+        ["rabbitmqctl", "-q", "list_connections", "pid", "client_properties"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    pids = [line.split("\t", 1)[0] for line in listing.splitlines() if name in line]
+    assert pids, f"connection {name!r} not found in:\n{listing}"
+    for pid in pids:
+        subprocess.run(["rabbitmqctl", "-q", "close_connection", pid, "anarchon test: dropped"],
+                       capture_output=True, timeout=60, check=True)
+
+
+@pytest.mark.slow
+async def test_a_dropped_connection_reconnects_and_keeps_claiming(url: str, prefix: str) -> None:
+    if shutil.which("rabbitmqctl") is None:
+        pytest.skip("rabbitmqctl is not installed: cannot drop a connection on the broker")
+    name = f"anarchon-test-{uuid.uuid4().hex[:8]}"
+    conn = await aio_pika.connect_robust(url, reconnect_interval=0.3,
+                                         client_properties={"connection_name": name})
+    other = RabbitMQBackend(url, prefix=prefix, horizon="30s")
+    starts: list[tuple[str, int]] = []
+
+    def make(tag: str) -> Scheduler[RabbitMQBackend]:
+        backend = RabbitMQBackend(conn, prefix=prefix, horizon="30s") if tag == "dropped" else other
+        s = Scheduler(backend=backend, namespace=prefix)
+
+        async def tick(ctx: JobContext) -> None:
+            starts.append((tag, ctx.slot))
+
+        s.every("tick", "1s", tick)
+        return s
+
+    dropped, steady = make("dropped"), make("steady")
+    try:
+        async with dropped, steady:
+            await asyncio.sleep(2.5)
+            begin = int(time.time() * 1000)
+            await asyncio.to_thread(_close_connection, name)
+            dropped_at = int(time.time() * 1000)
+            await asyncio.sleep(4)
+            end = int(time.time() * 1000) - 1000
+            # The dropped instance reconnects by itself: its own claims succeed again.
+            probe = await dropped.backend.claim(_req("probe", dropped_at, "dropped", prefix))
+            assert probe.won
+    finally:
+        with contextlib.suppress(Exception):
+            await conn.close()
+    slots = [slot for _, slot in starts]
+    assert len(slots) == len(set(slots)), f"a slot ran twice: {sorted(starts)}"
+    expected = range(-(-begin // 1000) * 1000, end + 1, 1000)
+    missed = [s for s in expected if s not in set(slots)]
+    assert not missed, f"slots missed around the dropped connection: {missed}; started: {sorted(starts)}"
+
+
+@pytest.mark.slow
+def test_three_process_cluster_runs_every_slot_once(url: str, prefix: str, tmp_path: Path) -> None:
+    cluster_url = url + ("&" if "?" in url else "?") + f"prefix={prefix}&horizon=1m"
+    with Cluster(cluster_url, tmp_path, replicas=3, tick_every="1s", long_every="3s", long_run="1s") as c:
+        since = int(time.time() * 1000) + 1000
+        time.sleep(6)
+        until = int(time.time() * 1000) - 1000
+        c.assert_one_winner()
+        assert c.missed("tick", since, until) == [], c.output()
+        assert c.missed("long", since, until, every_ms=3000) == [], c.output()
+        assert len({e.pid for e in c.starts()}) >= 2, "one replica won every slot: no race happened"

@@ -1,0 +1,137 @@
+"""The one place that knows the client libraries: building clients, and mapping their errors to ours."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, NoReturn
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from anarchon import BackendError, BackendUnavailable
+from anarchon.backends import redact_url
+
+__all__ = ["Driver", "REDIS", "split_url", "valkey_driver"]
+
+
+@dataclass(frozen=True, slots=True)
+class Driver:
+    """A client library (redis-py or valkey-py) and the exception types that matter to us."""
+
+    name: str
+    from_url: Any
+    client_type: type[Any]
+    base_error: type[BaseException]
+    unavailable: tuple[type[BaseException], ...]
+    no_script: type[BaseException]
+    response_error: type[BaseException]
+
+    def error(self, exc: BaseException, url: str, doing: str) -> BackendError:
+        """Our exception for `exc`, naming the store by its redacted `url`."""
+        text = _scrub(str(exc), url)
+        if isinstance(exc, self.unavailable) or _retryable_reply(text):
+            return BackendUnavailable(f"{self.name} at {redact_url(url)} unreachable while {doing}: {text}")
+        return BackendError(f"{self.name} at {redact_url(url)} failed while {doing}: {text}")
+
+    @contextlib.contextmanager
+    def translate(self, url: str, doing: str) -> Iterator[None]:
+        """Re-raise the client library's errors as `BackendUnavailable` or `BackendError`."""
+        try:
+            yield
+        except (BackendError, OSError) as exc:
+            if isinstance(exc, BackendError):
+                raise
+            self.raise_(exc, url, doing)
+        except self.base_error as exc:
+            self.raise_(exc, url, doing)
+
+    def raise_(self, exc: BaseException, url: str, doing: str) -> NoReturn:
+        """Raise our exception for `exc`."""
+        raise self.error(exc, url, doing) from exc
+
+
+def _retryable_reply(text: str) -> bool:
+    # Replies that mean "the server is there but cannot serve right now": a restart loading its data,
+    # a replica after failover, a Cluster resharding or down.
+    return text.startswith(("LOADING", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "BUSY "))
+
+
+def _scrub(text: str, url: str) -> str:
+    """Remove the URL's password from `text`, should a client library ever echo it."""
+    password = urlsplit(url).password if "://" in url else None
+    if password:
+        text = text.replace(password, "***")
+    return text
+
+
+def _redis_driver() -> Driver:
+    import redis.asyncio
+    import redis.exceptions as e
+
+    return Driver(
+        name="redis",
+        from_url=redis.asyncio.Redis.from_url,
+        client_type=redis.asyncio.Redis,
+        base_error=e.RedisError,
+        unavailable=(e.ConnectionError, e.TimeoutError, e.BusyLoadingError, e.ReadOnlyError),
+        no_script=e.NoScriptError,
+        response_error=e.ResponseError,
+    )
+
+
+def valkey_driver() -> Driver:
+    """The valkey-py driver; raises ImportError naming the extra when valkey-py is missing."""
+    try:
+        import valkey.asyncio
+        import valkey.exceptions as e
+    except ImportError as exc:
+        raise ImportError(
+            "ValkeyBackend needs valkey-py: install it with `pip install 'anarchon-redis[valkey]'`"
+        ) from exc
+    return Driver(
+        name="valkey",
+        from_url=valkey.asyncio.Valkey.from_url,
+        client_type=valkey.asyncio.Valkey,
+        base_error=e.ValkeyError,
+        unavailable=(e.ConnectionError, e.TimeoutError, e.BusyLoadingError, e.ReadOnlyError),
+        no_script=e.NoScriptError,
+        response_error=e.ResponseError,
+    )
+
+
+REDIS = _redis_driver()
+
+_CLIENT_DEFAULTS = {"socket_connect_timeout": 5.0, "socket_timeout": 10.0}
+
+
+def split_url(url: str, ours: tuple[str, ...], scheme_map: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """Split our query options (`ours`) off `url` and map its scheme to the client library's.
+
+    Returns the client URL and our options.
+    """
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in scheme_map:
+        raise ValueError(
+            f"unsupported URL scheme {scheme!r} in {redact_url(url)!r}: use one of {', '.join(scheme_map)}"
+        )
+    options: dict[str, str] = {}
+    rest: list[tuple[str, str]] = []
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key in ours:
+            options[key] = value
+        else:
+            rest.append((key, value))
+    client_url = urlunsplit((scheme_map[scheme], parts.netloc, parts.path, urlencode(rest), parts.fragment))
+    return client_url, options
+
+
+def client_from_url(driver: Driver, client_url: str) -> Any:
+    """A client for `client_url`, with timeouts so that a dead server cannot hang a claim forever."""
+    query = dict(parse_qsl(urlsplit(client_url).query))
+    kwargs = {k: v for k, v in _CLIENT_DEFAULTS.items() if k not in query}
+    try:
+        return driver.from_url(client_url, **kwargs)
+    except (ValueError, TypeError) as exc:
+        reason = _scrub(str(exc), client_url)
+        raise ValueError(f"invalid {driver.name} URL {redact_url(client_url)!r}: {reason}") from None

@@ -1,0 +1,39 @@
+"""Key and channel names. Every key of one job shares the hash tag `{prefix:namespace:job}`."""
+
+from __future__ import annotations
+
+__all__ = ["Keys"]
+
+
+def _escape(namespace: str) -> str:
+    # A ':' in a namespace would make ("a:b", "c") and ("a", "b:c") share keys.
+    return namespace.replace("%", "%25").replace(":", "%3A")
+
+
+class Keys:
+    """Names for one prefix."""
+
+    def __init__(self, prefix: str) -> None:
+        if not prefix:
+            raise ValueError("prefix must not be empty: pass e.g. prefix='anarchon'")
+        self.prefix = prefix
+
+    def job(self, namespace: str, job: str) -> str:
+        """The job's hash: its fencing counter and newest record."""
+        return f"{{{self.prefix}:{_escape(namespace)}:{job}}}"
+
+    def others(self, namespace: str, job: str) -> str:
+        """Older slots still running under overlap='allow'."""
+        return self.job(namespace, job) + ":others"
+
+    def stream(self, namespace: str, job: str) -> str:
+        """The claim-only backend's per-job stream."""
+        return self.job(namespace, job) + ":stream"
+
+    def index(self, namespace: str) -> str:
+        """The set of job names in a namespace (for `jobs()`)."""
+        return f"{{{self.prefix}:{_escape(namespace)}}}:jobs"
+
+    def channel(self, namespace: str) -> str:
+        """The pub/sub channel on which releases are announced."""
+        return f"{self.prefix}:{_escape(namespace)}:released"

@@ -1,0 +1,376 @@
+"""RedisBackend and ValkeyBackend: the DESIGN §3 lease state machine as Lua scripts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+from anarchon.backends import (
+    BackendBase,
+    Capability,
+    ClaimOutcome,
+    ClaimRequest,
+    ClaimResult,
+    JobState,
+    JobStatus,
+    Lease,
+    Overlap,
+    ReleaseCallback,
+    ReleaseOutcome,
+    redact_url,
+)
+
+from . import _scripts
+from ._client import REDIS, Driver, client_from_url, split_url, valkey_driver
+from ._keys import Keys
+
+__all__ = ["RedisBackend", "ValkeyBackend"]
+
+log = logging.getLogger("anarchon.redis")
+
+_STATUS = {
+    ReleaseOutcome.DONE: JobStatus.DONE.value,
+    ReleaseOutcome.FAILED: JobStatus.FAILED.value,
+    ReleaseOutcome.HANDOVER: JobStatus.RELEASED.value,
+}
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _opt_s(value: Any) -> str | None:
+    return None if value is None else _s(value)
+
+
+def _opt_i(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def describe_client(driver: Driver, client: Any) -> str:
+    """A URL-like description of an existing client, without its password."""
+    try:
+        kw = client.connection_pool.connection_kwargs
+    except AttributeError:
+        return f"<{driver.name} client>"
+    if "path" in kw:
+        return f"unix://{kw['path']}?db={kw.get('db', 0)}"
+    return f"{driver.name}://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
+
+
+class _ScriptedStore(BackendBase):
+    """Client handling shared by the Redis backends: URL or client, scripts, NOSCRIPT, errors."""
+
+    _schemes: ClassVar[dict[str, str]] = {}
+    _url_options: ClassVar[tuple[str, ...]] = ("prefix",)
+
+    @classmethod
+    def _driver(cls) -> Driver:
+        return REDIS
+
+    def _setup(self, redis: Any, prefix: str) -> dict[str, str]:
+        driver = self._driver()
+        self._drv = driver
+        options: dict[str, str] = {}
+        if isinstance(redis, str):
+            client_url, options = split_url(redis, self._url_options, self._schemes)
+            self._client = client_from_url(driver, client_url)
+            self._owns_client = True
+            self._url = redis
+            prefix = options.get("prefix", prefix)
+        elif isinstance(redis, driver.client_type):
+            self._client = redis
+            self._owns_client = False
+            self._url = describe_client(driver, redis)
+        else:
+            raise TypeError(
+                f"{type(self).__name__} needs a URL ({', '.join(self._schemes)}) or a "
+                f"{driver.client_type.__module__}.{driver.client_type.__name__}, not {type(redis).__name__}"
+            )
+        self.keys = Keys(prefix)
+        self.prefix = prefix
+        return options
+
+    @property
+    def url(self) -> str:
+        """Where the store is, password redacted."""
+        return redact_url(self._url)
+
+    @property
+    def client(self) -> Any:
+        """The client library's connection (redis.asyncio.Redis or valkey.asyncio.Valkey)."""
+        return self._client
+
+    def _translate(self, doing: str) -> contextlib.AbstractContextManager[None]:
+        return self._drv.translate(self._url, doing)
+
+    async def _close_client(self) -> None:
+        if self._owns_client:
+            with contextlib.suppress(Exception):
+                await self._client.aclose()
+
+    async def _eval_many(
+        self, script: Any, calls: Sequence[tuple[list[str], list[Any]]], doing: str,
+        extra: Callable[[Any], None] | None = None,
+    ) -> list[Any]:
+        """Run `script` once per call in one pipeline: one round trip.
+
+        A pipeline cannot reload a script on NOSCRIPT (after a restart or failover), so the calls
+        that got NOSCRIPT (the script did not run for them) are sent again after SCRIPT LOAD.
+        """
+        results: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        for round_ in range(2):
+            pipe = self._client.pipeline(transaction=False)
+            for i in todo:
+                keys, args = calls[i]
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            if extra is not None and round_ == 0:
+                extra(pipe)
+            with self._translate(doing):
+                replies = await pipe.execute(raise_on_error=False)
+            for reply in replies[len(todo):]:
+                if isinstance(reply, BaseException):
+                    self._drv.raise_(reply, self._url, doing)
+            missing = []
+            for i, reply in zip(todo, replies, strict=False):
+                if isinstance(reply, self._drv.no_script):
+                    missing.append(i)
+                elif isinstance(reply, BaseException):
+                    self._drv.raise_(reply, self._url, doing)
+                else:
+                    results[i] = reply
+            if not missing:
+                return results
+            with self._translate("loading scripts"):
+                await self._client.script_load(script.script)
+            todo = missing
+        raise self._drv.error(RuntimeError("NOSCRIPT after SCRIPT LOAD"), self._url, doing)
+
+    async def _eval(self, script: Any, keys: list[str], args: list[Any], doing: str) -> Any:
+        # register_script's object sends EVALSHA and reloads the script on NOSCRIPT itself.
+        with self._translate(doing):
+            return await script(keys=keys, args=args)
+
+
+class RedisBackend(_ScriptedStore):
+    """A lease backend on Redis: every operation is one Lua script, releases are pushed by pub/sub."""
+
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(
+        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.CLAIM_MANY, Capability.INSPECT}
+    )
+    url_schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix")
+    _schemes: ClassVar[dict[str, str]] = {"redis": "redis", "rediss": "rediss", "unix": "unix"}
+
+    def __init__(self, redis: Any, *, prefix: str = "anarchon") -> None:
+        self._setup(redis, prefix)
+        c = self._client
+        self._claim_script = c.register_script(_scripts.CLAIM)
+        self._renew_script = c.register_script(_scripts.RENEW)
+        self._release_script = c.register_script(_scripts.RELEASE)
+        self._inspect_script = c.register_script(_scripts.INSPECT)
+        self._callbacks: dict[str, list[ReleaseCallback]] = {}
+        self._listener: asyncio.Task[None] | None = None
+        self._listening = asyncio.Event()
+        self._closed = False
+
+    @classmethod
+    def from_url(cls, url: str) -> RedisBackend:
+        """Build from a URL; `?prefix=` sets the key prefix."""
+        return cls(url)
+
+    async def open(self) -> None:
+        """Check the server answers and load the scripts."""
+        self._closed = False
+        with self._translate("connecting"):
+            await self._client.ping()
+            for script in (self._claim_script, self._renew_script, self._release_script,
+                           self._inspect_script):
+                await self._client.script_load(script.script)
+
+    async def close(self) -> None:
+        """Stop the release listener and, when this backend built the client, disconnect it."""
+        self._closed = True
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._listener
+            self._listener = None
+        self._callbacks.clear()
+        await self._close_client()
+
+    # -- claims --------------------------------------------------------------------------------
+
+    def _job_keys(self, namespace: str, job: str) -> list[str]:
+        return [self.keys.job(namespace, job), self.keys.others(namespace, job)]
+
+    async def claim(self, request: ClaimRequest) -> ClaimResult:
+        """Claim one slot (see `LeaseBackend.claim`): one script, one round trip."""
+        return (await self.claim_many([request]))[0]
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        """Claim a batch in one round trip: a pipeline of one script call per request."""
+        if not requests:
+            return []
+        calls = [
+            (self._job_keys(r.namespace, r.job),
+             [r.slot, r.owner, r.lease_ms, r.max_attempts, Overlap(r.overlap).value, r.fingerprint,
+              r.max_skew_ms])
+            for r in requests
+        ]
+
+        def index(pipe: Any) -> None:
+            # The name index lives outside the job's hash slot, so it is written beside the script.
+            by_ns: dict[str, set[str]] = {}
+            for r in requests:
+                by_ns.setdefault(r.namespace, set()).add(r.job)
+            for ns, names in by_ns.items():
+                pipe.sadd(self.keys.index(ns), *sorted(names))
+
+        replies = await self._eval_many(self._claim_script, calls, "claiming", extra=index)
+        return [self._result(r, reply) for r, reply in zip(requests, replies, strict=True)]
+
+    @staticmethod
+    def _result(r: ClaimRequest, reply: list[Any]) -> ClaimResult:
+        outcome = ClaimOutcome(_s(reply[0]))
+        holder = _opt_s(reply[1])
+        attempt = int(reply[2])
+        expires_at = _opt_i(reply[3])
+        prev = _opt_s(reply[5])
+        lease = None
+        if outcome is ClaimOutcome.WON:
+            assert expires_at is not None
+            lease = Lease(r.namespace, r.job, r.slot, attempt, int(reply[8]), r.owner, expires_at)
+        return ClaimResult(
+            outcome, r.job, r.slot, lease=lease, holder=holder, attempt=attempt, expires_at=expires_at,
+            now=int(reply[4]), previous_status=None if prev is None else JobStatus(prev),
+            fingerprint=_opt_s(reply[6]), record_slot=_opt_i(reply[7]),
+        )
+
+    async def renew(self, lease: Lease, lease_ms: int) -> Lease | None:
+        """Extend a lease still owned by its holder (see `LeaseBackend.renew`)."""
+        expires = await self._eval(
+            self._renew_script, self._job_keys(lease.namespace, lease.job),
+            [lease.slot, lease.token, lease.owner, lease_ms], "renewing",
+        )
+        if expires is None:
+            return None
+        return Lease(lease.namespace, lease.job, lease.slot, lease.attempt, lease.token, lease.owner,
+                     int(expires))
+
+    async def release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
+        """End a run (see `LeaseBackend.release`); the script publishes it to subscribers."""
+        done = await self._eval(
+            self._release_script, self._job_keys(lease.namespace, lease.job),
+            [lease.slot, lease.token, lease.owner, _STATUS[outcome], self.keys.channel(lease.namespace),
+             lease.job],
+            "releasing",
+        )
+        return bool(int(done))
+
+    # -- inspection ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _state(namespace: str, job: str, reply: list[Any]) -> JobState | None:
+        if len(reply) < 9:
+            return None
+        return JobState(
+            namespace, job, int(reply[1]), int(reply[2]), int(reply[3]), _s(reply[4]),
+            JobStatus(_s(reply[5])), int(reply[6]), _s(reply[7]), int(reply[8]), int(reply[0]),
+        )
+
+    async def inspect(self, namespace: str, job: str) -> JobState | None:
+        """Read one job's newest record."""
+        reply = await self._eval(self._inspect_script, self._job_keys(namespace, job), [], "inspecting")
+        return self._state(namespace, job, reply)
+
+    async def jobs(self, namespace: str) -> list[JobState]:
+        """Read every job's newest record in a namespace, from the namespace's name index."""
+        with self._translate("listing jobs"):
+            names = sorted(_s(n) for n in await self._client.smembers(self.keys.index(namespace)))
+        if not names:
+            return []
+        replies = await self._eval_many(
+            self._inspect_script, [(self._job_keys(namespace, n), []) for n in names], "inspecting"
+        )
+        states = [self._state(namespace, n, reply) for n, reply in zip(names, replies, strict=True)]
+        return [s for s in states if s is not None]
+
+    # -- pushed releases -------------------------------------------------------------------------
+
+    async def subscribe(self, namespace: str, callback: ReleaseCallback) -> None:
+        """Call `callback(job, slot)` on this event loop for every release in `namespace`."""
+        channel = self.keys.channel(namespace)
+        self._callbacks.setdefault(channel, []).append(callback)
+        # (Re)start the listener so it subscribes to every channel; it reconnects by itself.
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._listener
+        self._listening.clear()
+        self._listener = asyncio.create_task(self._listen(), name=f"anarchon-redis-listener {self.url}")
+        # Wait briefly for the subscription, so a release right after start() is not missed.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._listening.wait(), timeout=2)
+
+    async def _listen(self) -> None:
+        delay = 0.05
+        while not self._closed:
+            pubsub = self._client.pubsub()
+            try:
+                await pubsub.subscribe(*self._callbacks)
+                while not self._closed:
+                    msg = await pubsub.get_message(ignore_subscribe_messages=False, timeout=1.0)
+                    if msg is None:
+                        continue
+                    kind = _s(msg.get("type"))
+                    if kind == "subscribe":
+                        self._listening.set()
+                        delay = 0.05
+                    elif kind == "message":
+                        self._dispatch(_s(msg["channel"]), _s(msg["data"]))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                err = self._drv.error(exc, self._url, "listening for releases")
+                log.warning("%s; reconnecting in %.2f s (backups poll until then)", err, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+            finally:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(pubsub.aclose())
+
+    def _dispatch(self, channel: str, payload: str) -> None:
+        slot_text, _, job = payload.partition(":")
+        try:
+            slot = int(slot_text)
+        except ValueError:
+            log.warning("ignored a malformed release message %r on %s", payload, channel)
+            return
+        for callback in list(self._callbacks.get(channel, ())):
+            try:
+                callback(job, slot)
+            except Exception:
+                log.exception("release callback failed for %s slot=%d", job, slot)
+
+
+class ValkeyBackend(RedisBackend):
+    """The same lease backend over valkey-py (`valkey.asyncio.Valkey` or a `valkey://` URL)."""
+
+    url_schemes: ClassVar[tuple[str, ...]] = ("valkey", "valkeys")
+    _schemes: ClassVar[dict[str, str]] = {"valkey": "valkey", "valkeys": "valkeys", "unix": "unix"}
+
+    @classmethod
+    def _driver(cls) -> Driver:
+        return valkey_driver()
+
+    def __init__(self, valkey: Any, *, prefix: str = "anarchon") -> None:
+        super().__init__(valkey, prefix=prefix)
+
+    @classmethod
+    def from_url(cls, url: str) -> ValkeyBackend:
+        """Build from a `valkey://` or `valkeys://` URL; `?prefix=` sets the key prefix."""
+        return cls(url)

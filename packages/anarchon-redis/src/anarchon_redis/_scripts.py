@@ -1,0 +1,194 @@
+"""The Lua scripts: every backend operation is one of these, run atomically by the server.
+
+Keys of one job (all hash-tagged `{prefix:namespace:job}`, so they live in one Cluster slot):
+
+- KEYS[1] `{…}`: a hash with the job's fencing counter `seq` and its newest record
+  (`slot attempt token owner status expires_at fingerprint updated_at`);
+- KEYS[2] `{…}:others`: a hash slot → JSON record of older slots still running under
+  `overlap="allow"` (empty otherwise).
+
+Time is the server's: `TIME` is read once, at the top of each script.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CLAIM", "INSPECT", "RELEASE", "RENEW", "STREAM_CLAIM"]
+
+_COMMON = r"""
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local FIELDS = {'slot', 'attempt', 'token', 'owner', 'status', 'expires_at', 'fingerprint', 'updated_at'}
+
+local function current()
+  local v = redis.call('HMGET', KEYS[1], unpack(FIELDS))
+  if not v[1] then return nil end
+  return {slot = tonumber(v[1]), attempt = tonumber(v[2]), token = tonumber(v[3]), owner = v[4],
+          status = v[5], expires_at = tonumber(v[6]), fingerprint = v[7] or '',
+          updated_at = tonumber(v[8]), other = false}
+end
+
+local function other(slot)
+  local raw = redis.call('HGET', KEYS[2], string.format('%d', slot))
+  if not raw then return nil end
+  local r = cjson.decode(raw)
+  r.other = true
+  return r
+end
+
+local function save(r)
+  if r.other then
+    redis.call('HSET', KEYS[2], string.format('%d', r.slot), cjson.encode({
+      slot = r.slot, attempt = r.attempt, token = r.token, owner = r.owner, status = r.status,
+      expires_at = r.expires_at, fingerprint = r.fingerprint, updated_at = r.updated_at}))
+  else
+    redis.call('HSET', KEYS[1], 'slot', string.format('%d', r.slot), 'attempt', r.attempt,
+      'token', r.token, 'owner', r.owner, 'status', r.status,
+      'expires_at', string.format('%d', r.expires_at), 'fingerprint', r.fingerprint,
+      'updated_at', string.format('%d', r.updated_at))
+  end
+end
+
+-- The record a lease refers to: the newest one for its slot, else an older one still running.
+local function find(slot, token, owner)
+  local r = current()
+  if r and r.slot ~= slot then r = other(slot) end
+  if (not r) or r.token ~= token or r.owner ~= owner then return nil end
+  return r
+end
+"""
+
+CLAIM = _COMMON + r"""
+-- ARGV: slot owner lease_ms max_attempts overlap fingerprint max_skew_ms
+local slot = tonumber(ARGV[1])
+local owner = ARGV[2]
+local lease_ms = tonumber(ARGV[3])
+local max_attempts = tonumber(ARGV[4])
+local overlap = ARGV[5]
+local fp = ARGV[6]
+local max_skew = tonumber(ARGV[7])
+
+-- Reply: outcome holder attempt expires_at now previous_status fingerprint record_slot token
+local function reply(outcome, r, expires, prev_status, fingerprint, record_slot, token)
+  return {outcome, r and r.owner or false, r and r.attempt or 0, expires or false, now,
+          prev_status or false, fingerprint or false, record_slot or false, token or false}
+end
+
+local function live(r)
+  return r.status == 'running' and r.expires_at > now
+end
+
+local function win_new(prev)
+  local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
+  -- Older records that ended are forgotten; running ones stay so they can renew or be taken over.
+  local others = redis.call('HGETALL', KEYS[2])
+  for i = 1, #others, 2 do
+    if cjson.decode(others[i + 1]).status ~= 'running' then redis.call('HDEL', KEYS[2], others[i]) end
+  end
+  local r = {slot = slot, attempt = 1, token = seq, owner = owner, status = 'running',
+             expires_at = now + lease_ms, fingerprint = fp, updated_at = now, other = false}
+  save(r)
+  return reply('won', r, r.expires_at, nil, prev and prev.fingerprint, prev and prev.slot, seq)
+end
+
+local function same_slot(r)
+  if live(r) then
+    return reply('taken', r, r.expires_at, nil, r.fingerprint, r.slot)
+  end
+  if r.status == 'done' or r.status == 'failed' then
+    return reply('done', r, nil, nil, r.fingerprint, r.slot)
+  end
+  -- Released, or running with an expired lease (expiry is inclusive): a takeover, if attempts remain.
+  if r.attempt >= max_attempts then
+    return reply('exhausted', r, nil, r.status, r.fingerprint, r.slot)
+  end
+  local prev_status, prev_fp = r.status, r.fingerprint
+  local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
+  r.attempt = r.attempt + 1
+  r.token = seq
+  r.owner = owner
+  r.status = 'running'
+  r.expires_at = now + lease_ms
+  r.fingerprint = fp
+  r.updated_at = now
+  save(r)
+  return reply('won', r, r.expires_at, prev_status, prev_fp, r.slot, seq)
+end
+
+if slot > now + max_skew then
+  return reply('early', nil)
+end
+local cur = current()
+if not cur then return win_new(nil) end
+if slot == cur.slot then return same_slot(cur) end
+if slot < cur.slot then
+  if overlap == 'allow' then
+    local o = other(slot)
+    if o then return same_slot(o) end
+  end
+  return reply('stale', cur, nil, nil, cur.fingerprint, cur.slot)
+end
+-- A newer slot than the record's.
+if live(cur) then
+  if overlap == 'skip' or overlap == 'buffer_one' then
+    return reply('skipped', cur, cur.expires_at, nil, cur.fingerprint, cur.slot)
+  end
+  if overlap == 'allow' then
+    cur.other = true
+    save(cur)
+  end
+end
+return win_new(cur)
+"""
+
+RENEW = _COMMON + r"""
+-- ARGV: slot token owner lease_ms. Reply: the new expires_at, or false when the lease is lost.
+local r = find(tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3])
+if (not r) or r.status ~= 'running' then return false end
+r.expires_at = now + tonumber(ARGV[4])
+r.updated_at = now
+save(r)
+return r.expires_at
+"""
+
+RELEASE = _COMMON + r"""
+-- ARGV: slot token owner status channel job. Reply: 1 when released, 0 when ignored.
+local slot = tonumber(ARGV[1])
+local r = find(slot, tonumber(ARGV[2]), ARGV[3])
+if (not r) or r.status ~= 'running' then return 0 end
+if r.other then
+  redis.call('HDEL', KEYS[2], string.format('%d', slot))
+else
+  r.status = ARGV[4]
+  r.updated_at = now
+  save(r)
+end
+redis.call('PUBLISH', ARGV[5], string.format('%d', slot) .. ':' .. ARGV[6])
+return 1
+"""
+
+INSPECT = _COMMON + r"""
+-- Reply: now, then the newest record's fields (or nothing when there is none).
+local r = current()
+if not r then return {now} end
+return {now, r.slot, r.attempt, r.token, r.owner, r.status, r.expires_at, r.fingerprint, r.updated_at}
+"""
+
+STREAM_CLAIM = r"""
+-- KEYS[1]: the job's stream. ARGV: slot owner maxlen. Reply: {1, owner} when won, {0, holder|false}.
+local id = ARGV[1] .. '-1'
+local found = redis.call('XRANGE', KEYS[1], id, id)
+if #found > 0 then
+  local f = found[1][2]
+  for i = 1, #f, 2 do
+    if f[i] == 'owner' then return {0, f[i + 1]} end
+  end
+  return {0, false}
+end
+-- The stream refuses IDs at or below its top: an older slot nobody claimed stays unclaimed.
+local added = redis.pcall('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], id, 'owner', ARGV[2])
+if type(added) == 'table' and added.err then
+  if string.find(added.err, 'equal or smaller', 1, true) then return {0, false} end
+  return redis.error_reply(added.err)
+end
+return {1, ARGV[2]}
+"""

@@ -1,0 +1,187 @@
+"""RedisStreamBackend: claim-only, one winner per (job, slot) through a per-job stream."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
+
+from anarchon import BackendError
+from anarchon.backends import Capability, ClaimOutcome, ClaimRequest, ClaimResult, Lease
+
+from . import _scripts
+from ._lease import _opt_s, _s, _ScriptedStore
+
+__all__ = ["RedisStreamBackend", "Strategy"]
+
+Strategy = Literal["stream-id", "idmp", "script"]
+"""How a stream picks the one winner of a slot."""
+
+_STRATEGIES = ("stream-id", "idmp", "script")
+_IDMP_MIN = (8, 6)
+_PRODUCER = "anarchon"
+
+# Creates the stream and sets its IDMP retention once: XCFGSET clears the IDMP map, so it must
+# never run on a stream that already takes claims.
+_IDMP_INIT = r"""
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('XADD', KEYS[1], '*', 'init', '1')
+  redis.call('XCFGSET', KEYS[1], 'IDMP-DURATION', ARGV[1], 'IDMP-MAXSIZE', ARGV[2])
+end
+return 1
+"""
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
+
+
+class RedisStreamBackend(_ScriptedStore):
+    """Claim-only on Redis streams: one winner per (job, slot); no lease, no takeover.
+
+    - `stream-id`: `XADD <slot>-1` on the job's stream; the stream refuses an ID at or below its top.
+    - `idmp`: `XADD … IDMP` (Redis >= 8.6), then the entry is read back to learn the winner.
+    - `script`: a Lua check-then-XADD, one command per claim, which also names the holder.
+    """
+
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.CLAIM, Capability.CLAIM_MANY})
+    url_schemes: ClassVar[tuple[str, ...]] = ("redis+stream", "rediss+stream", "unix+stream")
+    # The constructor also takes plain redis:// URLs; only the +stream schemes are registered.
+    _schemes: ClassVar[dict[str, str]] = {"redis+stream": "redis", "rediss+stream": "rediss",
+                                          "unix+stream": "unix", "redis": "redis", "rediss": "rediss",
+                                          "unix": "unix"}
+    _url_options: ClassVar[tuple[str, ...]] = ("prefix", "strategy", "maxlen", "idmp_duration")
+
+    def __init__(
+        self, redis: Any, *, strategy: Strategy = "stream-id", prefix: str = "anarchon",
+        maxlen: int = 100, idmp_duration: int = 3600,
+    ) -> None:
+        options = self._setup(redis, prefix)
+        strategy = options.get("strategy", strategy)  # type: ignore[assignment]
+        if strategy not in _STRATEGIES:
+            raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(_STRATEGIES)}")
+        self.strategy: Strategy = strategy
+        self.maxlen = int(options.get("maxlen", maxlen))
+        self.idmp_duration = int(options.get("idmp_duration", idmp_duration))
+        if self.maxlen < 1:
+            raise ValueError(f"maxlen must be at least 1, not {self.maxlen!r}")
+        if not 1 <= self.idmp_duration <= 86_400:
+            raise ValueError(f"idmp_duration must be 1..86400 seconds (XCFGSET), not {self.idmp_duration!r}")
+        self._script = self._client.register_script(_scripts.STREAM_CLAIM)
+        self._idmp_init = self._client.register_script(_IDMP_INIT)
+
+    @classmethod
+    def from_url(cls, url: str) -> RedisStreamBackend:
+        """`redis+stream://host/0?strategy=script&maxlen=100&prefix=anarchon`."""
+        return cls(url)
+
+    @property
+    def horizon_ms(self) -> int | None:
+        """`stream-id`/`script`: None (a slot at or below the stream's top never wins again);
+        `idmp`: the IDMP retention, `idmp_duration` seconds."""
+        return self.idmp_duration * 1000 if self.strategy == "idmp" else None
+
+    async def open(self) -> None:
+        """Check the server; `idmp` is refused on servers older than Redis 8.6."""
+        with self._translate("connecting"):
+            info = await self._client.info("server")
+        version = _s(info.get("redis_version", "0")) if isinstance(info, dict) else "0"
+        if self.strategy == "idmp" and _version(version) < _IDMP_MIN:
+            raise BackendError(
+                f"strategy='idmp' needs Redis >= 8.6 (XADD … IDMP), but the server at {self.url} runs "
+                f"Redis {version}: upgrade the server, or use strategy='stream-id' or 'script'"
+            )
+        if self.strategy == "script":
+            with self._translate("loading scripts"):
+                await self._client.script_load(self._script.script)
+
+    async def close(self) -> None:
+        """Disconnect, when this backend built the client."""
+        await self._close_client()
+
+    async def claim(self, request: ClaimRequest) -> ClaimResult:
+        """One winner per (namespace, job, slot)."""
+        return (await self.claim_many([request]))[0]
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        """Claim a batch; `stream-id` and `script` take one round trip, `idmp` two."""
+        if not requests:
+            return []
+        if self.strategy == "script":
+            calls = [([self.keys.stream(r.namespace, r.job)], [r.slot, r.owner, self.maxlen])
+                     for r in requests]
+            replies = await self._eval_many(self._script, calls, "claiming")
+            return [self._result(r, bool(int(rep[0])), _opt_s(rep[1])) for r, rep in zip(requests, replies,
+                                                                                         strict=True)]
+        if self.strategy == "stream-id":
+            return await self._claim_stream_id(requests)
+        return await self._claim_idmp(requests)
+
+    @staticmethod
+    def _result(r: ClaimRequest, won: bool, holder: str | None) -> ClaimResult:
+        if won:
+            lease = Lease(r.namespace, r.job, r.slot, 1, 0, r.owner, 0)
+            return ClaimResult(ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=r.owner, attempt=1)
+        return ClaimResult(ClaimOutcome.TAKEN, r.job, r.slot, holder=holder, attempt=1)
+
+    @staticmethod
+    def _owner(entries: Any) -> str | None:
+        if not entries:
+            return None
+        fields = entries[0][1]
+        value = fields.get(b"owner", fields.get("owner"))
+        return _opt_s(value)
+
+    async def _claim_stream_id(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        # XADD then XRANGE of the same ID, pipelined: the read names the winner, whoever it was.
+        pipe = self._client.pipeline(transaction=False)
+        for r in requests:
+            key, entry_id = self.keys.stream(r.namespace, r.job), f"{r.slot}-1"
+            pipe.xadd(key, {"owner": r.owner}, id=entry_id, maxlen=self.maxlen, approximate=True)
+            pipe.xrange(key, entry_id, entry_id)
+        with self._translate("claiming"):
+            replies = await pipe.execute(raise_on_error=False)
+        results = []
+        for i, r in enumerate(requests):
+            added, read = replies[2 * i], replies[2 * i + 1]
+            if isinstance(added, BaseException) and not (
+                isinstance(added, self._drv.response_error) and "equal or smaller" in str(added)
+            ):
+                self._drv.raise_(added, self._url, "claiming")
+            if isinstance(read, BaseException):
+                self._drv.raise_(read, self._url, "claiming")
+            holder = self._owner(read)
+            results.append(self._result(r, not isinstance(added, BaseException), holder))
+        return results
+
+    async def _claim_idmp(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        streams = [self.keys.stream(r.namespace, r.job) for r in requests]
+        pipe = self._client.pipeline(transaction=False)
+        for key in dict.fromkeys(streams):
+            pipe.evalsha(self._idmp_init.sha, 1, key, self.idmp_duration, 10_000)
+        for r, key in zip(requests, streams, strict=True):
+            pipe.execute_command("XADD", key, "IDMP", _PRODUCER, str(r.slot), "MAXLEN", "~", self.maxlen,
+                                 "*", "owner", r.owner)
+        with self._translate("claiming"):
+            replies = await pipe.execute(raise_on_error=False)
+        if any(isinstance(rep, self._drv.no_script) for rep in replies):
+            with self._translate("loading scripts"):
+                await self._client.script_load(self._idmp_init.script)
+            return await self._claim_idmp(requests)
+        ids = replies[-len(requests):]
+        for rep in replies:
+            if isinstance(rep, BaseException):
+                self._drv.raise_(rep, self._url, "claiming")
+        # A duplicate gets the original entry's ID: read each entry back to learn who won.
+        pipe = self._client.pipeline(transaction=False)
+        for key, entry_id in zip(streams, ids, strict=True):
+            pipe.xrange(key, entry_id, entry_id)
+        with self._translate("claiming"):
+            reads = await pipe.execute(raise_on_error=False)
+        results = []
+        for r, read in zip(requests, reads, strict=True):
+            if isinstance(read, BaseException):
+                self._drv.raise_(read, self._url, "claiming")
+            holder = self._owner(read)
+            results.append(self._result(r, holder == r.owner, holder))
+        return results

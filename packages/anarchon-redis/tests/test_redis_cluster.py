@@ -1,0 +1,104 @@
+"""Real replica processes on one Redis: kill -9, graceful stop, and a Redis restart mid-run."""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from anarchon import JobContext, Scheduler
+from anarchon.testing.cluster import Cluster
+from anarchon_redis import RedisBackend
+
+pytestmark = pytest.mark.slow
+
+# The exact command this machine's Redis is started with (see the machine notes): no persistence.
+REDIS_START = (
+    'redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no '
+    "--dir /var/lib/redis --logfile /var/log/redis/ci.log"
+)
+
+
+def _with_prefix(url: str, prefix: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}prefix={prefix}"
+
+
+def test_kill_9_and_graceful_stop(redis_url: str, prefix: str, tmp_path: Path) -> None:
+    url = _with_prefix(redis_url, prefix)
+    with Cluster(url, tmp_path, replicas=3, lease="2s", heartbeat="0.4s", tick_every="1s",
+                 long_every="6s", long_run="3s") as cluster:
+        since = int(time.time() * 1000) + 1000
+        ev = cluster.wait_for(lambda e: e.event == "start" and e.job == "long", timeout=20)
+        cluster.stop(ev.pid)  # graceful: handover, pushed to the backups
+        ev2 = cluster.wait_for(
+            lambda e: e.event == "start" and e.job == "long" and e.slot == ev.slot and e.attempt == 2,
+            timeout=10,
+        )
+        assert ev2.pid != ev.pid
+        cluster.kill(ev2.pid)  # kill -9: taken over after the lease expires
+        ev3 = cluster.wait_for(
+            lambda e: e.event == "start" and e.job == "long" and e.slot == ev.slot and e.attempt == 3,
+            timeout=10,
+        )
+        assert ev3.pid not in (ev.pid, ev2.pid)
+        cluster.spawn()
+        cluster.spawn()
+        time.sleep(3)
+        until = int(time.time() * 1000) - 1500
+        cluster.assert_one_winner()
+        assert cluster.missed("tick", since, until) == []
+
+
+def _redis_up(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+def _ensure_started(url: str) -> None:
+    if not _redis_up(url):
+        subprocess.run(shlex.split(REDIS_START), check=False, capture_output=True)
+    for _ in range(100):
+        if _redis_up(url):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"Redis did not come back; start it with: {REDIS_START}")
+
+
+async def test_scheduler_survives_redis_restart(redis_url: str, prefix: str) -> None:
+    if "127.0.0.1:6379" not in redis_url:
+        pytest.skip("restarts only the local server on 127.0.0.1:6379")
+    backend = RedisBackend(redis_url, prefix=prefix)
+    scheduler = Scheduler(backend, namespace="restart", lease="2s", heartbeat="0.4s")
+    starts: list[tuple[float, int]] = []
+
+    async def tick(ctx: JobContext) -> None:
+        starts.append((time.monotonic(), ctx.slot))
+
+    scheduler.every("tick", "0.5s", tick, catch_up=0)
+    try:
+        async with scheduler:
+            await asyncio.sleep(1.5)
+            assert starts, "no run before the restart"
+            await asyncio.to_thread(subprocess.run, ["redis-cli", "-p", "6379", "shutdown", "nosave"],
+                                    capture_output=True, check=False)
+            await asyncio.sleep(1.0)
+            assert not await asyncio.to_thread(_redis_up, redis_url)
+            await asyncio.to_thread(_ensure_started, redis_url)
+            up_at = time.monotonic()
+            for _ in range(60):
+                if any(t > up_at for t, _ in starts):
+                    break
+                await asyncio.sleep(0.1)
+            assert scheduler.running
+            assert any(t > up_at for t, _ in starts), "no run after the restart"
+    finally:
+        await asyncio.to_thread(_ensure_started, redis_url)
+    slots = [s for _, s in starts]
+    assert len(slots) == len(set(slots))

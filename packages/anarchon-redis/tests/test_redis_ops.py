@@ -1,0 +1,263 @@
+"""Scripts, errors, pushed releases, reconnects, races and the stream strategies on the real server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+import redis.asyncio
+from redis.crc import key_slot
+
+from anarchon import BackendError, BackendUnavailable
+from anarchon.backends import ClaimOutcome, ClaimRequest, Overlap, ReleaseOutcome
+from anarchon_redis import RedisBackend, RedisStreamBackend, ValkeyBackend
+
+SECRET = "s3cret-pa55word"
+
+
+async def _store_now(raw: redis.asyncio.Redis) -> int:
+    sec, usec = await raw.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+async def test_noscript_is_reloaded_for_single_calls_and_pipelines(
+    redis_url: str, prefix: str, raw: redis.asyncio.Redis
+) -> None:
+    backend = RedisBackend(redis_url, prefix=prefix)
+    await backend.open()
+    try:
+        now = await _store_now(raw)
+        await raw.script_flush()  # as after a restart or a failover
+        results = await backend.claim_many([ClaimRequest("ns", f"j{i}", now, "A") for i in range(5)])
+        assert [r.outcome for r in results] == [ClaimOutcome.WON] * 5
+        await raw.script_flush()
+        lease = results[0].lease
+        assert lease is not None
+        assert await backend.renew(lease, 10_000) is not None
+        await raw.script_flush()
+        assert await backend.release(lease, ReleaseOutcome.DONE)
+        await raw.script_flush()
+        assert [s.job for s in await backend.jobs("ns")] == [f"j{i}" for i in range(5)]
+    finally:
+        await backend.close()
+
+
+async def test_keys_are_hash_tagged_per_job(redis_url: str, prefix: str, raw: redis.asyncio.Redis) -> None:
+    backend = RedisBackend(redis_url, prefix=prefix)
+    await backend.open()
+    try:
+        now = await _store_now(raw)
+        await backend.claim(ClaimRequest("ns:x", "reports:daily", now, "A"))
+        keys = sorted(k.decode() if isinstance(k, bytes) else k for k in await raw.keys(f"*{prefix}*"))
+        assert keys == [f"{{{prefix}:ns%3Ax:reports:daily}}", f"{{{prefix}:ns%3Ax}}:jobs"]
+        slots = {key_slot(k.encode()) for k in (keys[0], keys[0] + ":others", keys[0] + ":stream")}
+        assert len(slots) == 1
+    finally:
+        await backend.close()
+
+
+async def test_password_never_in_messages_or_logs(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    host = redis_url.split("://", 1)[1].split("/", 1)[0].rpartition("@")[2]
+    # No such user on the server: AUTH fails. Port 1 refuses connections.
+    for url in (f"redis://nobody-{SECRET[:3]}:{SECRET}@{host}/0", f"redis://user:{SECRET}@127.0.0.1:1/0",
+                f"redis+stream://:{SECRET}@127.0.0.1:1/0"):
+        backend = (RedisStreamBackend if "+stream" in url else RedisBackend)(url)
+        assert SECRET not in repr(backend)
+        assert SECRET not in backend.url
+        with pytest.raises(BackendError) as info:
+            await backend.open()
+        assert SECRET not in str(info.value)
+        assert SECRET not in repr(info.value)
+        if ":1/" in url:
+            assert isinstance(info.value, BackendUnavailable)
+        await backend.close()
+    with pytest.raises(ValueError, match="unsupported URL scheme") as bad:
+        RedisBackend(f"http://:{SECRET}@localhost/")
+    assert SECRET not in str(bad.value)
+    assert SECRET not in caplog.text
+
+
+async def test_release_is_pushed_and_listener_survives_client_kill(
+    redis_url: str, prefix: str, raw: redis.asyncio.Redis
+) -> None:
+    a, b = RedisBackend(redis_url, prefix=prefix), RedisBackend(redis_url, prefix=prefix)
+    await a.open()
+    await b.open()
+    got: asyncio.Queue[tuple[str, int]] = asyncio.Queue()
+    loop = asyncio.get_running_loop()
+
+    def on_release(job: str, slot: int) -> None:
+        assert asyncio.get_running_loop() is loop
+        got.put_nowait((job, slot))
+
+    try:
+        await b.subscribe("ns", on_release)
+        await b.subscribe("other", lambda j, s: None)
+        now = await _store_now(raw)
+        won = await a.claim(ClaimRequest("ns", "job:with:colons", now, "A"))
+        assert won.lease is not None
+        assert await a.release(won.lease, ReleaseOutcome.HANDOVER)
+        assert await asyncio.wait_for(got.get(), 2) == ("job:with:colons", now)
+        # Drop every pub/sub connection: the listener reconnects and subscribes again.
+        killed = await raw.client_kill_filter(_type="pubsub")
+        assert int(killed) >= 1
+        for _ in range(100):
+            if any(b"subscribe" in c.get("cmd", "").encode() or c.get("sub", "0") != "0"
+                   for c in await raw.client_list()):
+                break
+            await asyncio.sleep(0.05)
+        again = await a.claim(ClaimRequest("ns", "job:with:colons", now, "B"))
+        assert again.lease is not None
+        assert again.lease.attempt == 2
+        deadline = loop.time() + 5
+        while True:
+            assert await a.release(again.lease, ReleaseOutcome.DONE) or loop.time() < deadline
+            try:
+                assert await asyncio.wait_for(got.get(), 0.5) == ("job:with:colons", now)
+                break
+            except TimeoutError:
+                # Released before the listener was back: publish once more with a fresh run.
+                nxt = await a.claim(ClaimRequest("ns", "job:with:colons", now + 1, "B"))
+                assert nxt.lease is not None
+                again = nxt
+                now += 1
+                assert loop.time() < deadline, "the listener did not come back after CLIENT KILL"
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_commands_survive_client_kill(redis_url: str, prefix: str, raw: redis.asyncio.Redis) -> None:
+    backend = RedisBackend(redis_url, prefix=prefix)
+    await backend.open()
+    try:
+        now = await _store_now(raw)
+        won = await backend.claim(ClaimRequest("ns", "j", now, "A", 5_000))
+        assert won.lease is not None
+        own = await backend.client.client_id()
+        await raw.client_kill_filter(_id=own)
+        renewed = None
+        for _ in range(3):  # the client reconnects, at the latest on the next call
+            try:
+                renewed = await backend.renew(won.lease, 5_000)
+                break
+            except BackendUnavailable:
+                await asyncio.sleep(0.1)
+        assert renewed is not None
+        assert (await backend.claim(ClaimRequest("ns", "j", now + 1000, "A"))).outcome is ClaimOutcome.SKIPPED
+    finally:
+        await backend.close()
+
+
+async def test_existing_clients_and_decode_responses(redis_url: str, prefix: str) -> None:
+    import valkey.asyncio
+
+    for client in (redis.asyncio.Redis.from_url(redis_url, decode_responses=True),
+                   valkey.asyncio.Valkey.from_url(redis_url.replace("redis", "valkey", 1))):
+        backend = (ValkeyBackend if isinstance(client, valkey.asyncio.Valkey) else RedisBackend)(
+            client, prefix=prefix
+        )
+        await backend.open()
+        now = (await backend.claim(ClaimRequest("probe", "probe", 0, "x"))).now
+        assert now is not None
+        r = await backend.claim(ClaimRequest(f"ns-{type(client).__name__}", "j", now, "A",
+                                             fingerprint="cron:* * * * *"))
+        assert r.won
+        state = await backend.inspect(f"ns-{type(client).__name__}", "j")
+        assert state is not None
+        assert (state.owner, state.fingerprint) == ("A", "cron:* * * * *")
+        await backend.close()
+        assert await client.ping()  # a client the user passed in stays open
+        await client.aclose()
+    with pytest.raises(TypeError, match="needs a URL"):
+        RedisBackend(42)
+
+
+async def test_32_connections_race_one_winner_per_slot(
+    redis_url: str, prefix: str, raw: redis.asyncio.Redis
+) -> None:
+    backends = [RedisBackend(redis_url, prefix=prefix) for _ in range(32)]
+    for b in backends:
+        await b.open()
+    try:
+        base = await _store_now(raw) - 20_000
+        for slot in range(base, base + 20 * 1000, 1000):
+            results = await asyncio.gather(*(
+                b.claim(ClaimRequest("race", "j", slot, f"i{i}", 30_000,
+                                     overlap=(Overlap.SKIP, Overlap.REPLACE)[i % 2]))
+                for i, b in enumerate(backends)
+            ))
+            winners = [r for r in results if r.won]
+            assert len(winners) == 1, (slot, [r.outcome for r in results])
+            allowed = {ClaimOutcome.TAKEN, ClaimOutcome.WON, ClaimOutcome.SKIPPED}
+            assert {r.outcome for r in results} <= allowed
+            assert winners[0].lease is not None
+    finally:
+        for b in backends:
+            await b.close()
+
+
+@pytest.mark.parametrize("strategy", ["stream-id", "script"])
+async def test_stream_32_connections_race(redis_url: str, prefix: str, strategy: str) -> None:
+    url = redis_url.replace("redis", "redis+stream", 1)
+    backends = [RedisStreamBackend(url, strategy=strategy, prefix=prefix) for _ in range(32)]  # type: ignore[arg-type]
+    for b in backends:
+        await b.open()
+    try:
+        for slot in range(1000, 21_000, 1000):
+            results = await asyncio.gather(*(
+                b.claim_many([ClaimRequest("race", "j", slot, f"i{i}"),
+                              ClaimRequest("race", "k", slot, f"i{i}")])
+                for i, b in enumerate(backends)
+            ))
+            for col in range(2):
+                winners = [r[col] for r in results if r[col].won]
+                assert len(winners) == 1
+                assert {r[col].holder for r in results} == {winners[0].holder}
+    finally:
+        for b in backends:
+            await b.close()
+
+
+@pytest.mark.parametrize("strategy", ["stream-id", "script"])
+async def test_stream_strategies(
+    redis_url: str, prefix: str, raw: redis.asyncio.Redis, strategy: str
+) -> None:
+    backend = RedisStreamBackend.from_url(
+        redis_url.replace("redis", "redis+stream", 1) + f"?strategy={strategy}&maxlen=5&prefix={prefix}"
+    )
+    assert (backend.strategy, backend.maxlen, backend.horizon_ms) == (strategy, 5, None)
+    await backend.open()
+    try:
+        first = await backend.claim(ClaimRequest("ns", "j", 5000, "A"))
+        assert first.lease is not None
+        assert first.lease.attempt == 1
+        again = await backend.claim(ClaimRequest("ns", "j", 5000, "B"))
+        assert (again.outcome, again.holder) == (ClaimOutcome.TAKEN, "A")
+        older = await backend.claim(ClaimRequest("ns", "j", 4000, "B"))  # below the stream's top
+        assert (older.outcome, older.holder) == (ClaimOutcome.TAKEN, None)
+        for slot in range(6000, 600_000, 1000):
+            await backend.claim(ClaimRequest("ns", "j", slot, "A"))
+        key = f"{{{prefix}:ns:j}}:stream"
+        assert await raw.xlen(key) < 200  # trimmed with MAXLEN ~
+        assert (await backend.claim(ClaimRequest("ns", "j", 5000, "C"))).outcome is ClaimOutcome.TAKEN
+    finally:
+        await backend.close()
+
+
+async def test_idmp_refused_on_old_server(redis_url: str, prefix: str, raw: redis.asyncio.Redis) -> None:
+    version = (await raw.info("server"))["redis_version"]
+    url = redis_url.replace("redis", "redis+stream", 1)
+    backend = RedisStreamBackend(url, strategy="idmp", prefix=prefix)
+    assert backend.horizon_ms == 3_600_000
+    if tuple(int(p) for p in version.split(".")[:2]) >= (8, 6):
+        pytest.skip(f"the server runs Redis {version}, which supports IDMP")
+    with pytest.raises(BackendError, match=rf"needs Redis >= 8\.6.*Redis {version}"):
+        await backend.open()
+    await backend.close()
+    with pytest.raises(ValueError, match="unknown strategy 'nope'"):
+        RedisStreamBackend(redis_url, strategy="nope")  # type: ignore[arg-type]
