@@ -77,10 +77,15 @@ class Cluster:
         }
         self._env = {**os.environ, **(env or {})}
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.ready_ms = 0
+        """Wall time (epoch ms) when every initial replica was ready: a slot after it has every
+        replica as a claimant, so a graceful stop of its winner always has a backup."""
 
     def __enter__(self) -> Cluster:
-        for _ in range(self.replicas):
-            self.spawn()
+        pids = [self.spawn(wait=False) for _ in range(self.replicas)]
+        for pid in pids:
+            self.wait_for(lambda e, pid=pid: e.event == "ready" and e.pid == pid, timeout=30)
+        self.ready_ms = int(time.time() * 1000)
         return self
 
     def __exit__(
