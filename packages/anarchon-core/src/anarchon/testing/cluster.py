@@ -82,9 +82,12 @@ class Cluster:
         replica as a claimant, so a graceful stop of its winner always has a backup."""
 
     def __enter__(self) -> Cluster:
-        pids = [self.spawn(wait=False) for _ in range(self.replicas)]
-        for pid in pids:
-            self.wait_for(lambda e, pid=pid: e.event == "ready" and e.pid == pid, timeout=30)
+        pids = {self.spawn(wait=False) for _ in range(self.replicas)}
+        deadline = time.monotonic() + 30
+        while {e.pid for e in self.events() if e.event == "ready"} < pids:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"replicas not ready within 30 s:\n{self.output(tail=40)}")
+            time.sleep(0.05)
         self.ready_ms = int(time.time() * 1000)
         return self
 
