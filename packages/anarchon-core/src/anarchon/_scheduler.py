@@ -764,16 +764,33 @@ class Scheduler(Generic[B]):
         # process's monotonic clock so that a blocked loop is noticed.
         deadline = run.claimed_at + opts.lease_ms / 1000
         while True:
-            await asyncio.sleep(interval)
+            # Wake at the deadline at the latest, so a failing store is noticed when the lease ends,
+            # not up to one heartbeat later.
+            remaining = deadline - loop.time()
+            await asyncio.sleep(max(0.0, min(interval, remaining)))
             sent = loop.time()
-            if sent >= deadline:
+            if remaining <= interval or sent >= deadline:
                 late = int((sent - deadline) * 1000)
-                self._lose(run, f"renewal came {late} ms too late (event loop blocked?)")
+                why = ("the store did not confirm a renewal before the lease ended" if remaining <= interval
+                       else f"renewal came {late} ms too late (event loop blocked?)")
+                self._lose(run, why)
                 with contextlib.suppress(Exception):
                     await backend.release(run.lease, ReleaseOutcome.HANDOVER)
                 return
             try:
-                renewed = await backend.renew(run.lease, opts.lease_ms)
+                # A renewal that hangs (a partition) must not outlast the lease: past the deadline
+                # a backup may already run the slot. (asyncio.wait, not wait_for: on Python 3.11
+                # wait_for can swallow a cancellation that arrives as the renewal completes.)
+                renewal = asyncio.ensure_future(backend.renew(run.lease, opts.lease_ms))
+                try:
+                    done, _ = await asyncio.wait({renewal}, timeout=deadline - sent)
+                finally:
+                    if not renewal.done():
+                        renewal.cancel()
+                if not done:
+                    self._lose(run, "the store did not answer the renewal before the lease ended")
+                    return
+                renewed = renewal.result()
             except Exception as exc:
                 self.log.warning("%s slot=%s renew failed: %s; retrying", run.job.name,
                                  fmt_slot(run.lease.slot), _short(exc))

@@ -1,0 +1,56 @@
+"""Edge cases of the engine found in review, each a regression test, in virtual time."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+from anarchon import JobContext, MemoryBackend, MemoryStore, Scheduler, to_ms
+from anarchon.testing import FaultyBackend, VirtualClock
+
+START = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
+T0 = to_ms(START)
+
+
+def cluster(clock: VirtualClock, n: int, **settings: Any) -> list[Scheduler[FaultyBackend]]:
+    store = MemoryStore(clock)
+    return [
+        Scheduler(FaultyBackend(MemoryBackend(store)), instance_id=f"i{k}", clock=clock, **settings)
+        for k in range(n)
+    ]
+
+
+def test_a_renewal_that_hangs_past_the_lease_sets_the_signal_at_the_deadline() -> None:
+    # The store stops answering the runner (a partition, not a paused process): its event loop is
+    # alive, so it must see by its own clock that the lease ran out, before a backup takes over.
+    clock = VirtualClock(START)
+    schedulers = cluster(clock, 2, lease="6s", heartbeat="1s")
+    contexts: dict[int, JobContext] = {}
+    cancelled_at: dict[int, float] = {}
+    started_at: dict[int, float] = {}
+    for s in schedulers:
+        async def long(ctx: JobContext) -> None:
+            contexts[ctx.attempt] = ctx
+            started_at[ctx.attempt] = clock.seconds
+            await ctx.signal.wait()
+            cancelled_at[ctx.attempt] = clock.seconds
+
+        s.every("report", "1h", long, catch_up=0)
+
+    async def main() -> None:
+        for s in schedulers:
+            await s.start()
+        await asyncio.sleep(3600.5)
+        winner = next(s for s in schedulers if s.active_runs)
+        winner.backend.freeze(30)  # every call to the store now waits 30 s
+        await asyncio.sleep(10)
+        for s in schedulers:
+            if s is not winner:
+                await s.stop()
+
+    clock.run(main())
+    assert 2 in started_at, "the backup took the slot over"
+    assert contexts[1].signal.reason == "lease lost"
+    # Signalled when its lease ran out by its own clock, not when the hung call came back (30 s).
+    assert cancelled_at[1] <= started_at[2], (cancelled_at, started_at)
