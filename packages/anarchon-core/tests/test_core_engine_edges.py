@@ -54,3 +54,29 @@ def test_a_renewal_that_hangs_past_the_lease_sets_the_signal_at_the_deadline() -
     assert contexts[1].signal.reason == "lease lost"
     # Signalled when its lease ran out by its own clock, not when the hung call came back (30 s).
     assert cancelled_at[1] <= started_at[2], (cancelled_at, started_at)
+
+
+def test_stop_right_after_the_timer_loop_was_woken_does_not_hang() -> None:
+    # Registering a job while running wakes the timer loop; stop() in the same step used to lose
+    # its cancellation (asyncio.wait_for on Python 3.11), so the loop kept claiming and stop() hung.
+    clock = VirtualClock(START)
+    backend = MemoryBackend(clock=clock)
+    scheduler = Scheduler(backend, clock=clock)
+    ran: list[str] = []
+
+    async def noop(ctx: JobContext) -> None:
+        ran.append(ctx.name)
+
+    scheduler.every("hourly", "1h", noop, catch_up=0)
+
+    async def main() -> None:
+        await scheduler.start()
+        await asyncio.sleep(1)
+        scheduler.every("often", "10s", noop, catch_up=0)
+        stopping = asyncio.ensure_future(scheduler.stop())
+        await asyncio.sleep(30)
+        assert stopping.done(), "stop() hung"
+        assert not scheduler.running
+
+    clock.run(main())
+    assert ran == []  # nothing is claimed once stop() began

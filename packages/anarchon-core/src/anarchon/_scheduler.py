@@ -485,8 +485,13 @@ class Scheduler(Generic[B]):
             delay = heap[0].due - now
             if delay > 0:
                 self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), delay / 1000)
+                # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation (stop()) that
+                # arrives as the wake-up fires, and this loop would go on claiming for ever.
+                waiter = asyncio.ensure_future(self._wake.wait())
+                try:
+                    await asyncio.wait({waiter}, timeout=delay / 1000)
+                finally:
+                    waiter.cancel()
                 continue
             batch: list[_Entry] = []
             limit = now + _BATCH_WINDOW_MS
