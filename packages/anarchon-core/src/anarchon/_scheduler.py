@@ -792,6 +792,8 @@ class Scheduler(Generic[B]):
                 finally:
                     if not renewal.done():
                         renewal.cancel()
+                    elif not renewal.cancelled():
+                        renewal.exception()  # mark it seen: a failure as the run ends is no news
                 if not done:
                     self._lose(run, "the store did not answer the renewal before the lease ended")
                     return
