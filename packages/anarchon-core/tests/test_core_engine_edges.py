@@ -6,7 +6,7 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
-from anarchon import JobContext, MemoryBackend, MemoryStore, Scheduler, to_ms
+from anarchon import JobContext, JobStatus, MemoryBackend, MemoryStore, Scheduler, to_ms
 from anarchon.testing import FaultyBackend, VirtualClock
 
 START = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
@@ -80,3 +80,40 @@ def test_stop_right_after_the_timer_loop_was_woken_does_not_hang() -> None:
 
     clock.run(main())
     assert ran == []  # nothing is claimed once stop() began
+
+
+def test_a_finished_run_is_recorded_done_after_a_store_outage_shorter_than_the_lease() -> None:
+    # The handler finishes just as the store goes away for 3 s (lease 6 s). The release must be
+    # retried while the lease lasts; giving up sooner lets the lease expire and a backup re-run a
+    # slot that already completed.
+    clock = VirtualClock(START)
+    schedulers = cluster(clock, 2, lease="6s", heartbeat="1s")
+    starts: list[tuple[int, str]] = []
+
+    async def outage() -> None:
+        for s in schedulers:
+            s.backend.crashed = True
+        await asyncio.sleep(3)
+        for s in schedulers:
+            s.backend.crashed = False
+
+    for s in schedulers:
+        async def report(ctx: JobContext) -> None:
+            starts.append((ctx.attempt, ctx.instance_id))
+            await asyncio.sleep(2)
+            asyncio.get_running_loop().create_task(outage())
+            await asyncio.sleep(0)
+
+        s.every("report", "1h", report, catch_up=0)
+
+    async def main() -> None:
+        for s in schedulers:
+            await s.start()
+        await asyncio.sleep(3630)
+        for s in schedulers:
+            await s.stop()
+        state = await schedulers[0].backend.inspect("anarchon", "report")
+        assert state is not None and state.status is JobStatus.DONE and state.attempt == 1, state
+
+    clock.run(main())
+    assert [a for a, _ in starts] == [1]

@@ -107,6 +107,8 @@ class _Run:
     handler: asyncio.Future[None] | None = None
     heartbeat: asyncio.Task[None] | None = None
     lost: bool = False
+    deadline: float = 0.0
+    """Loop time until which the lease is surely still ours (kept by the heartbeat)."""
 
 
 class Scheduler(Generic[B]):
@@ -644,7 +646,7 @@ class Scheduler(Generic[B]):
             instance_id=self.instance_id, namespace=self.namespace,
             signal=CancelSignal(self._loop), logger=logging.getLogger(f"anarchon.job.{job.name}"),
         )
-        run = _Run(job, lease, ctx, sent)
+        run = _Run(job, lease, ctx, sent, deadline=sent + job.options.lease_ms / 1000)
         self._runs.add(run)
         run.task = self._spawn(self._run(run))
 
@@ -748,17 +750,26 @@ class Scheduler(Generic[B]):
 
     async def _release(self, run: _Run, outcome: ReleaseOutcome) -> None:
         backend = cast(LeaseBackend, self.backend)
-        for attempt in range(3):
+        loop = asyncio.get_running_loop()
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 await backend.release(run.lease, outcome)
                 return
             except Exception as exc:
+                # Keep trying while the lease lasts: once it expires, a backup re-runs the slot,
+                # even one that completed.
+                delay = min(0.2 * attempt, 1.0)
+                give_up = attempt >= 3 and loop.time() + delay >= run.deadline
                 self.log.warning(
                     "%s slot=%s release (%s) failed: %s%s", run.job.name, fmt_slot(run.lease.slot),
                     outcome.value, _short(exc),
-                    "; retrying" if attempt < 2 else "; the lease will expire instead",
+                    "; the lease will expire instead" if give_up else "; retrying",
                 )
-                await asyncio.sleep(0.2 * (attempt + 1))
+                if give_up:
+                    return
+                await asyncio.sleep(delay)
 
     async def _heartbeat(self, run: _Run) -> None:
         backend = cast(LeaseBackend, self.backend)
@@ -767,7 +778,7 @@ class Scheduler(Generic[B]):
         interval = opts.heartbeat_ms / 1000
         # The lease is valid until (time the claim was sent) + lease, at the latest; judged on this
         # process's monotonic clock so that a blocked loop is noticed.
-        deadline = run.claimed_at + opts.lease_ms / 1000
+        deadline = run.deadline = run.claimed_at + opts.lease_ms / 1000
         while True:
             # Wake at the deadline at the latest, so a failing store is noticed when the lease ends,
             # not up to one heartbeat later.
@@ -806,7 +817,7 @@ class Scheduler(Generic[B]):
                 self._lose(run, "another instance took the slot over, or the record changed")
                 return
             run.lease = renewed
-            deadline = sent + opts.lease_ms / 1000
+            deadline = run.deadline = sent + opts.lease_ms / 1000
 
     def _lose(self, run: _Run, why: str) -> None:
         run.lost = True
