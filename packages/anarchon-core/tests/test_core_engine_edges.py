@@ -117,3 +117,50 @@ def test_a_finished_run_is_recorded_done_after_a_store_outage_shorter_than_the_l
 
     clock.run(main())
     assert [a for a, _ in starts] == [1]
+
+
+def test_after_a_stall_the_newest_due_slot_runs_not_the_oldest_missed_one() -> None:
+    # The loop is blocked from 5.5 s to 9 s. The 6 s slot is long gone and 9 s is due: claiming 6
+    # first (as before) won it and then skipped 9 (overlap skip), so the current slot never ran.
+    clock = VirtualClock(START)
+    scheduler = Scheduler(MemoryBackend(clock=clock), clock=clock, jitter=0)
+    ran: list[int] = []
+
+    async def tick(ctx: JobContext) -> None:
+        ran.append((ctx.slot - T0) // 1000)
+        await ctx.sleep(0.1)
+
+    async def blocker() -> None:
+        clock.advance(3.5)  # a handler that blocks the event loop for 3.5 s
+
+    scheduler.every("tick", "1s", tick, catch_up=0)
+    scheduler.at("blocker", (T0 + 5500) / 1000, blocker)
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(11.5)
+
+    clock.run(main())
+    assert ran == [1, 2, 3, 4, 5, 9, 10, 11]
+
+
+def test_catch_up_that_fires_after_the_next_boundary_yields_to_it() -> None:
+    # Started 10 ms before 10:00 with catch-up on; the loop is busy for 20 ms, so the catch-up
+    # claim of 09:59 goes out at 10:00:00.010, when 10:00 is due. 10:00 must run, not 09:59.
+    clock = VirtualClock(T0 - 10)
+    scheduler = Scheduler(MemoryBackend(clock=clock), clock=clock, jitter=0)
+    ran: list[int] = []
+
+    async def minute(ctx: JobContext) -> None:
+        ran.append((ctx.slot - T0) // 1000)
+        await ctx.sleep(1)
+
+    scheduler.every("minute", "1m", minute, catch_up="5m")
+
+    async def main() -> None:
+        async with scheduler:
+            clock.advance(0.02)  # busy for 20 ms right after start
+            await asyncio.sleep(5)
+
+    clock.run(main())
+    assert ran == [0]

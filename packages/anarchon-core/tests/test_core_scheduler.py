@@ -413,16 +413,16 @@ def test_claim_only_backend_respects_half_the_horizon(
     backend = MemoryClaimBackend(clock=clock, horizon="4s")
     scheduler = Scheduler(backend, clock=clock)
     ran: list[int] = []
-    scheduler.every("x", "1s", lambda ctx: ran.append(ctx.slot))
+    scheduler.every("x", "10s", lambda ctx: ran.append(ctx.slot))
 
     async def main() -> None:
         async with scheduler:
-            await asyncio.sleep(1.5)
-            clock.advance(3)  # a 3 s stall: the due slot is older than horizon / 2
+            await asyncio.sleep(19.5)
+            clock.advance(3)  # a 3 s stall: the due slot (20 s) is older than horizon / 2
             await asyncio.sleep(1)
 
     run(clock, main())
-    assert T0 + 1000 in ran
+    assert T0 + 10_000 in ran and T0 + 20_000 not in ran
     assert "beyond half the backend's dedupe horizon" in caplog.text
 
 

@@ -509,14 +509,23 @@ class Scheduler(Generic[B]):
         job = entry.job
         if entry.kind == "watch":
             return entry.gen == job.watch_gen and job.watch_slot == entry.slot
+        following = None if entry.kind == "watch" else job.schedule.next_slot(entry.slot)
         if entry.kind == "slot":
-            nxt = job.schedule.next_slot(entry.slot)
+            nxt = following
             if nxt is not None and nxt <= now:
                 # This instance is late (a blocked loop, a suspended host): jump to the newest due
                 # slot instead of claiming every one it missed.
                 nxt = max(nxt, job.schedule.prev_slot(now) or nxt)
             if nxt is not None:
                 self._push(nxt + self._jitter(job), job, nxt, "slot")
+            if following is not None and following + job.jitter_ms <= now:
+                # ... and not this one either: a newer slot is due (its entry is claimed with or
+                # just after this batch), and winning this stale slot would make it skip the newer.
+                self.log.info("%s slot=%s missed: this instance is %d ms late", job.name,
+                              fmt_slot(entry.slot), now - entry.slot)
+                return False
+        elif entry.kind == "catchup" and following is not None and following <= now:
+            return False  # the next boundary is due already: its entry claims the newer slot
         if entry.kind != "watch" and job.latest_slot is not None and entry.slot < job.latest_slot:
             return False  # a newer slot was claimed already (e.g. catch-up raced a boundary)
         horizon = self.backend.horizon_ms
