@@ -33,7 +33,8 @@ def test_durations(text: object, ms: int) -> None:
     assert parse_duration(text) == ms
 
 
-@pytest.mark.parametrize("bad", ["10 parsecs", 0, -5, "", "5 m s", "1h-3m", True, None, "ms", float("nan")])
+@pytest.mark.parametrize("bad", ["10 parsecs", 0, -5, "", "5 m s", "1h-3m", True, None, "ms", float("nan"),
+                                 "inf", "nan", "1e400", "9" * 400 + "s"])
 def test_bad_durations_quote_the_input(bad: object) -> None:
     with pytest.raises(ScheduleError) as info:
         parse_duration(bad, name="lease")

@@ -45,6 +45,8 @@ def parse_duration(value: object, *, name: str = "duration", allow_zero: bool = 
             ms = total
     else:
         raise ScheduleError(f"invalid {name} {value!r}: {_HINT}")
+    if not math.isfinite(ms):  # 'inf', 'nan', '1e400': float() accepts them
+        raise ScheduleError(f"invalid {name} {value!r}: {_HINT}")
     result = round(ms)
     if result < 0 or (result == 0 and not allow_zero) or (ms > 0 and result == 0):
         bound = "zero or more" if allow_zero else "more than zero"
