@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from anarchon import JobContext, JobStatus, MemoryBackend, MemoryStore, Scheduler, to_ms
-from anarchon.testing import FaultyBackend, VirtualClock
+from anarchon.testing import FaultyBackend, VirtualClock, crash
 
 START = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
 T0 = to_ms(START)
@@ -164,3 +164,32 @@ def test_catch_up_that_fires_after_the_next_boundary_yields_to_it() -> None:
 
     clock.run(main())
     assert ran == [0]
+
+
+def test_overlap_allow_takes_over_an_older_run_after_a_newer_slot_was_claimed() -> None:
+    # overlap="allow" keeps one record per slot, so a crashed older run must still be taken over
+    # (DESIGN §8), even though the backups meanwhile got or lost a newer slot of the same job.
+    clock = VirtualClock(START)
+    schedulers = cluster(clock, 3, lease="6s", heartbeat="1s")
+    starts: list[tuple[int, int, float]] = []
+    for s in schedulers:
+        async def long(ctx: JobContext) -> None:
+            starts.append(((ctx.slot - T0) // 1000, ctx.attempt, clock.seconds))
+            await ctx.sleep(25)
+
+        s.every("long", "10s", long, catch_up=0, overlap="allow")
+
+    async def main() -> None:
+        for s in schedulers:
+            await s.start()
+        await asyncio.sleep(22)  # slot 10 runs on one instance, slot 20 is claimed as well
+        holder = next(s for s in schedulers if any(c.slot == T0 + 10_000 for c in s.active_runs))
+        await crash(holder)
+        await asyncio.sleep(20)
+        for s in schedulers:
+            if s is not holder:
+                await s.stop()
+
+    clock.run(main())
+    retaken = [at for slot, attempt, at in starts if slot == 10 and attempt == 2]
+    assert retaken and retaken[0] <= 22 + 6 + 1 + 0.05, starts

@@ -78,9 +78,10 @@ class Job:
     takes_ctx: bool
     is_async: bool
     jitter_ms: int = 0
-    # The slot this instance watches as a backup (taken or buffered), with a generation so that
-    # stale heap entries are recognised.
-    watch_slot: int | None = None
+    # The slots this instance watches as a backup (taken or buffered), each with the generation
+    # of its live heap entry so that stale entries are recognised. One slot at most, except under
+    # overlap="allow", where every slot has its own record and each running one may need a takeover.
+    watches: dict[int, int] = field(default_factory=dict)
     watch_gen: int = 0
     latest_slot: int | None = None
     fingerprint_warned: bool = False
@@ -461,17 +462,21 @@ class Scheduler(Generic[B]):
             self._push(slot + self._jitter(job), job, slot, "slot")
 
     def _watch(self, job: Job, slot: int, delay_ms: int) -> None:
-        job.watch_slot = slot
+        if job.options.overlap is not Overlap.ALLOW:
+            job.watches.clear()
         job.watch_gen += 1
+        job.watches[slot] = job.watch_gen
         self._push(self.clock.now_ms() + max(0, delay_ms), job, slot, "watch", job.watch_gen)
 
     def _on_release(self, job_name: str, slot: int) -> None:
         """A pushed release: backups watching that job re-claim at once."""
         job = self.jobs.get(job_name)
-        if job is None or job.watch_slot is None or self._stopping:
+        if job is None or not job.watches or self._stopping:
             return
-        if job.watch_slot == slot or job.options.overlap is Overlap.BUFFER_ONE:
-            self._watch(job, job.watch_slot, self._jitter(job))
+        if slot in job.watches:
+            self._watch(job, slot, self._jitter(job))
+        elif job.options.overlap is Overlap.BUFFER_ONE:
+            self._watch(job, max(job.watches), self._jitter(job))
 
     # -- the timer loop -------------------------------------------------------------------------
 
@@ -508,7 +513,7 @@ class Scheduler(Generic[B]):
         """Plan what follows a popped entry, and say whether it still needs a claim."""
         job = entry.job
         if entry.kind == "watch":
-            return entry.gen == job.watch_gen and job.watch_slot == entry.slot
+            return job.watches.get(entry.slot) == entry.gen
         following = None if entry.kind == "watch" else job.schedule.next_slot(entry.slot)
         if entry.kind == "slot":
             nxt = following
@@ -580,13 +585,13 @@ class Scheduler(Generic[B]):
                 "%s: the store holds schedule %r but this instance has %r (a rolling deploy?)",
                 job.name, result.fingerprint, fingerprint,
             )
-        if (job.watch_slot is not None and job.watch_slot < result.slot
-                and outcome is not ClaimOutcome.SKIPPED and outcome is not ClaimOutcome.EARLY):
-            job.watch_slot = None  # a newer slot superseded the older one this instance watched
+        if (job.options.overlap is not Overlap.ALLOW and outcome is not ClaimOutcome.SKIPPED
+                and outcome is not ClaimOutcome.EARLY):
+            for older in [w for w in job.watches if w < result.slot]:
+                del job.watches[older]  # a newer slot superseded the older one this instance watched
         if outcome is ClaimOutcome.WON:
             assert result.lease is not None
-            if job.watch_slot == result.slot:
-                job.watch_slot = None
+            job.watches.pop(result.slot, None)
             if result.lease.attempt > 1:
                 how = "handover" if result.previous_status == "released" else "takeover"
                 self.log.info("%s slot=%s %s attempt=%d (%s)", job.name, slot, how,
@@ -609,7 +614,7 @@ class Scheduler(Generic[B]):
                           fmt_slot(result.record_slot) if result.record_slot else "?", result.holder)
             if job.options.overlap is Overlap.BUFFER_ONE:
                 self._watch(job, result.slot, self._backup_delay(job, result))
-            elif (job.watch_slot is None and result.record_slot is not None and self.leases
+            elif (not job.watches and result.record_slot is not None and self.leases
                   and result.holder != self.instance_id):
                 # Keep an eye on the older run: if its holder dies, it is taken over as attempt 2.
                 self._watch(job, result.record_slot, self._backup_delay(job, result))
@@ -621,13 +626,11 @@ class Scheduler(Generic[B]):
             )
             self._watch(job, result.slot, ahead + self._jitter(job))
         elif outcome is ClaimOutcome.EXHAUSTED:
-            if job.watch_slot == result.slot:
-                job.watch_slot = None
+            job.watches.pop(result.slot, None)
             self.log.warning("%s slot=%s exhausted: %d attempt(s) used, max_attempts=%d", job.name, slot,
                              result.attempt, job.options.max_attempts)
         else:
-            if job.watch_slot == result.slot:
-                job.watch_slot = None
+            job.watches.pop(result.slot, None)
             self.log.debug("%s slot=%s %s", job.name, slot, outcome.value)
 
     def _backup_delay(self, job: Job, result: ClaimResult) -> int:
