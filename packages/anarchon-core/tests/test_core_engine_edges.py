@@ -193,3 +193,27 @@ def test_overlap_allow_takes_over_an_older_run_after_a_newer_slot_was_claimed() 
     clock.run(main())
     retaken = [at for slot, attempt, at in starts if slot == 10 and attempt == 2]
     assert retaken and retaken[0] <= 22 + 6 + 1 + 0.05, starts
+
+
+def test_a_class_whose_instances_are_async_callables_is_a_plain_handler() -> None:
+    # The class itself is called (a constructor, not a coroutine function); its async __call__
+    # describes its instances. Treated as async, every run failed: "can't be used in 'await'".
+    made: list[JobContext] = []
+
+    class Command:
+        def __init__(self, ctx: JobContext) -> None:
+            made.append(ctx)
+
+        async def __call__(self) -> None: ...
+
+    scheduler = Scheduler(MemoryBackend(), jitter=0)
+    scheduler.every("command", "0.2s", Command, catch_up=0)
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(0.5)
+        state = await scheduler.backend.inspect("anarchon", "command")
+        assert state is not None and state.status is JobStatus.DONE, state
+
+    asyncio.run(main())
+    assert made

@@ -132,8 +132,10 @@ def handler_arity(name: str, handler: object) -> tuple[bool, bool]:
     """Return (takes_ctx, is_async) for a handler, or raise ConfigError naming the job."""
     if not callable(handler):
         raise ConfigError(f"handler {handler!r} of job {name!r} is not callable: pass a function")
-    is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-        getattr(handler, "__call__", None)  # noqa: B004 - an object with an async __call__
+    is_async = inspect.iscoroutinefunction(handler) or (
+        # an object with an async __call__; not a class, whose __call__ describes its instances
+        not inspect.isclass(handler)
+        and inspect.iscoroutinefunction(getattr(handler, "__call__", None))  # noqa: B004
     )
     try:
         sig = inspect.signature(handler)
