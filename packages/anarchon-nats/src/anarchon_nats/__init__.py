@@ -11,8 +11,8 @@
 `NatsBackend` (claim-only, `nats://`, `tls://`): `open()` creates the stream `stream` (subjects
 `<prefix>.>`, `duplicate_window`, MaxAge equal to the window) or checks an existing one and names
 each mismatched setting. A claim publishes to `<prefix>.<namespace>.<job>` with the header
-`Nats-Msg-Id: <namespace>:<job>:<slot>`; a PubAck marked `duplicate` means TAKEN, unless the first
-message is this owner's own (an ack lost with the connection), which is WON. The horizon is the
+`Nats-Msg-Id: <namespace>:<job>:<slot>`; a PubAck marked `duplicate` means TAKEN, even when the first
+message is this owner's own (a claim whose ack was lost is not run: at most once). The horizon is the
 duplicate window: the scheduler never claims a slot older than half of it.
 
 `NatsKVBackend` (lease, `nats-kv://`, `nats-kv+tls://`): claim is a Key-Value `create`, renew an
