@@ -20,7 +20,7 @@ duplicate window: the scheduler never claims a slot older than half of it.
 once the entry aged out under the bucket TTL (or at once after a release). A second bucket,
 `<bucket>_state`, with no TTL, keeps the attempt count, done/failed/released and the fencing token
 (1 for a job's first claim, +1 on each claim after). The bucket TTL is the lease, so **the lease length
-is fixed per bucket**: `NatsKVBackend(lease=...)` must equal the scheduler's and
+is fixed per bucket** (`fixed_lease_ms`): `NatsKVBackend(lease=...)` must equal the scheduler's and
 every job's `lease`, and a claim with another length raises `ConfigError` naming both.
 `overlap="allow"` is not supported (one lease entry per job), and there is no `inspect` and no
 release push: backups poll every heartbeat.

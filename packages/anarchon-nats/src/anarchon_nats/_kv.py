@@ -109,6 +109,11 @@ class NatsKVBackend(BackendBase):
         """The server(s), passwords redacted."""
         return self._conn.url
 
+    @property
+    def fixed_lease_ms(self) -> int:
+        """The one lease length this bucket allows (its TTL); claims and renews must ask for it."""
+        return self.lease_ms
+
     def key(self, namespace: str, job: str) -> str:
         """The key of one job in both buckets, with odd names hashed so the key is valid."""
         return f"{encode_token(namespace)}.{encode_token(job)}"
