@@ -147,7 +147,7 @@ def _collect(obj: object) -> list[_Found]:
             continue
         bound = getattr(obj, attr)  # only now: a property is never evaluated
         for decl in decls:
-            found.append(_Found(decl, bound, f"{type(obj).__qualname__}.{attr} of {_describe(obj)}"))
+            found.append(_Found(decl, bound, f"{type(obj).__name__}.{attr} of {_describe(obj)}"))
     return found
 
 
@@ -206,6 +206,8 @@ def _wrap(f: _Found, call: Callable[[], object]) -> None:
 def _describe(obj: object) -> str:
     if isinstance(obj, types.ModuleType):
         return f"module {obj.__name__!r}"
+    if type(obj).__repr__ is object.__repr__:
+        return f"<{type(obj).__name__} object at {id(obj):#x}>"
     text = repr(obj)
     return text if len(text) <= 80 else text[:77] + "..."
 

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 from zoneinfo import ZoneInfo
 
-from ._errors import AnarchonError
+from ._errors import AnarchonError, ConfigError
 from ._plugins import backend_classes, backend_for_url
 from ._scheduler import Scheduler
 from ._schedules import Cron, from_ms, to_ms
@@ -79,7 +79,7 @@ async def read_status(backend: Any, namespace: str) -> list[JobState]:
     caps: frozenset[Capability] = getattr(backend, "capabilities", frozenset())
     if Capability.INSPECT not in caps:
         names = ", ".join(sorted(str(c) for c in caps))
-        raise CliError(
+        raise ConfigError(
             f"{backend.url} cannot be inspected: {type(backend).__name__} does not declare the 'inspect' "
             f"capability (it has: {names}); claim-only stores keep no per-job record to show"
         )

@@ -32,8 +32,8 @@ App = TypeVar("App")
 
 def lifespan(
     *schedulers: Scheduler[Any],
-    inner: Callable[[App], contextlib.AbstractAsyncContextManager[Mapping[str, Any] | None]] | None = None,
-) -> Callable[[App], contextlib.AbstractAsyncContextManager[Mapping[str, Any] | None]]:
+    inner: Callable[[App], contextlib.AbstractAsyncContextManager[Any]] | None = None,
+) -> Callable[[App], contextlib.AbstractAsyncContextManager[Any]]:
     """A lifespan that starts `schedulers` (in order), then enters `inner`, and yields `inner`'s state.
 
     On shutdown `inner` exits first, then the schedulers stop in reverse order, each gracefully

@@ -126,7 +126,7 @@ def should_autostart(argv: Sequence[str] | None = None, environ: Mapping[str, st
             # runserver's autoreloader runs a watcher parent and a serving child (RUN_MAIN=true).
             return "--noreload" in argv or environ.get("RUN_MAIN") == "true"
         return False
-    return prog not in _NOT_SERVERS and "pytest" not in sys.modules
+    return prog not in _NOT_SERVERS and "PYTEST_CURRENT_TEST" not in environ
 
 
 def start() -> Scheduler[Any]:
