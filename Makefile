@@ -21,6 +21,15 @@ $(VENV)/.installed: $(BIN)/python requirements-dev.txt $(addsuffix /pyproject.to
 
 install: $(VENV)/.installed
 
+# The quick start needs only the core and the SQLite driver.
+DEMO_PKGS := packages/anarchon-core packages/anarchon-sqlite
+$(VENV)/.demo-installed: $(BIN)/python $(addsuffix /pyproject.toml,$(DEMO_PKGS))
+	$(BIN)/python -m pip install -q $(foreach d,$(DEMO_PKGS),-e '$(d)')
+	touch $@
+
+demo: $(VENV)/.demo-installed
+	$(BIN)/python examples/quickstart/run_demo.py
+
 lint: install
 	$(BIN)/ruff check --output-format concise .
 
