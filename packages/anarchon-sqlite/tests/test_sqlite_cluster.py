@@ -21,8 +21,8 @@ def test_handover_after_sigterm_and_takeover_after_kill_9(tmp_path: Path) -> Non
     url = f"sqlite:///{tmp_path}/cluster.db"
     with Cluster(url, tmp_path / "replicas", replicas=3, lease=f"{LEASE_S}s", heartbeat=f"{HEARTBEAT_S}s",
                  tick_every="1s", long_every="6s", long_run="3s") as cluster:
-        first = cluster.wait_for(lambda e: e.event == "start" and e.job == "long" and e.attempt == 1,
-                                 timeout=20)
+        first = cluster.wait_for(lambda e: e.event == "start" and e.job == "long" and e.attempt == 1
+            and e.slot > cluster.ready_ms, timeout=20)
         stopped_at = time.time()
         assert cluster.stop(first.pid) == 0
         handed = cluster.wait_for(
