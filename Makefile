@@ -9,7 +9,7 @@ EMPTY :=
 SPACE := $(EMPTY) $(EMPTY)
 export MYPYPATH := $(subst $(SPACE),:,$(SRC_DIRS))
 
-.PHONY: test lint typecheck pytest install demo clean
+.PHONY: test lint typecheck pytest docs install demo clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -40,7 +40,11 @@ typecheck: install
 pytest: install
 	$(BIN)/pytest
 
-test: lint typecheck pytest
+# A broken link or a page missing from the nav fails the build.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet -d $${TMPDIR:-/tmp}/anarchon-site
+
+test: lint typecheck pytest docs
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
