@@ -246,7 +246,7 @@ async def test_hostile_names_are_bound_parameters(pg: PostgresBackend) -> None:
     assert result.lease is not None
     assert (await pg.inspect(ns, evil)) is not None
     assert [s.job for s in await pg.jobs(ns)] == [evil]
-    assert await pg.release(result.lease, ReleaseOutcome.DONE)
+    assert await pg.release(result.lease, ReleaseOutcome.HANDOVER)
     for _ in range(100):
         if got:
             break
@@ -423,7 +423,7 @@ async def test_release_is_pushed_on_the_loop_and_listener_reconnects(schema: str
         await _wait(lambda: listener.reconnects >= 1 and listener.connected.is_set())
         second = await holder.claim(ClaimRequest("ns", "j", base + 10_000, "a"))
         assert second.lease is not None
-        await holder.release(second.lease, ReleaseOutcome.DONE)
+        await holder.release(second.lease, ReleaseOutcome.HANDOVER)
         await _wait(lambda: len(got) == 2)
         assert got[1] == ("j", base + 10_000, True)
     finally:

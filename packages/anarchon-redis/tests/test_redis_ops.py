@@ -115,7 +115,7 @@ async def test_release_is_pushed_and_listener_survives_client_kill(
         assert again.lease.attempt == 2
         deadline = loop.time() + 5
         while True:
-            assert await a.release(again.lease, ReleaseOutcome.DONE) or loop.time() < deadline
+            assert await a.release(again.lease, ReleaseOutcome.HANDOVER) or loop.time() < deadline
             try:
                 assert await asyncio.wait_for(got.get(), 0.5) == ("job:with:colons", now)
                 break

@@ -84,6 +84,8 @@ class Job:
     watch_slot: int | None = None
     watch_gen: int = 0
     latest_slot: int | None = None
+    next_due: int | None = None
+    """When the job's next boundary entry is due (its slot plus jitter)."""
     fingerprint_warned: bool = False
 
 
@@ -457,12 +459,19 @@ class Scheduler(Generic[B]):
     def _plan_next(self, job: Job, after: int) -> None:
         slot = job.schedule.next_slot(after)
         if slot is not None:
-            self._push(slot + self._jitter(job), job, slot, "slot")
+            job.next_due = slot + self._jitter(job)
+            self._push(job.next_due, job, slot, "slot")
 
-    def _watch(self, job: Job, slot: int, delay_ms: int) -> None:
+    def _watch(self, job: Job, slot: int, delay_ms: int, *, backup: bool = False) -> None:
         job.watch_slot = slot
         job.watch_gen += 1
-        self._push(self.clock.now_ms() + max(0, delay_ms), job, slot, "watch", job.watch_gen)
+        due = self.clock.now_ms() + max(0, delay_ms)
+        if backup and job.next_due is not None and due >= job.next_due:
+            # The job's next boundary comes first and settles the slot: a newer claim either
+            # supersedes it or is skipped, which watches it again. Queueing nothing keeps the heap
+            # small with thousands of jobs; a pushed handover still finds the watch.
+            return
+        self._push(due, job, slot, "watch", job.watch_gen)
 
     def _on_release(self, job_name: str, slot: int) -> None:
         """A pushed release: backups watching that job re-claim at once."""
@@ -510,7 +519,8 @@ class Scheduler(Generic[B]):
                 # slot instead of claiming every one it missed.
                 nxt = max(nxt, job.schedule.prev_slot(now) or nxt)
             if nxt is not None:
-                self._push(nxt + self._jitter(job), job, nxt, "slot")
+                job.next_due = nxt + self._jitter(job)
+                self._push(job.next_due, job, nxt, "slot")
         if entry.kind != "watch" and job.latest_slot is not None and entry.slot < job.latest_slot:
             return False  # a newer slot was claimed already (e.g. catch-up raced a boundary)
         horizon = self.backend.horizon_ms
@@ -588,16 +598,16 @@ class Scheduler(Generic[B]):
             level = logging.DEBUG if entry.kind == "watch" else logging.INFO
             self.log.log(level, "%s slot=%s taken by %s", job.name, slot, result.holder or "another instance")
             if self.leases:
-                self._watch(job, result.slot, self._backup_delay(job, result))
+                self._watch(job, result.slot, self._backup_delay(job, result), backup=True)
         elif outcome is ClaimOutcome.SKIPPED:
             self.log.info("%s slot=%s skipped (overlap): slot %s still runs on %s", job.name, slot,
                           fmt_slot(result.record_slot) if result.record_slot else "?", result.holder)
             if job.options.overlap is Overlap.BUFFER_ONE:
-                self._watch(job, result.slot, self._backup_delay(job, result))
-            elif (job.watch_slot is None and result.record_slot is not None and self.leases
-                  and result.holder != self.instance_id):
+                # The older run's normal end is not pushed: poll for it every heartbeat.
+                self._watch(job, result.slot, self._backup_delay(job, result, poll=True), backup=True)
+            elif result.record_slot is not None and self.leases and result.holder != self.instance_id:
                 # Keep an eye on the older run: if its holder dies, it is taken over as attempt 2.
-                self._watch(job, result.record_slot, self._backup_delay(job, result))
+                self._watch(job, result.record_slot, self._backup_delay(job, result), backup=True)
         elif outcome is ClaimOutcome.EARLY:
             ahead = result.slot - (result.now or result.slot)
             self.log.warning(
@@ -615,14 +625,14 @@ class Scheduler(Generic[B]):
                 job.watch_slot = None
             self.log.debug("%s slot=%s %s", job.name, slot, outcome.value)
 
-    def _backup_delay(self, job: Job, result: ClaimResult) -> int:
+    def _backup_delay(self, job: Job, result: ClaimResult, *, poll: bool = False) -> int:
         """When a backup should look again: at the holder's expiry (by the store's clock), and no
-        later than one heartbeat where the backend does not push releases."""
+        later than one heartbeat where the backend does not push handovers (or with `poll`)."""
         if result.expires_at is not None and result.now is not None:
             delay = result.expires_at - result.now
         else:
             delay = job.options.lease_ms
-        if Capability.NOTIFY not in self.backend.capabilities:
+        if poll or Capability.NOTIFY not in self.backend.capabilities:
             delay = min(delay, job.options.heartbeat_ms)
         return delay + self._jitter(job)
 
