@@ -268,7 +268,7 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                   + (f", SIGKILL at {meta['kill_at'][scenario]} s" if sc.kill_at else ""), "",
                   "| scheduler | runs | duplicates (each run) | missed (each run) | p50 ms | p99 ms | max ms "
                   "| gap after kill ms | attempt 2 after kill ms | CPU s / replica | peak RSS MB "
-                  "| store CPU s | round trips / slot |",
+                  "| store CPU s | backend calls / slot |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in (r for r in rows if r["scenario"] == scenario):
             lines.append(

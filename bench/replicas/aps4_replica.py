@@ -33,7 +33,10 @@ async def amain(config: dict[str, Any]) -> None:
             return
         for i in range(int(config["jobs"])):
             name = f"j{i}"
-            await scheduler.add_schedule(aps4_tasks.handler, IntervalTrigger(seconds=1, start_time=start),
+            # One task per job: a task's max_running_jobs (default 1) applies across the cluster,
+            # so one task shared by every schedule would run one job at a time.
+            await scheduler.configure_task(name, func=aps4_tasks.handler)
+            await scheduler.add_schedule(name, IntervalTrigger(seconds=1, start_time=start),
                                          id=name, args=[name], conflict_policy=ConflictPolicy.do_nothing)
         await scheduler.start_in_background()
         aps4_tasks.LOG.ready()
