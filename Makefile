@@ -9,7 +9,7 @@ EMPTY :=
 SPACE := $(EMPTY) $(EMPTY)
 export MYPYPATH := $(subst $(SPACE),:,$(SRC_DIRS))
 
-.PHONY: test lint typecheck pytest install demo clean bench bench-quick bench-peers
+.PHONY: test lint typecheck pytest docs install demo clean bench bench-quick bench-peers
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -21,6 +21,15 @@ $(VENV)/.installed: $(BIN)/python requirements-dev.txt $(addsuffix /pyproject.to
 
 install: $(VENV)/.installed
 
+# The quick start needs only the core and the SQLite driver.
+DEMO_PKGS := packages/anarchon-core packages/anarchon-sqlite
+$(VENV)/.demo-installed: $(BIN)/python $(addsuffix /pyproject.toml,$(DEMO_PKGS))
+	$(BIN)/python -m pip install -q $(foreach d,$(DEMO_PKGS),-e '$(d)')
+	touch $@
+
+demo: $(VENV)/.demo-installed
+	$(BIN)/python examples/quickstart/run_demo.py
+
 lint: install
 	$(BIN)/ruff check --output-format concise .
 
@@ -31,7 +40,11 @@ typecheck: install
 pytest: install
 	$(BIN)/pytest
 
-test: lint typecheck pytest
+# A broken link or a page missing from the nav fails the build.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet -d $${TMPDIR:-/tmp}/anarchon-site
+
+test: lint typecheck pytest docs
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

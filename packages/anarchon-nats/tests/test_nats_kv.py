@@ -277,7 +277,9 @@ def test_three_process_cluster_with_kill_takeover(url: str, bucket: str, tmp_pat
     with Cluster(kv_url, tmp_path, replicas=3, lease="2s", heartbeat="0.5s", tick_every="1s",
                  long_every="6s", long_run="3s") as c:
         since = int(time.time() * 1000) + 1000
-        ev = c.wait_for(lambda e: e.event == "start" and e.job == "long" and e.t * 1000 > since, timeout=20)
+        ev = c.wait_for(
+            lambda e: e.event == "start" and e.job == "long" and e.slot > max(since, c.ready_ms), timeout=20
+        )
         c.stop(ev.pid)  # graceful: handover, attempt 2 elsewhere
         ev2 = c.wait_for(lambda e: e.event == "start" and e.job == "long" and e.slot == ev.slot
                          and e.attempt == 2, timeout=10)

@@ -41,7 +41,9 @@ def test_kill_and_graceful_stop(cluster_url: str, tmp_path: Path) -> None:
     with Cluster(cluster_url, tmp_path, replicas=3, lease="2s", heartbeat="0.4s",
                  tick_every="1s", long_every="6s", long_run="3s") as cluster:
         since = int(time.time() * 1000)
-        first = cluster.wait_for(lambda e: e.event == "start" and e.job == "long", timeout=20)
+        first = cluster.wait_for(
+            lambda e: e.event == "start" and e.job == "long" and e.slot > cluster.ready_ms, timeout=20
+        )
 
         # Graceful stop: released as handover, and a backup is notified (no waiting for expiry).
         cluster.stop(first.pid)

@@ -33,7 +33,9 @@ def test_kill_9_and_graceful_stop(redis_url: str, prefix: str, tmp_path: Path) -
     with Cluster(url, tmp_path, replicas=3, lease="2s", heartbeat="0.4s", tick_every="1s",
                  long_every="6s", long_run="3s") as cluster:
         since = int(time.time() * 1000) + 1000
-        ev = cluster.wait_for(lambda e: e.event == "start" and e.job == "long", timeout=20)
+        ev = cluster.wait_for(
+            lambda e: e.event == "start" and e.job == "long" and e.slot > cluster.ready_ms, timeout=20
+        )
         cluster.stop(ev.pid)  # graceful: handover, pushed to the backups
         ev2 = cluster.wait_for(
             lambda e: e.event == "start" and e.job == "long" and e.slot == ev.slot and e.attempt == 2,

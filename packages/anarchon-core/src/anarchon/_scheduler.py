@@ -13,8 +13,9 @@ import secrets
 import signal
 import socket
 import sys
+import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
@@ -811,6 +812,52 @@ class Scheduler(Generic[B]):
     def active_runs(self) -> list[JobContext]:
         """Contexts of the runs this instance is executing now."""
         return [r.ctx for r in self._runs]
+
+    # -- decorators, sync apps and ASGI lifespans (thin: the work is in their own modules) -------
+
+    def register(self, obj: object) -> Self:
+        """Add the jobs declared with `anarchon.every`/`cron`/`at` on an instance, module or function."""
+        from . import _decorators
+
+        _decorators.register(self, obj)
+        return self
+
+    def start_in_thread(self, *, timeout: Duration = "30s") -> threading.Thread:
+        """Start on a private event loop in a daemon thread (for WSGI apps); return once started."""
+        from ._thread import SchedulerThread
+
+        runner: SchedulerThread | None = self.__dict__.get("_thread_runner")
+        if runner is not None:
+            runner.check_fork()
+            if runner.thread is not None and runner.thread.is_alive():
+                raise RuntimeError(f"{self!r} is already running in thread {runner.thread.name!r}")
+        if self._running:
+            raise RuntimeError(f"{self!r} is already running (started with start() on an event loop)")
+        runner = SchedulerThread(self)
+        self.__dict__["_thread_runner"] = runner
+        return runner.start(parse_duration(timeout, name="timeout") / 1000)
+
+    def stop_thread(self, timeout: Duration | None = None) -> bool:
+        """Stop a `start_in_thread()` scheduler gracefully; wait up to `timeout` (default
+        `stop_timeout` + 10 s). True once stopped; False (logged) if the thread is still running."""
+        from ._thread import SchedulerThread
+
+        runner: SchedulerThread | None = self.__dict__.get("_thread_runner")
+        if runner is None:
+            return True
+        wait_ms = (self.stop_timeout_ms + 10_000 if timeout is None
+                   else parse_duration(timeout, name="timeout", allow_zero=True))
+        return runner.stop(wait_ms / 1000)
+
+    def lifespan(self, app: object = None) -> contextlib.AbstractAsyncContextManager[None]:
+        """An ASGI lifespan: `FastAPI(lifespan=scheduler.lifespan)` starts and stops with the app."""
+        return _lifespan(self)
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(scheduler: Scheduler[Any]) -> AsyncIterator[None]:
+    async with scheduler:
+        yield  # None: Starlette merges a yielded mapping into request state
 
 
 def _qualname(handler: object) -> str:

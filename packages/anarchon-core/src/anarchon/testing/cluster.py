@@ -77,10 +77,18 @@ class Cluster:
         }
         self._env = {**os.environ, **(env or {})}
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.ready_ms = 0
+        """Wall time (epoch ms) when every initial replica was ready: a slot after it has every
+        replica as a claimant, so a graceful stop of its winner always has a backup."""
 
     def __enter__(self) -> Cluster:
-        for _ in range(self.replicas):
-            self.spawn()
+        pids = {self.spawn(wait=False) for _ in range(self.replicas)}
+        deadline = time.monotonic() + 30
+        while {e.pid for e in self.events() if e.event == "ready"} < pids:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"replicas not ready within 30 s:\n{self.output(tail=40)}")
+            time.sleep(0.05)
+        self.ready_ms = int(time.time() * 1000)
         return self
 
     def __exit__(

@@ -1,0 +1,85 @@
+'''The anarchon conformance kit: the proof every backend runs, ours and yours.
+
+It is a pytest plugin (loaded automatically once installed, entry point `pytest11`) plus a
+suite of contract tests, hypothesis races and a model-based state machine. It adds no tests to
+a run by itself: a test module pulls the suite in with one line.
+
+A driver's (or a third party's) `tests/test_conformance.py` looks exactly like this:
+
+    """anarchon conformance suite against MyBackend."""
+
+    import pytest
+
+    from anarchon_conformance import BackendFactory
+    from anarchon_conformance.suite import *  # noqa: F403
+
+    from my_backend import MyBackend
+
+
+    @pytest.fixture
+    def anarchon_backend_factory(anarchon_service_url) -> BackendFactory:
+        url = anarchon_service_url("redis")  # or your own URL; skipped only when unreachable
+
+        async def make() -> MyBackend:
+            backend = MyBackend.from_url(url)  # a fresh backend on its own connection
+            await backend.open()
+            return backend  # the kit closes it
+
+        return make
+
+- `anarchon_backend_factory` is the one fixture to override. It returns an async callable; each
+  call gives a fresh, opened backend on its own connection (races use up to 32 at once). Every
+  call must reach the same store. The kit gives each test a namespace of its own, so the store
+  needs no cleaning between tests.
+- `anarchon_service_url(name)` (optional) gives the URL of `redis`, `postgres`, `rabbitmq` or
+  `nats`: `$ANARCHON_<NAME>_URL` or the standard local port, skipped only when the server is
+  unreachable (a failure under `ANARCHON_REQUIRE_SERVICES=1`); with `--anarchon-containers`, a
+  throwaway testcontainers server (skipped, saying why, where no docker engine is reachable).
+- In-process backends must stand for a store with its own clock: build them on `StoreClock()`
+  (as `memory_backend_factory()` does), because the suite moves the test process's clock.
+- A lease backend whose store fixes the lease length (NatsKVBackend: the bucket's TTL) declares it
+  as `fixed_lease_ms`; the suite then asks for exactly that lease in every claim and renew, and
+  waits it out where a lease must expire (so keep it short in tests: 400 ms-1 s). A backend that
+  cannot run two slots of a job side by side may refuse `overlap="allow"` with `ConfigError`: that
+  row is then skipped, saying so, once the suite has checked that the refusal changed nothing.
+
+Without a test file: `pytest --pyargs anarchon_conformance.suite --anarchon-backend=URL_OR_module:factory`,
+or the command `anarchon-conformance URL_OR_module:factory`, which prints a summary per tier and
+exits non-zero on any failure. A URL uses the installed driver for its scheme; `module:factory`
+names a zero-argument callable returning the factory (like the fixture's body).
+
+Tiers follow the capabilities the backend declares (`anarchon.Capability`):
+
+- `claim` (every backend): DESIGN §4, one winner per (namespace, job, slot); races; the
+  exact-count fuzz;
+- `lease`: every row of the DESIGN §3 table, renew only by the owner, release as done, failed
+  and handover, `max_attempts`, increasing tokens, namespaces, odd names, the store's clock,
+  takeover races, and the model-based comparison with `MemoryBackend`;
+- `claim_many`, `inspect`, `notify`: their own contracts.
+
+A backend that does not declare a capability is skipped for that tier, with a reason saying it
+"does not declare" the capability; a declared capability that fails is a failure.
+
+Options: `--anarchon-backend`, `--anarchon-claims=N` (the exact-count fuzz's claims; default
+2,000, long runs 1,000,000) and `--anarchon-containers`.
+'''
+
+from ._support import (
+    BackendFactory,
+    BackendPool,
+    StoreClock,
+    memory_backend_factory,
+    memory_claim_backend_factory,
+    resolve_backend,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendFactory",
+    "BackendPool",
+    "StoreClock",
+    "memory_backend_factory",
+    "memory_claim_backend_factory",
+    "resolve_backend",
+]

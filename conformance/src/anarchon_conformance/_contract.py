@@ -1,0 +1,506 @@
+"""Contract tests: one per row of DESIGN §3 (lease tier) and §4 (claim tier), and per capability."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from anarchon import ConfigError
+from anarchon.backends import ClaimOutcome, JobStatus, Overlap, ReleaseOutcome
+
+from ._kit import LONG_LEASE_MS, SHORT_LEASE_MS, Kit
+
+__all__ = [
+    "TestClaimContract",
+    "TestClaimManyContract",
+    "TestInspectContract",
+    "TestLeaseContract",
+    "TestNotifyContract",
+]
+
+ODD_NAMES = [
+    "ジョブ-β-😀",
+    'it\'s "quoted" \\ back`tick`',
+    "x" * 200,
+    "spaces and\ttabs; DROP TABLE jobs; --",
+    "a:b/c*d?e%f{g}",
+]
+MINUTE = 60_000
+
+
+def tier(capability: str) -> Any:
+    """The marks of a suite class for one capability tier."""
+    return [
+        pytest.mark.anarchon_tier(capability),
+        pytest.mark.usefixtures("_anarchon_tier_gate"),
+        pytest.mark.asyncio,
+    ]
+
+
+async def finish(kit: Kit, result: Any) -> None:
+    """End a won run where the backend has leases, so the next slot may start."""
+    if result.lease is not None and "lease" in kit.capabilities:
+        assert await kit.release(result.lease, ReleaseOutcome.DONE)
+
+
+class TestClaimContract:
+    """DESIGN §4: one winner per (namespace, job, slot). Every backend passes these."""
+
+    pytestmark = tier("claim")
+
+    async def test_first_claim_wins_attempt_1(self, anarchon_kit: Kit) -> None:
+        result = await anarchon_kit.claim("job", "a")
+        assert result.outcome is ClaimOutcome.WON
+        assert result.lease is not None
+        assert result.lease.attempt == 1
+
+    async def test_second_claim_is_taken(self, anarchon_kit: Kit) -> None:
+        await anarchon_kit.won("job", "a")
+        other = await anarchon_kit.client()
+        for owner, client in (("b", other), ("a", anarchon_kit.backend)):
+            result = await anarchon_kit.claim("job", owner, on=client)
+            assert result.outcome is ClaimOutcome.TAKEN, f"second claim by {owner!r}: {result!r}"
+            assert result.holder in (None, "a"), f"holder should be 'a': {result!r}"
+
+    async def test_jobs_are_independent(self, anarchon_kit: Kit) -> None:
+        for job in ("one", "two", "three"):
+            await anarchon_kit.won(job, "a")
+
+    async def test_slots_each_win_once(self, anarchon_kit: Kit) -> None:
+        other = await anarchon_kit.client()
+        for k in range(3):
+            slot = anarchon_kit.slot + k * MINUTE
+            first = await anarchon_kit.claim("job", "a", slot)
+            assert first.outcome is ClaimOutcome.WON, f"slot {k}: {first!r}"
+            second = await anarchon_kit.claim("job", "b", slot, on=other)
+            assert second.outcome is ClaimOutcome.TAKEN, f"slot {k}, second claim: {second!r}"
+            await finish(anarchon_kit, first)
+
+    async def test_namespaces_are_isolated(self, anarchon_kit: Kit) -> None:
+        await anarchon_kit.won("job", "a")
+        other_ns = anarchon_kit.namespace + "-other"
+        result = await anarchon_kit.claim("job", "b", namespace=other_ns)
+        assert result.outcome is ClaimOutcome.WON, f"same job in another namespace: {result!r}"
+        again = await anarchon_kit.claim("job", "c")
+        assert again.outcome is ClaimOutcome.TAKEN
+
+    @pytest.mark.parametrize("name", ODD_NAMES, ids=["unicode", "quotes", "200-chars", "sql", "punct"])
+    async def test_odd_job_names_round_trip(self, anarchon_kit: Kit, name: str) -> None:
+        lease = await anarchon_kit.won(name, "a")
+        assert lease.job == name
+        assert lease.namespace == anarchon_kit.namespace
+        assert (await anarchon_kit.claim(name, "b")).outcome is ClaimOutcome.TAKEN
+        # A prefix of the name is another job: the store must not truncate or fold names.
+        assert (await anarchon_kit.claim(name[:-1] or "_", "b")).outcome is ClaimOutcome.WON
+
+    async def test_claim_many_default_keeps_order(self, anarchon_kit: Kit) -> None:
+        reqs = [anarchon_kit.req(f"job-{i}", "a") for i in range(5)] + [anarchon_kit.req("job-0", "b")]
+        results = await anarchon_kit.backend.claim_many(reqs)
+        assert [(r.job, r.slot) for r in results] == [(q.job, q.slot) for q in reqs]
+        assert [r.outcome for r in results] == [ClaimOutcome.WON] * 5 + [ClaimOutcome.TAKEN]
+
+
+class TestLeaseContract:
+    """DESIGN §3, row by row, plus renew, release, attempts, tokens and the store's clock."""
+
+    pytestmark = tier("lease")
+
+    # -- row: no record ------------------------------------------------------------------------
+
+    async def test_row_none_creates_attempt_1_token_1(self, anarchon_kit: Kit) -> None:
+        result = await anarchon_kit.claim("job", "a")
+        assert result.outcome is ClaimOutcome.WON
+        assert result.lease is not None
+        lease = result.lease
+        assert (lease.attempt, lease.token) == (1, 1), f"first claim: {lease!r}"
+        if result.now is not None:
+            assert abs(lease.expires_at - result.now - anarchon_kit.long_lease_ms) <= 1_000, (
+                f"expires_at should be store now + lease_ms: now={result.now}, {lease!r}"
+            )
+
+    # -- row: same slot, running, live -----------------------------------------------------------
+
+    async def test_row_same_slot_running_live_is_taken(self, anarchon_kit: Kit) -> None:
+        lease = await anarchon_kit.won("job", "a")
+        result = await anarchon_kit.claim("job", "b", on=await anarchon_kit.client())
+        assert result.outcome is ClaimOutcome.TAKEN, result
+        assert result.holder == "a", f"TAKEN must name the holder: {result!r}"
+        if result.expires_at is not None:
+            assert abs(result.expires_at - lease.expires_at) <= 1_000
+
+    # -- row: same slot, done or failed ------------------------------------------------------------
+
+    @pytest.mark.parametrize("outcome", [ReleaseOutcome.DONE, ReleaseOutcome.FAILED])
+    async def test_row_same_slot_ended_is_done(self, anarchon_kit: Kit, outcome: ReleaseOutcome) -> None:
+        lease = await anarchon_kit.won("job", "a")
+        assert await anarchon_kit.release(lease, outcome) is True
+        result = await anarchon_kit.claim("job", "b", on=await anarchon_kit.client())
+        assert result.outcome is ClaimOutcome.DONE, f"after release {outcome}: {result!r}"
+
+    # -- row: same slot, released or expired: takeover, or exhausted --------------------------------
+
+    async def test_row_same_slot_released_is_taken_over(self, anarchon_kit: Kit) -> None:
+        lease = await anarchon_kit.won("job", "a")
+        assert await anarchon_kit.release(lease, ReleaseOutcome.HANDOVER) is True
+        result = await anarchon_kit.claim("job", "b", on=await anarchon_kit.client())
+        assert result.outcome is ClaimOutcome.WON, result
+        assert result.lease is not None, result
+        assert result.lease.attempt == 2, result
+        assert result.lease.token > lease.token, result
+        assert result.previous_status in (None, JobStatus.RELEASED), result
+
+    async def test_row_same_slot_expired_is_taken_over(self, anarchon_kit: Kit) -> None:
+        lease = await anarchon_kit.won("job", "a", lease_ms=SHORT_LEASE_MS)
+        other = await anarchon_kit.client()
+        assert (await anarchon_kit.claim("job", "b", on=other)).outcome is ClaimOutcome.TAKEN
+        await anarchon_kit.expire()
+        result = await anarchon_kit.claim("job", "b", on=other)
+        assert result.outcome is ClaimOutcome.WON, f"after expiry: {result!r}"
+        assert result.lease is not None, f"after expiry: {result!r}"
+        assert result.lease.attempt == 2, result
+        assert result.lease.token > lease.token, result
+        assert result.previous_status in (None, JobStatus.RUNNING), result
+
+    async def test_row_same_slot_released_exhausted(self, anarchon_kit: Kit) -> None:
+        lease = await anarchon_kit.won("job", "a", max_attempts=1)
+        assert await anarchon_kit.release(lease, ReleaseOutcome.HANDOVER)
+        result = await anarchon_kit.claim("job", "b", max_attempts=1)
+        assert result.outcome is ClaimOutcome.EXHAUSTED, f"max_attempts=1 after a handover: {result!r}"
+
+    async def test_row_same_slot_expired_exhausted(self, anarchon_kit: Kit) -> None:
+        await anarchon_kit.won("job", "a", lease_ms=SHORT_LEASE_MS, max_attempts=1)
+        await anarchon_kit.expire()
+        result = await anarchon_kit.claim("job", "b", max_attempts=1)
+        assert result.outcome is ClaimOutcome.EXHAUSTED, f"max_attempts=1 after expiry: {result!r}"
+
+    # -- row: older slot, running, live: by overlap --------------------------------------------------
+
+    @pytest.mark.parametrize("overlap", [Overlap.SKIP, Overlap.BUFFER_ONE])
+    async def test_row_older_slot_live_skipped(self, anarchon_kit: Kit, overlap: Overlap) -> None:
+        old = await anarchon_kit.won("job", "a")
+        result = await anarchon_kit.claim("job", "b", anarchon_kit.slot + MINUTE, overlap=overlap)
+        assert result.outcome is ClaimOutcome.SKIPPED, f"overlap={overlap}: {result!r}"
+        assert result.holder in (None, "a")
+        # The older run is untouched.
+        assert await anarchon_kit.renew(old) is not None
+
+    async def test_row_older_slot_live_replace(self, anarchon_kit: Kit) -> None:
+        old = await anarchon_kit.won("job", "a")
+        new = await anarchon_kit.won("job", "b", anarchon_kit.slot + MINUTE, overlap=Overlap.REPLACE)
+        assert new.attempt == 1, new
+        assert new.token > old.token, new
+        assert await anarchon_kit.renew(old) is None, "the replaced run's lease must be revoked"
+        assert await anarchon_kit.release(old, ReleaseOutcome.DONE) is False
+
+    async def test_row_older_slot_live_allow(self, anarchon_kit: Kit) -> None:
+        try:
+            old = await anarchon_kit.won("job", "a", overlap=Overlap.ALLOW)
+        except ConfigError as exc:
+            # A store with one lease per job cannot run two slots at once: it may refuse the policy,
+            # loudly and without side effects, but never treat it as another one.
+            result = await anarchon_kit.claim("job", "b")
+            assert result.outcome is ClaimOutcome.WON, (
+                f"a refused overlap='allow' claim left a record: {result!r}"
+            )
+            pytest.skip(
+                f"{type(anarchon_kit.backend).__name__} refuses overlap='allow' with ConfigError: {exc}"
+            )
+        new = await anarchon_kit.won("job", "b", anarchon_kit.slot + MINUTE, overlap=Overlap.ALLOW)
+        assert new.attempt == 1
+        assert new.token > old.token
+        # Both runs go on: each is renewed, and each slot is still taken.
+        assert await anarchon_kit.renew(old) is not None, "overlap=allow: the older run keeps its lease"
+        assert await anarchon_kit.renew(new) is not None
+        again = await anarchon_kit.claim("job", "c", overlap=Overlap.ALLOW)
+        assert again.outcome is ClaimOutcome.TAKEN, f"older slot under allow: {again!r}"
+        assert await anarchon_kit.release(old, ReleaseOutcome.DONE) is True
+
+    # -- row: older slot, any other state -------------------------------------------------------------
+
+    @pytest.mark.parametrize("state", ["done", "failed", "released", "expired"])
+    async def test_row_older_slot_ended_new_slot_wins(self, anarchon_kit: Kit, state: str) -> None:
+        old = await anarchon_kit.won(
+            "job", "a", lease_ms=SHORT_LEASE_MS if state == "expired" else LONG_LEASE_MS
+        )
+        if state == "expired":
+            await anarchon_kit.expire()
+        else:
+            assert await anarchon_kit.release(
+                old, ReleaseOutcome(state if state != "released" else "handover")
+            )
+        new = await anarchon_kit.won("job", "b", anarchon_kit.slot + MINUTE)
+        assert new.attempt == 1, f"older slot {state}: {new!r}"
+        assert new.token > old.token, f"older slot {state}: {new!r}"
+
+    # -- row: newer slot than asked --------------------------------------------------------------------
+
+    async def test_row_newer_slot_is_stale(self, anarchon_kit: Kit) -> None:
+        lease = await anarchon_kit.won("job", "a", anarchon_kit.slot + MINUTE)
+        assert await anarchon_kit.release(lease, ReleaseOutcome.DONE)
+        result = await anarchon_kit.claim("job", "b", anarchon_kit.slot)
+        assert result.outcome is ClaimOutcome.STALE, f"claim of an older slot: {result!r}"
+
+    async def test_early_slot_is_refused(self, anarchon_kit: Kit) -> None:
+        future = time.time_ns() // 1_000_000 + 3_600_000
+        result = await anarchon_kit.claim("job", "a", future)
+        assert result.outcome is ClaimOutcome.EARLY, f"slot an hour ahead: {result!r}"
+        assert (await anarchon_kit.claim("job", "a")).outcome is ClaimOutcome.WON, "EARLY must change nothing"
+
+    # -- renew ------------------------------------------------------------------------------------------
+
+    async def test_renew_by_owner_extends(self, anarchon_kit: Kit) -> None:
+        short = anarchon_kit.short_lease_ms
+        fixed = short == anarchon_kit.long_lease_ms
+        other = await anarchon_kit.client()
+        lease = await anarchon_kit.won("job", "a", lease_ms=SHORT_LEASE_MS)
+        first_expiry = time.monotonic() + short / 1000  # the latest the first lease can end
+        if fixed:
+            # One lease length only: renew half way through, so the renewal ends half a lease later.
+            await asyncio.sleep(short / 2000)
+        renewed_from = time.monotonic()
+        renewed = await anarchon_kit.renew(lease, LONG_LEASE_MS)
+        assert renewed is not None, "the owner's renew must succeed"
+        assert (renewed.slot, renewed.token, renewed.owner, renewed.attempt) == (
+            lease.slot,
+            lease.token,
+            lease.owner,
+            lease.attempt,
+        )
+        assert renewed.expires_at > lease.expires_at
+        # Past the first lease's end, and well before the renewed one's (the earliest it can end).
+        renewed_expiry = renewed_from + anarchon_kit.long_lease_ms / 1000
+        wake = min(first_expiry + 0.15, (first_expiry + renewed_expiry) / 2)
+        await asyncio.sleep(max(0.0, wake - time.monotonic()))
+        result = await anarchon_kit.claim("job", "b", on=other)
+        assert result.outcome is ClaimOutcome.TAKEN, f"renewed lease must hold: {result!r}"
+
+    async def test_renew_only_by_current_owner(self, anarchon_kit: Kit) -> None:
+        from dataclasses import replace
+
+        lease = await anarchon_kit.won("job", "a")
+        other = await anarchon_kit.client()
+        for forged in (
+            replace(lease, owner="b"),
+            replace(lease, token=lease.token + 1),
+            replace(lease, slot=lease.slot + MINUTE),
+        ):
+            assert await anarchon_kit.renew(forged, on=other) is None, f"renew of a forged lease {forged!r}"
+        assert await anarchon_kit.renew(lease) is not None
+
+    async def test_renew_after_takeover_is_lost(self, anarchon_kit: Kit) -> None:
+        lease = await anarchon_kit.won("job", "a", lease_ms=SHORT_LEASE_MS)
+        await anarchon_kit.expire()
+        other = await anarchon_kit.client()
+        taken = await anarchon_kit.claim("job", "b", on=other)
+        assert taken.outcome is ClaimOutcome.WON
+        assert taken.lease is not None
+        assert await anarchon_kit.renew(lease) is None, "a stale runner's renew must fail"
+        assert await anarchon_kit.release(lease, ReleaseOutcome.DONE) is False
+        assert await anarchon_kit.renew(taken.lease, on=other) is not None
+
+    async def test_renew_of_expired_untaken_lease_succeeds(self, anarchon_kit: Kit) -> None:
+        lease = await anarchon_kit.won("job", "a", lease_ms=SHORT_LEASE_MS)
+        await anarchon_kit.expire()
+        assert await anarchon_kit.renew(lease) is not None
+
+    async def test_renew_after_release_is_lost(self, anarchon_kit: Kit) -> None:
+        lease = await anarchon_kit.won("job", "a")
+        assert await anarchon_kit.release(lease, ReleaseOutcome.DONE)
+        assert await anarchon_kit.renew(lease) is None
+
+    # -- release ------------------------------------------------------------------------------------------
+
+    async def test_release_only_by_owner_and_once(self, anarchon_kit: Kit) -> None:
+        from dataclasses import replace
+
+        lease = await anarchon_kit.won("job", "a")
+        assert await anarchon_kit.release(replace(lease, owner="b"), ReleaseOutcome.DONE) is False
+        assert await anarchon_kit.release(replace(lease, token=lease.token + 1), ReleaseOutcome.DONE) is False
+        assert (await anarchon_kit.claim("job", "b")).outcome is ClaimOutcome.TAKEN, (
+            "forged release changed state"
+        )
+        assert await anarchon_kit.release(lease, ReleaseOutcome.HANDOVER) is True
+        assert await anarchon_kit.release(lease, ReleaseOutcome.DONE) is False, (
+            "second release must be ignored"
+        )
+
+    async def test_stale_release_does_not_disturb_new_holder(self, anarchon_kit: Kit) -> None:
+        lease = await anarchon_kit.won("job", "a", lease_ms=SHORT_LEASE_MS)
+        await anarchon_kit.expire()
+        await anarchon_kit.won("job", "b")
+        assert await anarchon_kit.release(lease, ReleaseOutcome.HANDOVER) is False
+        assert (await anarchon_kit.claim("job", "c")).outcome is ClaimOutcome.TAKEN
+
+    # -- attempts and tokens ---------------------------------------------------------------------------------
+
+    @pytest.mark.parametrize("max_attempts", [1, 2, 3, 5])
+    async def test_max_attempts(self, anarchon_kit: Kit, max_attempts: int) -> None:
+        tokens = []
+        for attempt in range(1, max_attempts + 1):
+            lease = await anarchon_kit.won("job", f"o{attempt}", max_attempts=max_attempts)
+            assert lease.attempt == attempt, f"takeover {attempt}: {lease!r}"
+            tokens.append(lease.token)
+            assert await anarchon_kit.release(lease, ReleaseOutcome.HANDOVER)
+        result = await anarchon_kit.claim("job", "late", max_attempts=max_attempts)
+        assert result.outcome is ClaimOutcome.EXHAUSTED, f"attempt {max_attempts + 1}: {result!r}"
+        assert tokens == sorted(set(tokens)), f"tokens must increase: {tokens}"
+
+    async def test_token_increases_across_claims(self, anarchon_kit: Kit) -> None:
+        tokens = []
+        for k in range(4):
+            first = await anarchon_kit.won("job", "a", anarchon_kit.slot + k * MINUTE)
+            assert await anarchon_kit.release(first, ReleaseOutcome.HANDOVER)
+            second = await anarchon_kit.won("job", "b", anarchon_kit.slot + k * MINUTE)
+            assert await anarchon_kit.release(second, ReleaseOutcome.DONE)
+            tokens += [first.token, second.token]
+        assert tokens == sorted(set(tokens)), f"the token must increase on every claim: {tokens}"
+        # The token is per job: another job starts over.
+        assert (await anarchon_kit.won("other", "a")).token == 1
+
+    async def test_namespaces_are_isolated(self, anarchon_kit: Kit) -> None:
+        lease = await anarchon_kit.won("job", "a")
+        other_ns = anarchon_kit.namespace + "-other"
+        assert await anarchon_kit.release(lease, ReleaseOutcome.DONE)
+        elsewhere = await anarchon_kit.won("job", "b", namespace=other_ns)
+        assert elsewhere.token == 1, f"namespaces share tokens: {elsewhere!r}"
+        from dataclasses import replace
+
+        assert await anarchon_kit.renew(replace(elsewhere, namespace=anarchon_kit.namespace)) is None
+
+    @pytest.mark.parametrize("name", ODD_NAMES, ids=["unicode", "quotes", "200-chars", "sql", "punct"])
+    async def test_odd_job_names_lease_cycle(self, anarchon_kit: Kit, name: str) -> None:
+        lease = await anarchon_kit.won(name, "a")
+        renewed = await anarchon_kit.renew(lease)
+        assert renewed is not None
+        assert renewed.job == name
+        assert await anarchon_kit.release(renewed, ReleaseOutcome.HANDOVER)
+        taken = await anarchon_kit.won(name, "b")
+        assert taken.attempt == 2
+        assert taken.job == name
+
+    # -- the store's clock ----------------------------------------------------------------------
+
+    @pytest.mark.parametrize("offset_s", [3600, -3600], ids=["client-ahead-1h", "client-behind-1h"])
+    async def test_store_clock_decides(
+        self, anarchon_kit: Kit, monkeypatch: pytest.MonkeyPatch, offset_s: int
+    ) -> None:
+        """Move this process's wall clock by an hour: leases still follow the store's clock."""
+        real_now_ms = time.time_ns() // 1_000_000
+        slot = real_now_ms // 1000 * 1000 - 1000
+        lease = await anarchon_kit.won("job", "a", slot, lease_ms=2_000)
+        other = await anarchon_kit.client()
+
+        real_time, real_time_ns = time.time, time.time_ns
+        monkeypatch.setattr(time, "time", lambda: real_time() + offset_s)
+        monkeypatch.setattr(time, "time_ns", lambda: real_time_ns() + offset_s * 1_000_000_000)
+
+        result = await anarchon_kit.claim("job", "b", slot, on=other, lease_ms=2_000)
+        assert result.outcome is ClaimOutcome.TAKEN, (
+            f"client clock {offset_s:+}s decided the lease: {result!r}"
+        )
+        if result.now is not None:
+            assert abs(result.now - real_now_ms) < 600_000, f"store now {result.now} follows the client clock"
+        renewed = await anarchon_kit.renew(lease, 2_000)
+        assert renewed is not None
+        assert abs(renewed.expires_at - (real_now_ms + 2_000)) < 600_000, (
+            f"renewed expires_at {renewed.expires_at} is not store now + lease"
+        )
+        # A slot at the store's now is not early, whatever the client's clock says...
+        now_slot = await anarchon_kit.claim("now", "a", slot + 1000)
+        assert now_slot.outcome is ClaimOutcome.WON, f"slot at store now: {now_slot!r}"
+        # ...and a slot half an hour ahead of the store is early.
+        ahead = await anarchon_kit.claim("ahead", "a", real_now_ms + 1_800_000)
+        assert ahead.outcome is ClaimOutcome.EARLY, f"slot 30 min ahead of the store: {ahead!r}"
+
+
+class TestClaimManyContract:
+    """`claim_many`: a batch in one round trip, results in request order, one winner per slot."""
+
+    pytestmark = tier("claim_many")
+
+    async def test_batch_in_order(self, anarchon_kit: Kit) -> None:
+        reqs = [anarchon_kit.req(f"job-{i}", "a", anarchon_kit.slot) for i in range(10)]
+        results = await anarchon_kit.backend.claim_many(reqs)
+        assert [(r.job, r.slot) for r in results] == [(q.job, q.slot) for q in reqs]
+        assert all(r.outcome is ClaimOutcome.WON for r in results), results
+
+    async def test_duplicates_in_a_batch_have_one_winner(self, anarchon_kit: Kit) -> None:
+        reqs = [anarchon_kit.req("job", owner) for owner in "abcde"]
+        results = await anarchon_kit.backend.claim_many(reqs)
+        assert [r.outcome for r in results].count(ClaimOutcome.WON) == 1, results
+
+    async def test_batch_sees_earlier_claims(self, anarchon_kit: Kit) -> None:
+        await anarchon_kit.won("held", "a")
+        other = await anarchon_kit.client()
+        results = await other.claim_many([anarchon_kit.req("held", "b"), anarchon_kit.req("free", "b")])
+        assert [r.outcome for r in results] == [ClaimOutcome.TAKEN, ClaimOutcome.WON], results
+
+    async def test_empty_batch(self, anarchon_kit: Kit) -> None:
+        assert list(await anarchon_kit.backend.claim_many([])) == []
+
+
+class TestInspectContract:
+    """`inspect` and `jobs` read the stored records."""
+
+    pytestmark = tier("inspect")
+
+    async def test_inspect_unknown_job_is_none(self, anarchon_kit: Kit) -> None:
+        assert await anarchon_kit.backend.inspect(anarchon_kit.namespace, "nothing") is None
+
+    async def test_inspect_follows_the_record(self, anarchon_kit: Kit) -> None:
+        name = ODD_NAMES[0]
+        lease = await anarchon_kit.won(name, "a")
+        state = await anarchon_kit.backend.inspect(anarchon_kit.namespace, name)
+        assert state is not None
+        assert (state.namespace, state.job, state.slot, state.attempt, state.token, state.owner) == (
+            anarchon_kit.namespace,
+            name,
+            lease.slot,
+            1,
+            lease.token,
+            "a",
+        )
+        assert state.status is JobStatus.RUNNING
+        assert state.expires_at > state.now
+        assert await anarchon_kit.release(lease, ReleaseOutcome.DONE)
+        after = await anarchon_kit.backend.inspect(anarchon_kit.namespace, name)
+        assert after is not None
+        assert after.status is JobStatus.DONE
+
+    async def test_jobs_sorted_and_namespaced(self, anarchon_kit: Kit) -> None:
+        for name in ("b", "a", "c"):
+            await anarchon_kit.won(name, "x")
+        await anarchon_kit.won("zz", "x", namespace=anarchon_kit.namespace + "-other")
+        states = await anarchon_kit.backend.jobs(anarchon_kit.namespace)
+        assert [s.job for s in states] == ["a", "b", "c"], states
+        assert all(s.namespace == anarchon_kit.namespace for s in states)
+
+
+class TestNotifyContract:
+    """`notify`: a release is pushed to subscribers, so a handover needs no polling."""
+
+    pytestmark = tier("notify")
+
+    async def test_handover_is_pushed(self, anarchon_kit: Kit) -> None:
+        listener = await anarchon_kit.client()
+        got: asyncio.Queue[tuple[str, int]] = asyncio.Queue()
+        await listener.subscribe(anarchon_kit.namespace, lambda job, slot: got.put_nowait((job, slot)))
+        await asyncio.sleep(0.1)  # let a subscription settle on stores that confirm it asynchronously
+        lease = await anarchon_kit.won("job", "a")
+        assert await anarchon_kit.release(lease, ReleaseOutcome.HANDOVER)
+        job, slot = await asyncio.wait_for(got.get(), timeout=5)
+        assert (job, slot) == ("job", lease.slot)
+
+    async def test_other_namespaces_are_not_pushed(self, anarchon_kit: Kit) -> None:
+        listener = await anarchon_kit.client()
+        got: asyncio.Queue[tuple[str, int]] = asyncio.Queue()
+        await listener.subscribe(anarchon_kit.namespace, lambda job, slot: got.put_nowait((job, slot)))
+        await asyncio.sleep(0.1)
+        elsewhere = await anarchon_kit.won("other-ns-job", "a", namespace=anarchon_kit.namespace + "-x")
+        assert await anarchon_kit.release(elsewhere, ReleaseOutcome.HANDOVER)
+        here = await anarchon_kit.won("job", "a")
+        assert await anarchon_kit.release(here, ReleaseOutcome.HANDOVER)
+        assert await asyncio.wait_for(got.get(), timeout=5) == ("job", here.slot)

@@ -1,0 +1,25 @@
+"""The conformance suite: `from anarchon_conformance.suite import *` in a test module runs it.
+
+The module must provide (or get from `--anarchon-backend`) the `anarchon_backend_factory` fixture.
+"""
+
+from ._contract import (
+    TestClaimContract,
+    TestClaimManyContract,
+    TestInspectContract,
+    TestLeaseContract,
+    TestNotifyContract,
+)
+from ._model import TestModel
+from ._races import TestExactCount, TestRaces
+
+__all__ = [
+    "TestClaimContract",
+    "TestClaimManyContract",
+    "TestExactCount",
+    "TestInspectContract",
+    "TestLeaseContract",
+    "TestModel",
+    "TestNotifyContract",
+    "TestRaces",
+]

@@ -1,0 +1,116 @@
+"""The schema: created on open, versioned in `anarchon_meta`, checked before anything is written."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from anarchon import SchemaMismatch
+
+__all__ = ["COLUMNS", "META_TABLE", "SCHEMA_VERSION", "ensure_schema"]
+
+SCHEMA_VERSION = 1
+"""Bump this, and add a step to `_MIGRATIONS`, whenever the table's shape changes."""
+
+META_TABLE = "anarchon_meta"
+
+COLUMNS: tuple[tuple[str, str, int], ...] = (
+    # (name, type, position in the primary key, 0 when not part of it)
+    ("namespace", "TEXT", 1),
+    ("job", "TEXT", 2),
+    ("slot", "INTEGER", 3),
+    ("attempt", "INTEGER", 0),
+    ("token", "INTEGER", 0),
+    ("owner", "TEXT", 0),
+    ("status", "TEXT", 0),
+    ("expires_at", "INTEGER", 0),
+    ("fingerprint", "TEXT", 0),
+    ("updated_at", "INTEGER", 0),
+    ("head", "INTEGER", 0),
+    ("last_token", "INTEGER", 0),
+)
+
+_META_COLUMNS = (("name", "TEXT", 1), ("version", "INTEGER", 0))
+
+# version -> the statements that migrate a table from `version` to `version + 1` ({t} is the table).
+_MIGRATIONS: dict[int, tuple[str, ...]] = {}
+
+
+def _create_table(table: str) -> str:
+    return f"""
+        CREATE TABLE "{table}" (
+            namespace   TEXT    NOT NULL,
+            job         TEXT    NOT NULL,
+            slot        INTEGER NOT NULL,   -- epoch ms, UTC
+            attempt     INTEGER NOT NULL,
+            token       INTEGER NOT NULL,   -- fencing token of this row's current run
+            owner       TEXT    NOT NULL,
+            status      TEXT    NOT NULL CHECK (status IN ('running', 'done', 'failed', 'released')),
+            expires_at  INTEGER NOT NULL,   -- store time, epoch ms
+            fingerprint TEXT    NOT NULL,
+            updated_at  INTEGER NOT NULL,   -- store time, epoch ms
+            head        INTEGER NOT NULL,   -- 1: the job's newest slot; 0: an older one kept by overlap=allow
+            last_token  INTEGER NOT NULL,   -- on the head row: the job's token counter
+            PRIMARY KEY (namespace, job, slot)
+        ) WITHOUT ROWID"""
+
+
+def _shape(conn: sqlite3.Connection, table: str) -> tuple[tuple[str, str, int], ...] | None:
+    """The table's (name, type, pk) columns, or None when no such table exists."""
+    kind = conn.execute("SELECT type FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+    if kind is None:
+        return None
+    if kind[0] != "table":
+        return (("<a " + str(kind[0]) + ">", "", 0),)
+    rows = conn.execute(f'PRAGMA table_info("{table}")').fetchall()
+    return tuple((str(r[1]), str(r[2]).upper(), int(r[5])) for r in rows)
+
+
+def _check(shape: tuple[tuple[str, str, int], ...], expected: tuple[tuple[str, str, int], ...],
+           table: str, url: str) -> None:
+    if shape != expected:
+        have = ", ".join(f"{name} {kind}".strip() for name, kind, _pk in shape)
+        want = ", ".join(f"{name} {kind}" for name, kind, _pk in expected)
+        raise SchemaMismatch(
+            f"table {table!r} in {url} was not created by anarchon-sqlite: it has ({have}), anarchon "
+            f"expects ({want}). It was left unchanged; pass table='another_name' to SqliteBackend, "
+            "or rename that table"
+        )
+
+
+def ensure_schema(conn: sqlite3.Connection, table: str, url: str) -> None:
+    """Create, check or migrate `table` inside the caller's BEGIN IMMEDIATE transaction.
+
+    Two processes that open a fresh file at once are serialised by the write lock: the second one
+    finds the tables the first created.
+    """
+    meta = _shape(conn, META_TABLE)
+    if meta is None:
+        conn.execute(
+            f'CREATE TABLE "{META_TABLE}" (name TEXT NOT NULL PRIMARY KEY, version INTEGER NOT NULL)'
+        )
+    else:
+        _check(meta, _META_COLUMNS, META_TABLE, url)
+    shape = _shape(conn, table)
+    if shape is None:
+        conn.execute(_create_table(table))
+        conn.execute(f'CREATE UNIQUE INDEX "{table}_head" ON "{table}" (namespace, job) WHERE head = 1')
+        conn.execute(f'INSERT OR REPLACE INTO "{META_TABLE}" (name, version) VALUES (?, ?)',
+                     (table, SCHEMA_VERSION))
+        return
+    found = conn.execute(f'SELECT version FROM "{META_TABLE}" WHERE name = ?', (table,)).fetchone()
+    version = SCHEMA_VERSION if found is None else int(found[0])
+    if version > SCHEMA_VERSION:
+        raise SchemaMismatch(
+            f"table {table!r} in {url} has schema version {version}, written by a newer anarchon-sqlite "
+            f"(this one knows versions up to {SCHEMA_VERSION}); upgrade anarchon-sqlite on every replica"
+        )
+    if version == SCHEMA_VERSION:
+        _check(shape, COLUMNS, table, url)
+    while version < SCHEMA_VERSION:
+        for statement in _MIGRATIONS[version]:
+            conn.execute(statement.format(t=table))
+        version += 1
+    _check(_shape(conn, table) or (), COLUMNS, table, url)
+    if found is None or int(found[0]) != version:
+        conn.execute(f'INSERT OR REPLACE INTO "{META_TABLE}" (name, version) VALUES (?, ?)',
+                     (table, version))

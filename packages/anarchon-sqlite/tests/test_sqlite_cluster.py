@@ -1,0 +1,57 @@
+"""Three real replica processes on one SQLite file: a graceful stop, then a kill -9 of a winner."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from anarchon.testing.cluster import Cluster
+
+LEASE_S = 2.0
+HEARTBEAT_S = 0.5
+JITTER_S = 0.05
+# Room for what the bounds leave out: a claim's round trip and an event line reaching the file.
+SLACK_S = 0.3
+
+
+@pytest.mark.slow
+def test_handover_after_sigterm_and_takeover_after_kill_9(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/cluster.db"
+    with Cluster(url, tmp_path / "replicas", replicas=3, lease=f"{LEASE_S}s", heartbeat=f"{HEARTBEAT_S}s",
+                 tick_every="1s", long_every="6s", long_run="3s") as cluster:
+        first = cluster.wait_for(lambda e: e.event == "start" and e.job == "long" and e.attempt == 1
+            and e.slot > cluster.ready_ms, timeout=20)
+        stopped_at = time.time()
+        assert cluster.stop(first.pid) == 0
+        handed = cluster.wait_for(
+            lambda e: e.event == "start" and e.job == "long" and e.slot == first.slot and e.attempt == 2,
+            timeout=10,
+        )
+        assert handed.pid != first.pid
+        assert handed.t - stopped_at <= 2 * HEARTBEAT_S + SLACK_S, (
+            f"handover took {handed.t - stopped_at:.2f} s, more than two heartbeats")
+        cancelled = [e for e in cluster.events() if e.event == "cancelled" and e.pid == first.pid]
+        assert [e.reason for e in cancelled] == ["stop"]
+
+        cluster.spawn()  # back to three replicas
+        nxt = cluster.wait_for(
+            lambda e: e.event == "start" and e.job == "long" and e.slot > first.slot and e.attempt == 1,
+            timeout=15,
+        )
+        killed_at = time.time()
+        cluster.kill(nxt.pid)
+        taken = cluster.wait_for(
+            lambda e: e.event == "start" and e.job == "long" and e.slot == nxt.slot and e.attempt == 2,
+            timeout=15,
+        )
+        assert taken.pid not in (nxt.pid, first.pid)
+        bound = LEASE_S + HEARTBEAT_S + JITTER_S
+        assert taken.t - killed_at <= bound + SLACK_S, (
+            f"takeover took {taken.t - killed_at:.2f} s, more than lease + heartbeat + jitter ({bound} s)")
+        assert taken.t - killed_at >= LEASE_S - HEARTBEAT_S - SLACK_S, "taken over before the lease ran out"
+        # Ticks kept running on the survivors through both events.
+        ticks = {e.slot for e in cluster.starts("tick")}
+        assert len(ticks) >= 8
+        cluster.assert_one_winner()
