@@ -24,7 +24,7 @@ def main(src: str, dst: str) -> None:
             if r["scenario"] == sc:
                 lat[r["scheduler"]] += [max(1.0, v) for v in r["latencies"]]
                 cpu[r["scheduler"]] += r["cpu_replicas_s"]
-        names = list(lat)
+        names = [n for n in lat if lat[n]]  # a scheduler with no start in the window has no box
         ax = axes[0][col]
         ax.boxplot([lat[n] for n in names], orientation="horizontal", whis=(1, 99), showfliers=False)
         ax.set_yticks(range(1, len(names) + 1), names)
@@ -32,6 +32,7 @@ def main(src: str, dst: str) -> None:
         ax.set_xlabel("due-to-start latency, ms (log; box p25 to p75, whiskers p1 to p99)")
         ax.set_title(f"Scenario {sc}: latency")
         ax = axes[1][col]
+        names = list(cpu)
         ax.barh(names, [max(cpu[n]) if cpu[n] else 0 for n in names], color="#bbb", label="max replica")
         ax.barh(names, [min(cpu[n]) if cpu[n] else 0 for n in names], color="#369", label="min replica")
         ax.set_xlabel(f"CPU seconds per replica over {data['meta']['durations'][sc]:.0f} s")
