@@ -204,6 +204,7 @@ class Scheduler(Generic[B]):
         self._stopping = False
         self._hooks = plugin_manager().hook
         self._rng = random.Random()
+        self._slot_draws: dict[int, float] = {}
 
     @classmethod
     def from_url(cls, url: str, **settings: Any) -> Scheduler[Any]:
@@ -444,6 +445,18 @@ class Scheduler(Generic[B]):
     def _jitter(self, job: Job) -> int:
         return self._rng.randint(0, job.jitter_ms) if job.jitter_ms > 0 else 0
 
+    def _slot_jitter(self, job: Job, slot: int) -> int:
+        """One draw per (instance, slot), shared by every job due then, so that they all go in one
+        claim_many; which instance wins a boundary still varies from slot to slot."""
+        if job.jitter_ms <= 0:
+            return 0
+        draw = self._slot_draws.get(slot)
+        if draw is None:
+            if len(self._slot_draws) > 1024:
+                self._slot_draws.clear()
+            draw = self._slot_draws[slot] = self._rng.random()
+        return int(draw * job.jitter_ms)
+
     def _plan_first(self, job: Job, now: int) -> None:
         opts = job.options
         prev = job.schedule.prev_slot(now)
@@ -459,7 +472,7 @@ class Scheduler(Generic[B]):
     def _plan_next(self, job: Job, after: int) -> None:
         slot = job.schedule.next_slot(after)
         if slot is not None:
-            job.next_due = slot + self._jitter(job)
+            job.next_due = slot + self._slot_jitter(job, slot)
             self._push(job.next_due, job, slot, "slot")
 
     def _watch(self, job: Job, slot: int, delay_ms: int, *, backup: bool = False) -> None:
@@ -519,7 +532,7 @@ class Scheduler(Generic[B]):
                 # slot instead of claiming every one it missed.
                 nxt = max(nxt, job.schedule.prev_slot(now) or nxt)
             if nxt is not None:
-                job.next_due = nxt + self._jitter(job)
+                job.next_due = nxt + self._slot_jitter(job, nxt)
                 self._push(job.next_due, job, nxt, "slot")
         if entry.kind != "watch" and job.latest_slot is not None and entry.slot < job.latest_slot:
             return False  # a newer slot was claimed already (e.g. catch-up raced a boundary)
