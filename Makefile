@@ -9,7 +9,7 @@ EMPTY :=
 SPACE := $(EMPTY) $(EMPTY)
 export MYPYPATH := $(subst $(SPACE),:,$(SRC_DIRS))
 
-.PHONY: test lint typecheck pytest install demo clean
+.PHONY: test lint typecheck pytest docs install demo clean bench bench-quick bench-peers
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -40,7 +40,31 @@ typecheck: install
 pytest: install
 	$(BIN)/pytest
 
-test: lint typecheck pytest
+# A broken link or a page missing from the nav fails the build.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet -d $${TMPDIR:-/tmp}/anarchon-site
+
+test: lint typecheck pytest docs
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+
+# Benchmarks (never part of `make test`): peers come from PyPI into their own venvs, never vendored.
+# APScheduler 3 and 4 share a distribution name, so 4.0.0a6 gets a venv of its own.
+bench/.venv-peers/.installed: bench/requirements-peers.txt
+	$(PY) -m venv bench/.venv-peers
+	bench/.venv-peers/bin/python -m pip install -q -r bench/requirements-peers.txt
+	touch $@
+
+bench/.venv-aps4/.installed: bench/requirements-aps4.txt
+	$(PY) -m venv bench/.venv-aps4
+	bench/.venv-aps4/bin/python -m pip install -q -r bench/requirements-aps4.txt
+	touch $@
+
+bench-peers: install bench/.venv-peers/.installed bench/.venv-aps4/.installed
+
+bench: bench-peers
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+bench-quick: bench-peers
+	$(BIN)/python bench/run.py --quick $(BENCH_ARGS)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from anarchon import MemoryBackend, MemoryStore
-from anarchon.backends import ClaimOutcome, ClaimRequest, ClaimResult, JobStatus, Lease
+from anarchon import ConfigError, MemoryBackend, MemoryStore
+from anarchon.backends import ClaimOutcome, ClaimRequest, ClaimResult, JobStatus, Lease, Overlap
 from anarchon_conformance import BackendFactory, StoreClock
 
 
@@ -79,3 +79,42 @@ def client_clock() -> BackendFactory:
 def correct() -> BackendFactory:
     """The reference model, for contrast: the kit passes it."""
     return _factory(MemoryBackend, MemoryStore(StoreClock()))
+
+
+class FixedLeaseBackend(MemoryBackend):
+    """A correct store whose lease length is fixed (as a NATS bucket's TTL), refusing `allow`."""
+
+    fixed_lease_ms = 400
+
+    def _check(self, lease_ms: int, overlap: Overlap = Overlap.SKIP) -> None:
+        if lease_ms != self.fixed_lease_ms:
+            raise ConfigError(f"lease {lease_ms} ms: this store's lease is fixed at {self.fixed_lease_ms} ms")
+        if overlap is Overlap.ALLOW:
+            raise ConfigError("overlap='allow' is not supported: one lease per job")
+
+    async def claim(self, request: ClaimRequest) -> ClaimResult:
+        self._check(request.lease_ms, request.overlap)
+        return await super().claim(request)
+
+    async def renew(self, lease: Lease, lease_ms: int) -> Lease | None:
+        self._check(lease_ms)
+        return await super().renew(lease, lease_ms)
+
+
+class AllowLeavesRecordBackend(FixedLeaseBackend):
+    """Says it refuses `overlap="allow"`, but claims the slot (as `skip`) before it does."""
+
+    async def claim(self, request: ClaimRequest) -> ClaimResult:
+        if request.overlap is Overlap.ALLOW:
+            await super().claim(replace(request, overlap=Overlap.SKIP))
+        return await super().claim(request)
+
+
+def fixed_lease() -> BackendFactory:
+    """The reference model with a fixed lease, refusing overlap='allow': the kit passes it."""
+    return _factory(FixedLeaseBackend, MemoryStore(StoreClock()))
+
+
+def allow_leaves_record() -> BackendFactory:
+    """Refuses overlap='allow' only after changing the record."""
+    return _factory(AllowLeavesRecordBackend, MemoryStore(StoreClock()))

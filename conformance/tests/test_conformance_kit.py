@@ -78,6 +78,21 @@ def test_kit_passes_the_reference_model(pytester: pytest.Pytester) -> None:
     assert result.parseoutcomes()["passed"] >= 10
 
 
+def test_kit_runs_a_fixed_lease_backend_with_its_lease(pytester: pytest.Pytester) -> None:
+    # Every claim and renew must ask for the declared lease (the backend raises ConfigError
+    # otherwise), expiry tests wait that lease out, and a refused overlap='allow' is a skip.
+    result = run_suite(pytester, "fixed_lease", "-k", "Lease or Model or takeovers or fuzz")
+    assert result.ret == 0, result.stdout.str()
+    assert result.parseoutcomes()["passed"] >= 40
+    result.stdout.fnmatch_lines(["*refuses overlap='allow' with ConfigError*"])
+
+
+def test_kit_catches_a_refused_allow_that_changed_the_record(pytester: pytest.Pytester) -> None:
+    result = run_suite(pytester, "allow_leaves_record", "-k", "live_allow")
+    assert result.ret != 0
+    assert "test_row_older_slot_live_allow" in failed_tests(result), result.stdout.str()
+
+
 def test_without_a_backend_the_suite_fails_and_says_how(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_nothing="from anarchon_conformance.suite import *\n")
     result = pytester.runpytest("-p", "no:cacheprovider", "-q", "-k", "test_first_claim_wins_attempt_1")

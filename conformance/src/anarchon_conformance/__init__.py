@@ -37,6 +37,11 @@ A driver's (or a third party's) `tests/test_conformance.py` looks exactly like t
   throwaway testcontainers server (skipped, saying why, where no docker engine is reachable).
 - In-process backends must stand for a store with its own clock: build them on `StoreClock()`
   (as `memory_backend_factory()` does), because the suite moves the test process's clock.
+- A lease backend whose store fixes the lease length (NatsKVBackend: the bucket's TTL) declares it
+  as `fixed_lease_ms`; the suite then asks for exactly that lease in every claim and renew, and
+  waits it out where a lease must expire (so keep it short in tests: 400 ms-1 s). A backend that
+  cannot run two slots of a job side by side may refuse `overlap="allow"` with `ConfigError`: that
+  row is then skipped, saying so, once the suite has checked that the refusal changed nothing.
 
 Without a test file: `pytest --pyargs anarchon_conformance.suite --anarchon-backend=URL_OR_module:factory`,
 or the command `anarchon-conformance URL_OR_module:factory`, which prints a summary per tier and

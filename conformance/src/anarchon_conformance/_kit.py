@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from anarchon import ConfigError
 from anarchon.backends import (
     Capability,
     ClaimOutcome,
@@ -19,7 +20,15 @@ from anarchon.backends import (
 
 from ._support import BackendPool, request
 
-__all__ = ["LONG_LEASE_MS", "SHORT_LEASE_MS", "Kit", "expire"]
+__all__ = [
+    "LONG_LEASE_MS",
+    "SHORT_LEASE_MS",
+    "Kit",
+    "allow_refusal",
+    "expire",
+    "fixed_lease_ms",
+    "lease_for",
+]
 
 LONG_LEASE_MS = 30_000
 """A lease that never runs out during a test."""
@@ -30,6 +39,43 @@ SHORT_LEASE_MS = 400
 async def expire(lease_ms: int = SHORT_LEASE_MS) -> None:
     """Wait, in real time, until a lease of `lease_ms` granted before the call has expired."""
     await asyncio.sleep(lease_ms / 1000 + 0.15)
+
+
+def fixed_lease_ms(backend: Any) -> int | None:
+    """The one lease length the backend's store allows (`backend.fixed_lease_ms`), or None.
+
+    Some stores fix the lease per store (NatsKVBackend: the bucket's TTL) and refuse any other
+    length with `ConfigError`. Such a backend declares `fixed_lease_ms`; the suite then asks for
+    exactly that lease in every claim and renew, both where it wants a lease that outlasts the test
+    and where it wants one to run out, and waits it out in real time.
+    """
+    fixed = getattr(backend, "fixed_lease_ms", None)
+    if fixed is None:
+        return None
+    if not isinstance(fixed, int) or isinstance(fixed, bool) or fixed <= 0:
+        raise TypeError(f"{backend!r} declares fixed_lease_ms={fixed!r}: declare a positive int (ms) or None")
+    return fixed
+
+
+async def allow_refusal(backend: Any, req: ClaimRequest) -> ConfigError | None:
+    """Claim `req` (overlap="allow"); return the `ConfigError` if the backend refuses the policy.
+
+    A store that keeps one lease per job cannot run two slots side by side (NatsKVBackend): it
+    must refuse `overlap="allow"` loudly, with `anarchon.ConfigError`, never treat it as another
+    policy. Any other answer is a claim, checked by the caller.
+    """
+    assert req.overlap is Overlap.ALLOW
+    try:
+        await backend.claim(req)
+    except ConfigError as exc:
+        return exc
+    return None
+
+
+def lease_for(backend: Any, lease_ms: int) -> int:
+    """`lease_ms`, or the backend's fixed lease when it declares one."""
+    fixed = fixed_lease_ms(backend)
+    return lease_ms if fixed is None else fixed
 
 
 def past_slot() -> int:
@@ -54,6 +100,20 @@ class Kit:
         caps: frozenset[Capability] = self.backend.capabilities
         return caps
 
+    @property
+    def long_lease_ms(self) -> int:
+        """A lease that outlasts the test (the backend's fixed lease, if it declares one)."""
+        return lease_for(self.backend, LONG_LEASE_MS)
+
+    @property
+    def short_lease_ms(self) -> int:
+        """A lease the test lets run out (the backend's fixed lease, if it declares one)."""
+        return lease_for(self.backend, SHORT_LEASE_MS)
+
+    async def expire(self) -> None:
+        """Wait until a short lease granted before the call has expired."""
+        await expire(self.short_lease_ms)
+
     def req(
         self,
         job: str,
@@ -65,13 +125,13 @@ class Kit:
         overlap: Overlap = Overlap.SKIP,
         namespace: str | None = None,
     ) -> ClaimRequest:
-        """A claim request in this test's namespace."""
+        """A claim request in this test's namespace (with the backend's fixed lease, if any)."""
         return request(
             self.namespace if namespace is None else namespace,
             job,
             self.slot if slot is None else slot,
             owner,
-            lease_ms=lease_ms,
+            lease_ms=lease_for(self.backend, lease_ms),
             max_attempts=max_attempts,
             overlap=overlap,
         )
@@ -103,7 +163,7 @@ class Kit:
 
     async def renew(self, lease: Lease, lease_ms: int = LONG_LEASE_MS, *, on: Any = None) -> Lease | None:
         """Renew through `on` (default: the first client)."""
-        renewed: Lease | None = await (on or self.backend).renew(lease, lease_ms)
+        renewed: Lease | None = await (on or self.backend).renew(lease, lease_for(self.backend, lease_ms))
         return renewed
 
 

@@ -24,7 +24,7 @@ from anarchon.backends import (
     ReleaseOutcome,
 )
 
-from ._kit import LONG_LEASE_MS, past_slot
+from ._kit import LONG_LEASE_MS, allow_refusal, lease_for, past_slot
 from ._support import BackendPool, StoreClock, request
 
 __all__ = ["MODEL_LEASE_MS", "TestModel"]
@@ -47,8 +47,14 @@ class _World:
     runner: asyncio.Runner
     clients: list[Any]
     namespace: str
+    overlaps: list[Overlap] = field(default_factory=lambda: list(Overlap))
+    """The overlap policies to send: all, but `allow` where the backend refuses it (ConfigError)."""
     deadlines: list[tuple[float, float]] = field(default_factory=list)
     """Monotonic windows in which a granted lease expires, by the store's clock."""
+
+    def lease_ms(self, short: bool) -> int:
+        """The short or long lease (the backend's fixed lease, if it declares one)."""
+        return lease_for(self.clients[0], MODEL_LEASE_MS if short else LONG_LEASE_MS)
 
 
 def _machine(world: _World) -> type[RuleBasedStateMachine]:
@@ -84,11 +90,11 @@ def _machine(world: _World) -> type[RuleBasedStateMachine]:
             k=st.integers(0, 2),
             short=st.booleans(),
             max_attempts=st.integers(1, 3),
-            overlap=st.sampled_from(list(Overlap)),
+            overlap=st.sampled_from(world.overlaps),
         )
         def claim(self, client: int, k: int, short: bool, max_attempts: int, overlap: Overlap) -> None:
             self._settle()
-            lease_ms = MODEL_LEASE_MS if short else LONG_LEASE_MS
+            lease_ms = world.lease_ms(short)
             req = request(
                 world.namespace,
                 self.job,
@@ -126,7 +132,7 @@ def _machine(world: _World) -> type[RuleBasedStateMachine]:
             self._settle()
             i = data.draw(st.integers(0, len(self.held) - 1), label="lease")
             held = self.held[i]
-            lease_ms = MODEL_LEASE_MS if short else LONG_LEASE_MS
+            lease_ms = world.lease_ms(short)
             client = world.clients[int(held.real.owner[1:])]
             before = time.monotonic()
             real = run(client.renew(held.real, lease_ms))
@@ -195,7 +201,14 @@ class TestModel:
         runner, pool = anarchon_runner
         clients = runner.run(pool.clients(CLIENTS))
         assert all(Capability.LEASE in c.capabilities for c in clients)
-        machine = _machine(_World(runner, clients, anarchon_namespace))
+        world = _World(runner, clients, anarchon_namespace)
+        probe = request(
+            anarchon_namespace, "allow-probe", past_slot(), "c0",
+            lease_ms=world.lease_ms(False), overlap=Overlap.ALLOW,
+        )
+        if runner.run(allow_refusal(clients[0], probe)) is not None:
+            world.overlaps.remove(Overlap.ALLOW)
+        machine = _machine(world)
         run_state_machine_as_test(
             machine,
             settings=settings(

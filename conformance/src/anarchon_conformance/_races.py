@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from anarchon.backends import Capability, ClaimOutcome, ClaimResult, Lease, ReleaseOutcome
 
-from ._kit import LONG_LEASE_MS, Kit, past_slot
+from ._kit import LONG_LEASE_MS, Kit, lease_for, past_slot
 from ._support import BackendPool, request
 
 __all__ = ["MAX_CLIENTS", "TestExactCount", "TestRaces"]
@@ -86,8 +86,12 @@ class TestRaces:
 
             async def one(i: int) -> list[ClaimResult]:
                 await _after(yields[i], delays[i])
-                reqs = [request(anarchon_namespace, job, base + s * 60_000, f"c{i}") for s in range(slots)]
                 client = clients[i]
+                lease_ms = lease_for(client, LONG_LEASE_MS)
+                reqs = [
+                    request(anarchon_namespace, job, base + s * 60_000, f"c{i}", lease_ms=lease_ms)
+                    for s in range(slots)
+                ]
                 if batched and Capability.CLAIM_MANY in client.capabilities:
                     return list(await client.claim_many(reqs))
                 return [await client.claim(r) for r in reqs]
@@ -139,7 +143,7 @@ class TestRaces:
                             job,
                             slot,
                             f"c{i}",
-                            lease_ms=LONG_LEASE_MS,
+                            lease_ms=lease_for(clients[i], LONG_LEASE_MS),
                             max_attempts=max_attempts,
                         )
                     )
@@ -206,7 +210,7 @@ class TestExactCount:
                 seen = counters[key]  # an unguarded read-modify-write: only the lease keeps it exact
                 await asyncio.sleep(0)
                 if leases:
-                    assert await client.renew(lease, LONG_LEASE_MS) is not None, (
+                    assert await client.renew(lease, anarchon_kit.long_lease_ms) is not None, (
                         f"lost a fresh lease {lease!r}"
                     )
                 else:

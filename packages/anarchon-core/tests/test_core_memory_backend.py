@@ -240,6 +240,11 @@ async def test_release_is_pushed_to_subscribers() -> None:
 
     await asyncio.sleep(0)
     assert seen == [("job", S1)]
+    again = (await b.claim(req("b"))).lease
+    assert again is not None
+    await b.release(again, ReleaseOutcome.DONE)  # a finished run wakes nobody
+    await asyncio.sleep(0)
+    assert seen == [("job", S1)]
 
 
 async def test_claim_many_is_one_round_trip_with_per_request_results(backend: MemoryBackend) -> None:

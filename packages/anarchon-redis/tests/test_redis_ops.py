@@ -115,7 +115,7 @@ async def test_release_is_pushed_and_listener_survives_client_kill(
         assert again.lease.attempt == 2
         deadline = loop.time() + 5
         while True:
-            assert await a.release(again.lease, ReleaseOutcome.DONE) or loop.time() < deadline
+            assert await a.release(again.lease, ReleaseOutcome.HANDOVER) or loop.time() < deadline
             try:
                 assert await asyncio.wait_for(got.get(), 0.5) == ("job:with:colons", now)
                 break
@@ -261,3 +261,23 @@ async def test_idmp_refused_on_old_server(redis_url: str, prefix: str, raw: redi
     await backend.close()
     with pytest.raises(ValueError, match="unknown strategy 'nope'"):
         RedisStreamBackend(redis_url, strategy="nope")  # type: ignore[arg-type]
+
+
+async def test_a_burst_of_releases_waits_for_pooled_connections(
+    redis_url: str, prefix: str, raw: redis.asyncio.Redis
+) -> None:
+    """Thousands of runs can end in the same millisecond: their releases queue for the pool's
+    connections instead of opening one connection each (and meeting the server's maxclients)."""
+    backend = RedisBackend(redis_url, prefix=prefix)
+    await backend.open()
+    try:
+        now = await _store_now(raw)
+        won = await backend.claim_many([ClaimRequest("ns", f"burst{i}", now, "A") for i in range(1000)])
+        leases = [r.lease for r in won if r.lease is not None]
+        assert len(leases) == 1000
+        before = len(await raw.client_list())
+        released = await asyncio.gather(*(backend.release(lease, ReleaseOutcome.DONE) for lease in leases))
+        assert all(released)
+        assert len(await raw.client_list()) - before <= 64
+    finally:
+        await backend.close()

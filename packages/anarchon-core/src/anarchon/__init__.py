@@ -13,6 +13,25 @@ makes one atomic decision about which replica runs it. No leader is elected.
 
     scheduler.run()   # until SIGINT/SIGTERM, then a graceful stop
 
+Jobs can also be declared on methods and registered later (`scheduler.register(obj)` returns the
+scheduler and accepts an instance, a module or a function):
+
+    from anarchon import cron, every
+
+    class ReportsService:
+        @cron("weekday-digest", "0 8 * * 1-5", timezone="Europe/Athens")
+        async def digest(self, ctx: JobContext) -> None: ...
+
+        @every("sync-customers", "10s", timeout="8s")
+        def sync(self) -> None: ...          # a plain function runs in a worker thread
+
+    scheduler.register(ReportsService())
+
+In sync apps (Django, Flask, gunicorn sync workers), `scheduler.start_in_thread()` runs the scheduler on
+its own event loop in a daemon thread and `scheduler.stop_thread()` stops it gracefully. In ASGI apps,
+`FastAPI(lifespan=scheduler.lifespan)`; see `anarchon.integrations`. The `anarchon` command runs,
+inspects and previews schedules (`anarchon --help`).
+
 Drivers live in their own distributions (anarchon-sqlite, anarchon-redis, anarchon-postgres,
 anarchon-rabbitmq, anarchon-nats) and are found through the `anarchon` entry-point group, so
 `Scheduler.from_url("redis://localhost")` works once the driver is installed.
@@ -20,6 +39,7 @@ anarchon-rabbitmq, anarchon-nats) and are found through the `anarchon` entry-poi
 
 from ._clock import Clock, SystemClock
 from ._context import CancelSignal, JobContext
+from ._decorators import at, cron, every
 from ._duration import Duration, parse_duration
 from ._errors import (
     AnarchonError,
@@ -97,8 +117,11 @@ __all__ = [
     "Scheduler",
     "SchemaMismatch",
     "SystemClock",
+    "at",
     "backend_classes",
     "backend_for_url",
+    "cron",
+    "every",
     "from_ms",
     "hookimpl",
     "parse_duration",

@@ -8,8 +8,10 @@ It runs two jobs on the backend at `url` and appends one JSON line per handler s
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -55,9 +57,19 @@ def main(argv: list[str]) -> None:
     options: dict[str, Any] = {"catch_up": 0} if scheduler.leases else {}
     scheduler.every("tick", config["tick_every"], tick, **options)
     scheduler.every("long", config["long_every"], long, **options)
-    fh.write(json.dumps({"event": "ready", "pid": os.getpid(), "t": time.time(),
-                         "instance": scheduler.instance_id}) + "\n")
-    scheduler.run()
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        done = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, done.set)
+        async with scheduler:
+            # Ready only once started: every slot after this moment has this replica as a claimant.
+            fh.write(json.dumps({"event": "ready", "pid": os.getpid(), "t": time.time(),
+                                 "instance": scheduler.instance_id}) + "\n")
+            await done.wait()
+
+    asyncio.run(serve())
     fh.write(json.dumps({"event": "exit", "pid": os.getpid(), "t": time.time()}) + "\n")
 
 

@@ -13,8 +13,9 @@ import secrets
 import signal
 import socket
 import sys
+import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
@@ -84,6 +85,8 @@ class Job:
     watches: dict[int, int] = field(default_factory=dict)
     watch_gen: int = 0
     latest_slot: int | None = None
+    next_due: int | None = None
+    """When the job's next boundary entry is due (its slot plus jitter)."""
     fingerprint_warned: bool = False
 
 
@@ -204,6 +207,7 @@ class Scheduler(Generic[B]):
         self._stopping = False
         self._hooks = plugin_manager().hook
         self._rng = random.Random()
+        self._slot_draws: dict[int, float] = {}
 
     @classmethod
     def from_url(cls, url: str, **settings: Any) -> Scheduler[Any]:
@@ -444,6 +448,18 @@ class Scheduler(Generic[B]):
     def _jitter(self, job: Job) -> int:
         return self._rng.randint(0, job.jitter_ms) if job.jitter_ms > 0 else 0
 
+    def _slot_jitter(self, job: Job, slot: int) -> int:
+        """One draw per (instance, slot), shared by every job due then, so that they all go in one
+        claim_many; which instance wins a boundary still varies from slot to slot."""
+        if job.jitter_ms <= 0:
+            return 0
+        draw = self._slot_draws.get(slot)
+        if draw is None:
+            if len(self._slot_draws) > 1024:
+                self._slot_draws.clear()
+            draw = self._slot_draws[slot] = self._rng.random()
+        return int(draw * job.jitter_ms)
+
     def _plan_first(self, job: Job, now: int) -> None:
         opts = job.options
         prev = job.schedule.prev_slot(now)
@@ -459,14 +475,23 @@ class Scheduler(Generic[B]):
     def _plan_next(self, job: Job, after: int) -> None:
         slot = job.schedule.next_slot(after)
         if slot is not None:
-            self._push(slot + self._jitter(job), job, slot, "slot")
+            job.next_due = slot + self._slot_jitter(job, slot)
+            self._push(job.next_due, job, slot, "slot")
 
-    def _watch(self, job: Job, slot: int, delay_ms: int) -> None:
+    def _watch(self, job: Job, slot: int, delay_ms: int, *, backup: bool = False) -> None:
         if job.options.overlap is not Overlap.ALLOW:
             job.watches.clear()
         job.watch_gen += 1
         job.watches[slot] = job.watch_gen
-        self._push(self.clock.now_ms() + max(0, delay_ms), job, slot, "watch", job.watch_gen)
+        due = self.clock.now_ms() + max(0, delay_ms)
+        if (backup and job.next_due is not None and due >= job.next_due
+                and job.options.overlap is not Overlap.ALLOW):
+            # The job's next boundary comes first and settles the slot: a newer claim either
+            # supersedes it or is skipped, which watches it again. Queueing nothing keeps the heap
+            # small with thousands of jobs; a pushed handover still finds the watch. (Not under
+            # overlap="allow": there a newer slot neither supersedes nor skips an older one.)
+            return
+        self._push(due, job, slot, "watch", job.watch_gen)
 
     def _on_release(self, job_name: str, slot: int) -> None:
         """A pushed release: backups watching that job re-claim at once."""
@@ -522,7 +547,8 @@ class Scheduler(Generic[B]):
                 # slot instead of claiming every one it missed.
                 nxt = max(nxt, job.schedule.prev_slot(now) or nxt)
             if nxt is not None:
-                self._push(nxt + self._jitter(job), job, nxt, "slot")
+                job.next_due = nxt + self._slot_jitter(job, nxt)
+                self._push(job.next_due, job, nxt, "slot")
             if following is not None and following + job.jitter_ms <= now:
                 # ... and not this one either: a newer slot is due (its entry is claimed with or
                 # just after this batch), and winning this stale slot would make it skip the newer.
@@ -608,16 +634,16 @@ class Scheduler(Generic[B]):
             level = logging.DEBUG if entry.kind == "watch" else logging.INFO
             self.log.log(level, "%s slot=%s taken by %s", job.name, slot, result.holder or "another instance")
             if self.leases:
-                self._watch(job, result.slot, self._backup_delay(job, result))
+                self._watch(job, result.slot, self._backup_delay(job, result), backup=True)
         elif outcome is ClaimOutcome.SKIPPED:
             self.log.info("%s slot=%s skipped (overlap): slot %s still runs on %s", job.name, slot,
                           fmt_slot(result.record_slot) if result.record_slot else "?", result.holder)
             if job.options.overlap is Overlap.BUFFER_ONE:
-                self._watch(job, result.slot, self._backup_delay(job, result))
-            elif (not job.watches and result.record_slot is not None and self.leases
-                  and result.holder != self.instance_id):
+                # The older run's normal end is not pushed: poll for it every heartbeat.
+                self._watch(job, result.slot, self._backup_delay(job, result, poll=True), backup=True)
+            elif result.record_slot is not None and self.leases and result.holder != self.instance_id:
                 # Keep an eye on the older run: if its holder dies, it is taken over as attempt 2.
-                self._watch(job, result.record_slot, self._backup_delay(job, result))
+                self._watch(job, result.record_slot, self._backup_delay(job, result), backup=True)
         elif outcome is ClaimOutcome.EARLY:
             ahead = result.slot - (result.now or result.slot)
             self.log.warning(
@@ -633,14 +659,14 @@ class Scheduler(Generic[B]):
             job.watches.pop(result.slot, None)
             self.log.debug("%s slot=%s %s", job.name, slot, outcome.value)
 
-    def _backup_delay(self, job: Job, result: ClaimResult) -> int:
+    def _backup_delay(self, job: Job, result: ClaimResult, *, poll: bool = False) -> int:
         """When a backup should look again: at the holder's expiry (by the store's clock), and no
-        later than one heartbeat where the backend does not push releases."""
+        later than one heartbeat where the backend does not push handovers (or with `poll`)."""
         if result.expires_at is not None and result.now is not None:
             delay = result.expires_at - result.now
         else:
             delay = job.options.lease_ms
-        if Capability.NOTIFY not in self.backend.capabilities:
+        if poll or Capability.NOTIFY not in self.backend.capabilities:
             delay = min(delay, job.options.heartbeat_ms)
         return delay + self._jitter(job)
 
@@ -858,6 +884,52 @@ class Scheduler(Generic[B]):
     def active_runs(self) -> list[JobContext]:
         """Contexts of the runs this instance is executing now."""
         return [r.ctx for r in self._runs]
+
+    # -- decorators, sync apps and ASGI lifespans (thin: the work is in their own modules) -------
+
+    def register(self, obj: object) -> Self:
+        """Add the jobs declared with `anarchon.every`/`cron`/`at` on an instance, module or function."""
+        from . import _decorators
+
+        _decorators.register(self, obj)
+        return self
+
+    def start_in_thread(self, *, timeout: Duration = "30s") -> threading.Thread:
+        """Start on a private event loop in a daemon thread (for WSGI apps); return once started."""
+        from ._thread import SchedulerThread
+
+        runner: SchedulerThread | None = self.__dict__.get("_thread_runner")
+        if runner is not None:
+            runner.check_fork()
+            if runner.thread is not None and runner.thread.is_alive():
+                raise RuntimeError(f"{self!r} is already running in thread {runner.thread.name!r}")
+        if self._running:
+            raise RuntimeError(f"{self!r} is already running (started with start() on an event loop)")
+        runner = SchedulerThread(self)
+        self.__dict__["_thread_runner"] = runner
+        return runner.start(parse_duration(timeout, name="timeout") / 1000)
+
+    def stop_thread(self, timeout: Duration | None = None) -> bool:
+        """Stop a `start_in_thread()` scheduler gracefully; wait up to `timeout` (default
+        `stop_timeout` + 10 s). True once stopped; False (logged) if the thread is still running."""
+        from ._thread import SchedulerThread
+
+        runner: SchedulerThread | None = self.__dict__.get("_thread_runner")
+        if runner is None:
+            return True
+        wait_ms = (self.stop_timeout_ms + 10_000 if timeout is None
+                   else parse_duration(timeout, name="timeout", allow_zero=True))
+        return runner.stop(wait_ms / 1000)
+
+    def lifespan(self, app: object = None) -> contextlib.AbstractAsyncContextManager[None]:
+        """An ASGI lifespan: `FastAPI(lifespan=scheduler.lifespan)` starts and stops with the app."""
+        return _lifespan(self)
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(scheduler: Scheduler[Any]) -> AsyncIterator[None]:
+    async with scheduler:
+        yield  # None: Starlette merges a yielded mapping into request state
 
 
 def _qualname(handler: object) -> str:

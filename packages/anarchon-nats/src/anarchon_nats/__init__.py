@@ -11,18 +11,19 @@
 `NatsBackend` (claim-only, `nats://`, `tls://`): `open()` creates the stream `stream` (subjects
 `<prefix>.>`, `duplicate_window`, MaxAge equal to the window) or checks an existing one and names
 each mismatched setting. A claim publishes to `<prefix>.<namespace>.<job>` with the header
-`Nats-Msg-Id: <namespace>:<job>:<slot>`; a PubAck marked `duplicate` means TAKEN, unless the first
-message is this owner's own (an ack lost with the connection), which is WON. The horizon is the
+`Nats-Msg-Id: <namespace>:<job>:<slot>`; a PubAck marked `duplicate` means TAKEN, even when the first
+message is this owner's own (a claim whose ack was lost is not run: at most once). The horizon is the
 duplicate window: the scheduler never claims a slot older than half of it.
 
 `NatsKVBackend` (lease, `nats-kv://`, `nats-kv+tls://`): claim is a Key-Value `create`, renew an
 `update` with the last revision, release a `delete` with the last revision, and takeover a `create`
 once the entry aged out under the bucket TTL (or at once after a release). A second bucket,
-`<bucket>_state`, with no TTL, keeps the attempt count and done/failed/released. The revision of
-the create is the fencing token. The bucket TTL is the lease, so **the lease length is fixed per
-bucket**: `NatsKVBackend(lease=...)` must equal the scheduler's and every job's `lease`, and a claim
-with another length raises `ConfigError` naming both. `overlap="allow"` is not supported (one lease
-entry per job), and there is no `inspect` and no release push: backups poll every heartbeat.
+`<bucket>_state`, with no TTL, keeps the attempt count, done/failed/released and the fencing token
+(1 for a job's first claim, +1 on each claim after). The bucket TTL is the lease, so **the lease length
+is fixed per bucket** (`fixed_lease_ms`): `NatsKVBackend(lease=...)` must equal the scheduler's and
+every job's `lease`, and a claim with another length raises `ConfigError` naming both.
+`overlap="allow"` is not supported (one lease entry per job), and there is no `inspect` and no
+release push: backups poll every heartbeat.
 
 Names: a namespace or job name of 1-64 of `[A-Za-z0-9_-]` is used as it is; any other is replaced
 by `=` and 32 hex digits of its SHA-256, so subjects, message ids and keys stay valid.

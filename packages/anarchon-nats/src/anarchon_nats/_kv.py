@@ -6,10 +6,10 @@ Two buckets, both plain JetStream streams in the Key-Value layout (`KV_<bucket>`
 
 - `<bucket>` has a TTL (the stream's MaxAge) equal to the lease. Its entry for a job is the **live
   lease**: `{slot, attempt, owner}`. The server deletes it once it is older than the TTL by the
-  server's clock, so "the lease expired" is decided by the store alone. Its revision (stream
-  sequence) when a claim creates or revokes it is the fencing token.
+  server's clock, so "the lease expired" is decided by the store alone.
 - `<bucket>_state` has no TTL. Its entry for a job is the **record**: `{slot, attempt, token, owner,
   status, fingerprint}`, i.e. the attempt count and done/failed/released, which must outlive a lease.
+  Its `token` is the fencing token: 1 for a job's first claim, +1 on each claim after (DESIGN §3).
 
 A claim reads both, decides by the table, then wins only if (1) it creates the lease entry (or
 replaces the live one it read, for `overlap="replace"`) and (2) it replaces the record it read.
@@ -108,6 +108,11 @@ class NatsKVBackend(BackendBase):
     def url(self) -> str:
         """The server(s), passwords redacted."""
         return self._conn.url
+
+    @property
+    def fixed_lease_ms(self) -> int:
+        """The one lease length this bucket allows (its TTL); claims and renews must ask for it."""
+        return self.lease_ms
 
     def key(self, namespace: str, job: str) -> str:
         """The key of one job in both buckets, with odd names hashed so the key is valid."""
@@ -281,19 +286,22 @@ class NatsKVBackend(BackendBase):
         try:
             # Create the lease: last=0 (never written or aged out) or the delete marker's revision.
             # For overlap="replace", overwrite the live lease read above, which revokes it.
-            token = await self._put(self.bucket, key, value, live.last)
+            revision = await self._put(self.bucket, key, value, live.last)
         except _Conflict:
             return None
-        now = await self._time_of(self.bucket, token)
+        now = await self._time_of(self.bucket, revision)
         if r.slot > now + r.max_skew_ms:
-            await self._drop(key, token)
+            await self._drop(key, revision)
             return ClaimResult(ClaimOutcome.EARLY, r.job, r.slot, now=now)
+        # The job's token: the record's plus one (DESIGN §3). The record is written compare-and-set
+        # against the one read, so no two wins can take the same token.
+        token = int(rec.get("token", 0)) + 1 if rec else 1
         record = {"slot": r.slot, "attempt": attempt, "token": token, "owner": r.owner, "status": "running",
                   "fingerprint": r.fingerprint}
         try:
             await self._put(self.state_bucket, key, record, rec_entry.last)
         except _Conflict:
-            await self._drop(key, token)
+            await self._drop(key, revision)
             return None
         expires_at = now + self.lease_ms
         lease = Lease(r.namespace, r.job, r.slot, attempt, token, r.owner, expires_at)

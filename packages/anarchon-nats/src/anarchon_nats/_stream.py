@@ -124,7 +124,7 @@ class NatsBackend(BackendBase):
     async def claim(self, request: ClaimRequest) -> ClaimResult:
         """Publish with `Nats-Msg-Id: <namespace>:<job>:<slot>`; a duplicate PubAck means taken.
 
-        A duplicate of this owner's own earlier publish (an ack lost with the connection) is WON.
+        Every duplicate is TAKEN, this owner's own earlier publish included: one WON per slot.
         """
         r = request
         js = self._js
@@ -134,13 +134,11 @@ class NatsBackend(BackendBase):
         try:
             ack = await js.publish(self.subject(r.namespace, r.job), body, stream=self.stream,
                                    headers={"Nats-Msg-Id": self.msg_id(r.namespace, r.job, r.slot)})
-            holder: str | None = r.owner
             if ack.duplicate:
                 holder = await self._holder(js, ack.seq)
+                return ClaimResult(ClaimOutcome.TAKEN, r.job, r.slot, holder=holder, attempt=1)
         except Exception as exc:
             raise_backend_error(self.url, exc, f"claim {r.job!r} slot {r.slot}")
-        if holder != r.owner:
-            return ClaimResult(ClaimOutcome.TAKEN, r.job, r.slot, holder=holder, attempt=1)
         lease = Lease(r.namespace, r.job, r.slot, 1, 0, r.owner, 0)
         return ClaimResult(ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=r.owner, attempt=1)
 

@@ -11,7 +11,7 @@
   The table is created (and migrated, under an advisory lock) on `open()`.
 - Every claim, renew and release is one statement: `INSERT … ON CONFLICT … DO UPDATE … WHERE …
   RETURNING`, judged by the server's `clock_timestamp()`. `claim_many` sends a batch as arrays.
-- A release NOTIFYs; backups LISTEN on one dedicated connection (`listen_url` if your pooler
+- A handover NOTIFYs; backups LISTEN on one dedicated connection (`listen_url` if your pooler
   cannot carry LISTEN), so a graceful handover needs no polling.
 - Behind PgBouncer in transaction mode pass `statement_cache_size=0`.
 - Exactly-once writes in the same database: inside your transaction,

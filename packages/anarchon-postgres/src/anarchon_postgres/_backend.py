@@ -213,6 +213,7 @@ class PostgresBackend(BackendBase):
                 key = (requests[i].namespace, requests[i].job)
                 (later if key in seen else batch).append(i)
                 seen.add(key)
+            batch.sort(key=lambda i: (requests[i].namespace, requests[i].job))  # one lock order
             answers = await self._claim_batch([requests[i] for i in batch])
             retry = []
             for i, answer in zip(batch, answers, strict=True):

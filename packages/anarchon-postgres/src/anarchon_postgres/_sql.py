@@ -239,7 +239,10 @@ u AS (
 p AS (SELECT json_build_array($1::text, $2::text, $3::bigint)::text AS payload)
 SELECT true AS released
 FROM u CROSS JOIN p
-LEFT JOIN LATERAL (SELECT pg_notify($7, p.payload) WHERE octet_length(p.payload) < 8000) x ON true
+LEFT JOIN LATERAL (
+    -- Only a handover wakes the backups: after done or failed there is nothing left to claim.
+    SELECT pg_notify($7, p.payload) WHERE $6 = 'released' AND octet_length(p.payload) < 8000
+) x ON true
 """
 
     @property

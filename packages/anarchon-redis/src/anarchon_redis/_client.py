@@ -20,6 +20,7 @@ class Driver:
 
     name: str
     from_url: Any
+    blocking_pool: type[Any]
     client_type: type[Any]
     base_error: type[BaseException]
     unavailable: tuple[type[BaseException], ...]
@@ -71,6 +72,7 @@ def _redis_driver() -> Driver:
     return Driver(
         name="redis",
         from_url=redis.asyncio.Redis.from_url,
+        blocking_pool=redis.asyncio.BlockingConnectionPool,
         client_type=redis.asyncio.Redis,
         base_error=e.RedisError,
         unavailable=(e.ConnectionError, e.TimeoutError, e.BusyLoadingError, e.ReadOnlyError),
@@ -91,6 +93,7 @@ def valkey_driver() -> Driver:
     return Driver(
         name="valkey",
         from_url=valkey.asyncio.Valkey.from_url,
+        blocking_pool=valkey.asyncio.BlockingConnectionPool,
         client_type=valkey.asyncio.Valkey,
         base_error=e.ValkeyError,
         unavailable=(e.ConnectionError, e.TimeoutError, e.BusyLoadingError, e.ReadOnlyError),
@@ -101,7 +104,9 @@ def valkey_driver() -> Driver:
 
 REDIS = _redis_driver()
 
-_CLIENT_DEFAULTS = {"socket_connect_timeout": 5.0, "socket_timeout": 10.0}
+_CLIENT_DEFAULTS: dict[str, float] = {"socket_connect_timeout": 5.0, "socket_timeout": 10.0,
+                                      "max_connections": 64}
+_POOL_WAIT_S = 30.0
 
 
 def split_url(url: str, ours: tuple[str, ...], scheme_map: dict[str, str]) -> tuple[str, dict[str, str]]:
@@ -127,11 +132,16 @@ def split_url(url: str, ours: tuple[str, ...], scheme_map: dict[str, str]) -> tu
 
 
 def client_from_url(driver: Driver, client_url: str) -> Any:
-    """A client for `client_url`, with timeouts so that a dead server cannot hang a claim forever."""
+    """A client for `client_url`, with timeouts so that a dead server cannot hang a claim forever.
+
+    Its pool blocks (up to 30 s) when every connection is busy, instead of failing with "Too many
+    connections": thousands of runs may end, and release, in the same millisecond.
+    """
     query = dict(parse_qsl(urlsplit(client_url).query))
-    kwargs = {k: v for k, v in _CLIENT_DEFAULTS.items() if k not in query}
+    kwargs: dict[str, Any] = {k: v for k, v in _CLIENT_DEFAULTS.items() if k not in query}
     try:
-        return driver.from_url(client_url, **kwargs)
+        pool = driver.blocking_pool.from_url(client_url, timeout=_POOL_WAIT_S, **kwargs)
+        return driver.client_type.from_pool(pool)
     except (ValueError, TypeError) as exc:
         reason = _scrub(str(exc), client_url)
         raise ValueError(f"invalid {driver.name} URL {redact_url(client_url)!r}: {reason}") from None

@@ -162,7 +162,10 @@ else
   r.updated_at = now
   save(r)
 end
-redis.call('PUBLISH', ARGV[5], string.format('%d', slot) .. ':' .. ARGV[6])
+-- Only a handover wakes the backups: after done or failed there is nothing left to claim.
+if ARGV[4] == 'released' then
+  redis.call('PUBLISH', ARGV[5], string.format('%d', slot) .. ':' .. ARGV[6])
+end
 return 1
 """
 

@@ -244,7 +244,7 @@ class MemoryBackend(BackendBase):
             if rec is not job.current:
                 del job.others[rec.slot]
             subscribers = [s for s in self.store.subscriptions if s.namespace == lease.namespace]
-        if self.notify:
+        if self.notify and outcome is ReleaseOutcome.HANDOVER:
             for sub in subscribers:
                 if not sub.loop.is_closed():
                     sub.loop.call_soon_threadsafe(sub.callback, lease.job, lease.slot)

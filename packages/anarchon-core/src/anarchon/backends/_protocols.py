@@ -36,7 +36,7 @@ class Capability(enum.StrEnum):
     LEASE = "lease"
     """The DESIGN §3 lease state machine: renew, release, takeover, attempts, tokens, overlap."""
     NOTIFY = "notify"
-    """Releases are pushed to other instances (`subscribe`), so a handover needs no polling."""
+    """Handovers are pushed to other instances (`subscribe`), so a handover needs no polling."""
     CLAIM_MANY = "claim_many"
     """`claim_many` claims a batch in one store round trip."""
     INSPECT = "inspect"
@@ -171,7 +171,7 @@ class JobState:
 
 
 ReleaseCallback = Callable[[str, int], None]
-"""Called with (job, slot) when a release of that slot is pushed by the store."""
+"""Called with (job, slot) when a handover of that slot is pushed by the store."""
 
 
 @runtime_checkable
@@ -259,7 +259,7 @@ class LeaseBackend(ClaimBackend, Protocol):
         ...
 
     async def release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
-        """End the run: status `done`, `failed` or `released` (handover). Pushes the release if `notify`.
+        """End the run: status `done`, `failed` or `released` (handover). Pushes a handover if `notify`.
 
         - Ignored (returns False) unless the record's slot, token and owner equal the lease's.
         """
@@ -274,8 +274,11 @@ class LeaseBackend(ClaimBackend, Protocol):
         ...
 
     async def subscribe(self, namespace: str, callback: ReleaseCallback) -> None:
-        """Call `callback(job, slot)` whenever a run in `namespace` is released (capability `notify`).
+        """Call `callback(job, slot)` on this event loop whenever a run in `namespace` is released
+        as a handover (capability `notify`).
 
-        Backends without `notify` accept the call and never call back.
+        - Releases as done or failed need not be pushed (nothing is left to claim); a push the
+          engine does not need is harmless, it only costs a claim.
+        - Backends without `notify` accept the call and never call back.
         """
         ...

@@ -1,0 +1,33 @@
+"""The shared start log: one JSON line per handler start, appended with one write() call."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+
+class StartLog:
+    """Appends start records to the run's shared log (O_APPEND, one write per line)."""
+
+    def __init__(self, path: str, scheduler: str) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.scheduler = scheduler
+        self.pid = os.getpid()
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append one record."""
+        os.write(self.fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
+
+    def start(self, job: str, fire_ms: int, attempt: int | None = None) -> None:
+        """Record a handler start for (job, intended fire time in epoch ms)."""
+        rec: dict[str, Any] = {"ev": "start", "s": self.scheduler, "job": job, "fire": int(fire_ms),
+                               "pid": self.pid, "t": time.time_ns() // 1_000_000}
+        if attempt is not None:
+            rec["attempt"] = attempt
+        self.write(rec)
+
+    def ready(self) -> None:
+        """Record that this replica finished its set-up."""
+        self.write({"ev": "ready", "s": self.scheduler, "pid": self.pid, "t": time.time_ns() // 1_000_000})

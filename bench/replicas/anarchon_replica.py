@@ -1,0 +1,94 @@
+"""One anarchon replica for the benchmark (runs in the repository's .venv).
+
+Usage: python anarchon_replica.py CONFIG_JSON. Registers `jobs` jobs, each every 1 s, and counts
+every backend call (a store round trip for the drivers here) in `<workdir>/calls-<pid>.json`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _log import StartLog
+
+from anarchon import Capability, JobContext, Scheduler, backend_for_url
+
+_COUNTED = ("claim", "claim_many", "renew", "release", "inspect", "jobs")
+
+
+class CountingBackend:
+    """Delegates to a backend and counts each store call by name."""
+
+    def __init__(self, inner: Any, counts: Counter[str]) -> None:
+        self._inner = inner
+        self._counts = counts
+        self.capabilities = inner.capabilities
+        self.url_schemes = inner.url_schemes
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name in _COUNTED and callable(attr):
+            counts = self._counts
+
+            async def counted(*args: Any, **kwargs: Any) -> Any:
+                counts[name] += 1
+                if name == "claim_many":
+                    counts["claim_many_items"] += len(args[0])
+                return await attr(*args, **kwargs)
+            return counted
+        return attr
+
+    def __repr__(self) -> str:
+        return repr(self._inner)
+
+
+def main() -> None:
+    config: dict[str, Any] = json.loads(sys.argv[1])
+    log = StartLog(config["log"], config["scheduler"])
+    counts: Counter[str] = Counter()
+    out = Path(config["workdir"]) / f"calls-{os.getpid()}.json"
+
+    def dump() -> None:
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(dict(counts)))
+        tmp.replace(out)
+
+    def dumper() -> None:
+        while True:
+            time.sleep(0.5)
+            dump()
+
+    threading.Thread(target=dumper, daemon=True).start()
+    inner = backend_for_url(config["url"])
+    backend = CountingBackend(inner, counts)
+    settings: dict[str, Any] = {"namespace": config["namespace"], "stop_timeout": "2s"}
+    if Capability.LEASE in inner.capabilities:
+        settings.update(lease=config.get("lease", "5s"), heartbeat=config.get("heartbeat", "1s"))
+    scheduler: Scheduler[Any] = Scheduler(backend, **settings)
+    sleep = float(config["sleep"])
+
+    async def handler(ctx: JobContext) -> None:
+        log.start(ctx.name, ctx.slot, ctx.attempt)
+        if sleep:
+            await asyncio.sleep(sleep)
+
+    options: dict[str, Any] = {"catch_up": 0} if scheduler.leases else {}
+    for i in range(int(config["jobs"])):
+        scheduler.every(f"j{i}", "1s", handler, **options)
+    log.ready()
+    try:
+        scheduler.run()
+    finally:
+        dump()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,344 @@
+"""The cluster benchmark: anarchon and its peers on one workload, in one run, on one machine.
+
+    python bench/run.py [--quick] [--repeats N] [--scenarios A,B,C] [--only name,name] [--out DIR]
+
+Each scheduler runs as 3 OS processes (replicas) registering the same J jobs, each every 1 s. Every
+replica appends one JSON line per handler start to a shared log; `analysis.py` turns the log into
+the metrics. Writes results.json, results.md and plot.png to --out (default bench/results/<time>).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from analysis import Kill, analyse, read_log, summarise
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+PY = {"repo": ROOT / ".venv/bin/python", "peers": BENCH / ".venv-peers/bin/python",
+      "aps4": BENCH / ".venv-aps4/bin/python"}
+PG = "postgresql://postgres@127.0.0.1:5432"
+REDIS_DB = {"anarchon-redis": 11, "arq": 12}
+REPLICAS = 3
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    jobs: int
+    duration: float
+    kill_at: float | None
+    sleep: float
+    only: tuple[str, ...] = ()
+
+
+SCENARIOS = {
+    "A": Scenario("A", 10, 45, 20, 0.2),
+    "B": Scenario("B", 200, 45, None, 0.0),
+    "C": Scenario("C", 10_000, 60, None, 0.0, only=("anarchon-redis", "anarchon-postgresql")),
+}
+
+
+@dataclass
+class Spec:
+    """One scheduler under test: which venv, which replica script, which store."""
+
+    name: str
+    venv: str
+    script: str
+    store: tuple[str, ...] = ()  # process names of the store's server, for its CPU seconds
+    url: str = ""
+    database: str | None = None  # a PostgreSQL database created afresh for each run
+    redis_db: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def have_sqlite() -> bool:
+    """True when the anarchon SQLite driver is installed in the repository's venv."""
+    probe = "import importlib.util,sys; sys.exit(importlib.util.find_spec('anarchon_sqlite') is None)"
+    return subprocess.run([str(PY["repo"]), "-c", probe], check=False).returncode == 0
+
+
+def specs(workdir: Path) -> list[Spec]:
+    """Every scheduler in the comparison, anarchon's drivers first."""
+    out = []
+    if have_sqlite():
+        out.append(Spec("anarchon-sqlite", "repo", "anarchon_replica.py", (), f"sqlite:///{workdir}/anarchon.db"))
+    out += [
+        Spec("anarchon-redis", "repo", "anarchon_replica.py", ("redis-server",),
+             f"redis://127.0.0.1:6379/{REDIS_DB['anarchon-redis']}", redis_db=REDIS_DB["anarchon-redis"]),
+        Spec("anarchon-postgresql", "repo", "anarchon_replica.py", ("postgres",),
+             f"{PG}/bench_anarchon", database="bench_anarchon"),
+        Spec("anarchon-rabbitmq", "repo", "anarchon_replica.py", ("beam.smp",),
+             "amqp://guest:guest@127.0.0.1:5672/"),
+        Spec("anarchon-nats", "repo", "anarchon_replica.py", ("nats-server",),
+             "nats://127.0.0.1:4222?stream=BENCH_ANARCHON"),
+        Spec("anarchon-nats-kv", "repo", "anarchon_replica.py", ("nats-server",),
+             "nats-kv://127.0.0.1:4222?bucket=bench_anarchon&lease=5s"),
+        Spec("apscheduler3-memory", "peers", "aps3_replica.py"),
+        Spec("apscheduler4-postgresql", "aps4", "aps4_replica.py", ("postgres",),
+             "postgresql+asyncpg://postgres@127.0.0.1:5432/bench_aps4", database="bench_aps4"),
+        Spec("arq-redis", "peers", "arq_replica.py", ("redis-server",),
+             f"redis://127.0.0.1:6379/{REDIS_DB['arq']}", redis_db=REDIS_DB["arq"]),
+        Spec("procrastinate-postgresql", "peers", "procrastinate_replica.py", ("postgres",),
+             f"{PG}/bench_procrastinate", database="bench_procrastinate"),
+    ]
+    return out
+
+
+# -- the store ---------------------------------------------------------------------------------
+
+def psql(sql: str) -> None:
+    subprocess.run(["psql", f"{PG}/test", "-q", "-v", "ON_ERROR_STOP=1", "-c", sql], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def reset_store(spec: Spec) -> None:
+    """Give the scheduler an empty store: a new database, an empty Redis DB."""
+    if spec.database:
+        psql(f"DROP DATABASE IF EXISTS {spec.database} WITH (FORCE)")
+        psql(f"CREATE DATABASE {spec.database}")
+    if spec.redis_db is not None:
+        subprocess.run(["redis-cli", "-n", str(spec.redis_db), "FLUSHDB"], check=True,
+                       stdout=subprocess.DEVNULL)
+
+
+def store_cpu(names: tuple[str, ...]) -> float:
+    """CPU seconds used so far by every process with one of these names, reaped children included."""
+    total = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        if comm in names:
+            f = stat[stat.rindex(")") + 2:].split()
+            total += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
+    return total / CLK_TCK
+
+
+# -- one run -----------------------------------------------------------------------------------
+
+def config_for(spec: Spec, sc: Scenario, workdir: Path, run_id: str) -> dict[str, Any]:
+    return {"scheduler": spec.name, "url": spec.url, "jobs": sc.jobs, "sleep": sc.sleep,
+            "log": str(workdir / "starts.jsonl"), "workdir": str(workdir),
+            "namespace": f"bench{run_id}", "lease": "5s", "heartbeat": "1s", **spec.extra}
+
+
+def tail_latest_start(log: Path, live: set[int], since: int) -> dict[str, Any] | None:
+    latest = None
+    for r in read_log(log):
+        if (r["ev"] == "start" and r["pid"] in live and r["t"] >= since
+                and (latest is None or r["t"] > latest["t"])):
+            latest = r
+    return latest
+
+
+def one_run(spec: Spec, sc: Scenario, workdir: Path, run_id: str) -> dict[str, Any]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    reset_store(spec)
+    cfg = config_for(spec, sc, workdir, run_id)
+    py = str(PY[spec.venv])
+    script = str(BENCH / "replicas" / spec.script)
+    if spec.name in ("apscheduler4-postgresql", "procrastinate-postgresql"):
+        subprocess.run([py, script, json.dumps({**cfg, "setup": True})], check=True, timeout=60,
+                       stdout=(workdir / "setup.out").open("w"), stderr=subprocess.STDOUT)
+    cpu0 = store_cpu(spec.store)
+    t_launch = time.time()
+    procs: dict[int, subprocess.Popen[bytes]] = {}
+    for i in range(REPLICAS):
+        out = (workdir / f"replica-{i}.out").open("w")
+        p = subprocess.Popen([py, script, json.dumps(cfg)], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        procs[p.pid] = p
+    usage: dict[int, dict[str, float]] = {}
+
+    def reap(pid: int) -> None:
+        _, status, ru = os.wait4(pid, 0)
+        procs[pid].returncode = status
+        usage[pid] = {"cpu_s": ru.ru_utime + ru.ru_stime, "rss_mb": ru.ru_maxrss / 1024}
+
+    kill: Kill | None = None
+    log = workdir / "starts.jsonl"
+    if sc.kill_at is not None:
+        time.sleep(max(0.0, t_launch + sc.kill_at - time.time()))
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            now_ms = time.time_ns() // 1_000_000
+            rec = tail_latest_start(log, set(procs), now_ms - int(sc.sleep * 1000 * 0.75))
+            if rec is not None:
+                os.kill(rec["pid"], signal.SIGKILL)
+                kill = Kill(rec["pid"], time.time_ns() // 1_000_000, rec["job"], rec["fire"])
+                reap(rec["pid"])
+                break
+            time.sleep(0.01)
+    time.sleep(max(0.0, t_launch + sc.duration - time.time()))
+    stop_t = time.time_ns() // 1_000_000
+    live = [pid for pid in procs if pid not in usage]
+    for pid in live:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.time() + 15
+    for pid in live:
+        while time.time() < deadline:
+            done, _status, ru = os.wait4(pid, os.WNOHANG)
+            if done:
+                usage[pid] = {"cpu_s": ru.ru_utime + ru.ru_stime, "rss_mb": ru.ru_maxrss / 1024}
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            reap(pid)
+    cpu1 = store_cpu(spec.store)
+    records = read_log(log) if log.exists() else []
+    jobs = [f"j{i}" for i in range(sc.jobs)]
+    metrics = analyse(records, jobs, stop_t, kill, in_flight_ms=int(sc.sleep * 1000))
+    survivors = [u for pid, u in usage.items() if u and (kill is None or pid != kill.pid)]
+    calls: dict[str, int] = {}
+    for f in workdir.glob("calls-*.json"):
+        for k, v in json.loads(f.read_text()).items():
+            calls[k] = calls.get(k, 0) + v
+    round_trips = sum(v for k, v in calls.items() if k != "claim_many_items")
+    metrics.update(
+        scheduler=spec.name, scenario=sc.name, run_id=run_id, stop_t=stop_t,
+        kill=kill.__dict__ if kill else None,
+        cpu_per_replica_s=statistics.mean(u["cpu_s"] for u in survivors) if survivors else None,
+        cpu_replicas_s=[round(u["cpu_s"], 3) for u in survivors],
+        peak_rss_mb=max((u["rss_mb"] for u in usage.values() if u), default=None),
+        store_cpu_s=round(cpu1 - cpu0, 3) if spec.store else None,
+        backend_calls=calls or None,
+        round_trips_per_slot=(round_trips / metrics["distinct_fires"]
+                              if calls and metrics["distinct_fires"] else None),
+    )
+    return metrics
+
+
+# -- reporting ---------------------------------------------------------------------------------
+
+def fmt(s: dict[str, float | None], digits: int = 0) -> str:
+    if s["median"] is None:
+        return "n/a"
+    med, lo, hi = (f"{s[k]:.{digits}f}" for k in ("median", "min", "max"))
+    return med if lo == hi else f"{med} ({lo}-{hi})"
+
+
+def aggregate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in runs:
+        groups.setdefault((r["scenario"], r["scheduler"]), []).append(r)
+    rows = []
+    for (scenario, scheduler), rs in groups.items():
+        rows.append({
+            "scenario": scenario, "scheduler": scheduler, "repeats": len(rs),
+            "runs": summarise([r["runs"] for r in rs]),
+            "duplicates": [r["duplicates"] for r in rs], "missed": [r["missed"] for r in rs],
+            "p50_ms": summarise([r["latency_ms"]["p50"] for r in rs]),
+            "p99_ms": summarise([r["latency_ms"]["p99"] for r in rs]),
+            "max_ms": summarise([r["latency_ms"]["max"] for r in rs]),
+            "gap_after_kill_ms": summarise([r["gap_after_kill_ms"] for r in rs]),
+            "takeover_ms": summarise([r["takeover_ms"] for r in rs]),
+            "takeovers_seen": [r["takeover_ms"] is not None for r in rs],
+            "cpu_per_replica_s": summarise([r["cpu_per_replica_s"] for r in rs]),
+            "peak_rss_mb": summarise([r["peak_rss_mb"] for r in rs]),
+            "store_cpu_s": summarise([r["store_cpu_s"] for r in rs]),
+            "round_trips_per_slot": summarise([r["round_trips_per_slot"] for r in rs]),
+        })
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    lines = [f"Run {meta['started']} on {meta['machine']}; {meta['note']}", ""]
+    for scenario in sorted({r["scenario"] for r in rows}):
+        sc = SCENARIOS[scenario]
+        secs = meta["durations"][scenario]
+        lines += [f"### Scenario {scenario}: {sc.jobs} jobs every 1 s, 3 replicas, {secs:.0f} s"
+                  + (f", SIGKILL at {meta['kill_at'][scenario]} s" if sc.kill_at else ""), "",
+                  "| scheduler | runs | duplicates (each run) | missed (each run) | p50 ms | p99 ms | max ms "
+                  "| gap after kill ms | attempt 2 after kill ms | CPU s / replica | peak RSS MB "
+                  "| store CPU s | backend calls / slot |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in (r for r in rows if r["scenario"] == scenario):
+            lines.append(
+                f"| {r['scheduler']} | {fmt(r['runs'])} | {', '.join(map(str, r['duplicates']))} "
+                f"| {', '.join(map(str, r['missed']))} | {fmt(r['p50_ms'])} | {fmt(r['p99_ms'])} "
+                f"| {fmt(r['max_ms'])} | {fmt(r['gap_after_kill_ms'])} | {fmt(r['takeover_ms'])} "
+                f"| {fmt(r['cpu_per_replica_s'], 2)} | {fmt(r['peak_rss_mb'])} | {fmt(r['store_cpu_s'], 2)} "
+                f"| {fmt(r['round_trips_per_slot'], 2)} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="one run of A and B, 30 s each (kill at 15 s)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--scenarios", default="A,B,C")
+    ap.add_argument("--only", default="", help="comma-separated scheduler names")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--duration", type=float, default=None, help="override every scenario's duration (s)")
+    args = ap.parse_args()
+    scenarios = [SCENARIOS[s] for s in args.scenarios.split(",")]
+    if args.duration:
+        scenarios = [Scenario(s.name, s.jobs, args.duration, s.kill_at and args.duration / 2, s.sleep, s.only)
+                     for s in scenarios]
+    if args.quick:
+        args.repeats = 1
+        scenarios = [Scenario(s.name, s.jobs, 30, 15 if s.kill_at else None, s.sleep, s.only)
+                     for s in scenarios if s.name in ("A", "B")]
+    started = time.strftime("%Y-%m-%dT%H-%M-%S")
+    out = args.out or BENCH / "results" / started
+    out.mkdir(parents=True, exist_ok=True)
+    all_specs = specs(out)
+    only = set(filter(None, args.only.split(",")))
+    runs: list[dict[str, Any]] = []
+    for rep in range(args.repeats):
+        for sc in scenarios:
+            for spec in all_specs:
+                if (only and spec.name not in only) or (sc.only and spec.name not in sc.only):
+                    continue
+                run_id = f"{sc.name}{rep}{int(time.time())}"
+                print(f"[{time.strftime('%H:%M:%S')}] {sc.name} #{rep + 1} {spec.name}", flush=True)
+                try:
+                    m = one_run(spec, sc, out / f"{sc.name}-{rep}-{spec.name}", run_id)
+                except Exception as exc:  # one broken peer must not sink the comparison
+                    print(f"    FAILED: {exc!r}", flush=True)
+                    continue
+                print(f"    runs={m['runs']} dup={m['duplicates']} missed={m['missed']} "
+                      f"p50={m['latency_ms']['p50']} p99={m['latency_ms']['p99']} "
+                      f"cpu/replica={m['cpu_per_replica_s'] and round(m['cpu_per_replica_s'], 2)} "
+                      f"takeover={m['takeover_ms']} rt/slot={m['round_trips_per_slot']}",
+                      flush=True)
+                runs.append(m)
+                with (out / "runs.jsonl").open("a") as fh:
+                    fh.write(json.dumps({k: v for k, v in m.items() if k != "latencies"}) + "\n")
+    meta = {
+        "started": started, "machine": f"{os.cpu_count()} cores, {os.uname().sysname} {os.uname().release}, "
+        f"Python {sys.version.split()[0]}",
+        "note": "shared machine: other work ran concurrently, so CPU and latency numbers are noisy",
+        "repeats": args.repeats, "durations": {s.name: s.duration for s in scenarios},
+        "kill_at": {s.name: s.kill_at for s in scenarios},
+    }
+    rows = aggregate(runs)
+    (out / "results.json").write_text(json.dumps({"meta": meta, "summary": rows, "runs": runs}, indent=1))
+    (out / "results.md").write_text(markdown(rows, meta))
+    subprocess.run([str(PY["peers"]), str(BENCH / "plot.py"), str(out / "results.json"),
+                    str(out / "plot.png")], check=False)
+    print(markdown(rows, meta))
+    print(f"written to {out}")
+
+
+if __name__ == "__main__":
+    main()

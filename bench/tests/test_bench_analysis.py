@@ -1,0 +1,47 @@
+"""The benchmark's analysis over a synthetic start log (run with `.venv/bin/pytest bench/tests`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from analysis import Kill, analyse, expected_fires, percentile
+
+T0 = 1_000_000_000_000
+
+
+def start(job: str, fire: int, pid: int, t: int) -> dict[str, Any]:
+    return {"ev": "start", "s": "x", "job": job, "fire": fire, "pid": pid, "t": t}
+
+
+def test_percentile_nearest_rank() -> None:
+    assert percentile([5, 1, 3, 2, 4], 50) == 3
+    assert percentile(list(range(1, 101)), 99) == 99
+    assert percentile([], 50) is None
+
+
+def test_expected_fires_on_the_grid() -> None:
+    assert expected_fires(["a"], T0 + 1, T0 + 3000) == {("a", T0 + 1000), ("a", T0 + 2000), ("a", T0 + 3000)}
+
+
+def test_duplicates_missed_latency_and_takeover() -> None:
+    records: list[dict[str, Any]] = [{"ev": "ready", "pid": p, "t": T0} for p in (1, 2)]
+    stop = T0 + 20_000
+    for s in range(0, 21):
+        fire = T0 + s * 1000
+        if s == 10:
+            continue  # missed
+        records.append(start("a", fire, 1 if s < 8 else 2, fire + 10))
+    records.append(start("a", T0 + 5000, 2, T0 + 5030))  # a duplicate
+    records.append(start("a", T0 + 7000, 2, T0 + 12_000))  # attempt 2 of the killed run
+    kill = Kill(pid=1, t=T0 + 7100, job="a", fire=T0 + 7000)
+    m = analyse(records, ["a"], stop, kill, in_flight_ms=200)
+    assert m["window_ms"] == [T0 + 3000, T0 + 17_000]
+    assert m["missed"] == 1
+    assert m["duplicates"] == 1
+    assert m["takeovers"] == 1
+    assert m["takeover_ms"] == 4900
+    assert m["latency_ms"]["p50"] == 10
+    assert m["gap_after_kill_ms"] == 2000  # 9.010 s -> 11.010 s around the missed fire

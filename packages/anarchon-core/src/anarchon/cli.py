@@ -1,0 +1,240 @@
+"""The `anarchon` command: run a scheduler, read the store, list drivers, preview cron fire times.
+
+    anarchon run myapp.jobs:scheduler            # until SIGINT/SIGTERM, then a graceful stop
+    anarchon status redis://localhost:6379/0 --namespace myapp [--json]
+    anarchon backends
+    anarchon next "0 8 * * 1-5" --timezone Europe/Athens -n 5
+
+Errors are one line on stderr, and the exit code is 1 (2 for a usage error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, cast
+from zoneinfo import ZoneInfo
+
+from ._errors import AnarchonError, ConfigError
+from ._plugins import backend_classes, backend_for_url
+from ._scheduler import Scheduler
+from ._schedules import Cron, from_ms, to_ms
+from .backends import Capability, JobState, JobStatus, LeaseBackend, redact_url
+
+__all__ = ["format_status", "main", "read_status"]
+
+
+class CliError(Exception):
+    """An error the CLI reports as one line."""
+
+
+# -- run ------------------------------------------------------------------------------------------
+
+def load_scheduler(target: str) -> Scheduler[Any]:
+    """Import `module:attribute` (attribute defaults to `scheduler`) from the working directory."""
+    module_name, _, attr = target.partition(":")
+    attr = attr or "scheduler"
+    if not module_name:
+        raise CliError(f"invalid target {target!r}: use module:attribute, e.g. myapp.jobs:scheduler")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise CliError(
+                f"cannot import {module_name!r}: no such module (run from the directory that contains "
+                "it, or install it)"
+            ) from exc
+        raise
+    obj = getattr(module, attr, None)
+    if callable(obj) and not isinstance(obj, Scheduler):
+        obj = obj()  # a factory: `myapp.jobs:make_scheduler`
+    if not isinstance(obj, Scheduler):
+        raise CliError(f"{module_name}:{attr} is {obj!r}, not an anarchon.Scheduler")
+    return obj
+
+
+def _run(args: argparse.Namespace) -> int:
+    if not logging.getLogger().handlers and not logging.getLogger("anarchon").handlers:
+        logging.basicConfig(level=getattr(logging, args.log_level), format="%(name)s: %(message)s")
+    scheduler = load_scheduler(args.target)
+    if not scheduler.jobs:
+        raise CliError(f"{args.target} has no jobs: register some before running it")
+    scheduler.run()
+    return 0
+
+
+# -- status ---------------------------------------------------------------------------------------
+
+async def read_status(backend: Any, namespace: str) -> list[JobState]:
+    """Open `backend`, read every job record in `namespace`, close it."""
+    caps: frozenset[Capability] = getattr(backend, "capabilities", frozenset())
+    if Capability.INSPECT not in caps:
+        names = ", ".join(sorted(str(c) for c in caps))
+        raise ConfigError(
+            f"{backend.url} cannot be inspected: {type(backend).__name__} does not declare the 'inspect' "
+            f"capability (it has: {names}); claim-only stores keep no per-job record to show"
+        )
+    await backend.open()
+    try:
+        return await cast(LeaseBackend, backend).jobs(namespace)
+    finally:
+        await backend.close()
+
+
+def _row(state: JobState) -> dict[str, Any]:
+    live = state.status is JobStatus.RUNNING
+    return {
+        "job": state.job,
+        "last_slot": from_ms(state.slot).isoformat().replace("+00:00", "Z"),
+        "slot_ms": state.slot,
+        "attempt": state.attempt,
+        "status": str(state.status),
+        "holder": state.owner,
+        "lease_expires_in_s": round((state.expires_at - state.now) / 1000, 1) if live else None,
+        "token": state.token,
+    }
+
+
+def format_status(states: Sequence[JobState], *, as_json: bool = False) -> str:
+    """A table (or JSON) of job, last slot, attempt, status, holder and lease expiry in seconds."""
+    rows = [_row(s) for s in states]
+    if as_json:
+        return json.dumps(rows, indent=2)
+    if not rows:
+        return "no jobs recorded in this namespace yet"
+    header = ["JOB", "LAST SLOT (UTC)", "ATTEMPT", "STATUS", "HOLDER", "LEASE EXPIRES IN"]
+    table = [header] + [
+        [r["job"], r["last_slot"], str(r["attempt"]), r["status"], r["holder"],
+         "-" if r["lease_expires_in_s"] is None else f"{r['lease_expires_in_s']:.1f}s"]
+        for r in rows
+    ]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
+                     for line in table)
+
+
+def _status(args: argparse.Namespace) -> int:
+    backend = backend_for_url(args.url)
+    states = asyncio.run(read_status(backend, args.namespace))
+    print(format_status(states, as_json=args.json))
+    return 0
+
+
+# -- backends -------------------------------------------------------------------------------------
+
+def _backends(args: argparse.Namespace) -> int:
+    rows: list[dict[str, Any]] = []
+    for cls in backend_classes():
+        caps: frozenset[Capability] = getattr(cls, "capabilities", frozenset())
+        rows.append({
+            "schemes": [f"{s}://" for s in cls.url_schemes],
+            "class": f"{cls.__module__.split('.')[0]}.{cls.__qualname__}",
+            "capabilities": sorted(str(c) for c in caps),
+        })
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = [["SCHEMES", "BACKEND", "CAPABILITIES"]] + [
+        [" ".join(r["schemes"]), r["class"], ", ".join(r["capabilities"])] for r in rows
+    ]
+    widths = [max(len(line[i]) for line in table) for i in range(2)]
+    for line in table:
+        print(f"{line[0].ljust(widths[0])}  {line[1].ljust(widths[1])}  {line[2]}".rstrip())
+    return 0
+
+
+# -- next -----------------------------------------------------------------------------------------
+
+def _parse_after(text: str | None, zone: ZoneInfo) -> int:
+    if text is None:
+        return to_ms(datetime.now(UTC))
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise CliError(f"invalid --after {text!r}: use ISO 8601, e.g. 2026-10-24T00:00") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=zone)
+    return to_ms(when)
+
+
+def _next(args: argparse.Namespace) -> int:
+    cron = Cron(args.expression, args.timezone, args.dst_gap, args.dst_fold)
+    if args.n < 1:
+        raise CliError(f"invalid -n {args.n!r}: use 1 or more")
+    zone = ZoneInfo(args.timezone)
+    after = _parse_after(args.after, zone)
+    for _ in range(args.n):
+        slot = cron.next_slot(after)
+        if slot is None:
+            break
+        local = from_ms(slot).astimezone(zone)
+        utc = from_ms(slot).strftime("%Y-%m-%dT%H:%M:%SZ")
+        print(f"{local.isoformat()}  {local.tzname():<6}  {utc}")
+        after = slot
+    return 0
+
+
+# -- main -----------------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for docs and tests)."""
+    parser = argparse.ArgumentParser(
+        prog="anarchon", description="Leaderless distributed scheduling: run, inspect, preview.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run a scheduler defined in your module until SIGINT/SIGTERM")
+    run.add_argument("target", help="module:attribute of a Scheduler (or of a function returning one)")
+    run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    run.set_defaults(func=_run)
+
+    status = sub.add_parser("status", help="print the stored state of every job in a namespace")
+    status.add_argument("url", help="the store's URL, e.g. redis://localhost:6379/0")
+    status.add_argument("--namespace", default="anarchon", help="default: anarchon")
+    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    status.set_defaults(func=_status)
+
+    backends = sub.add_parser("backends", help="list installed drivers and their URL schemes")
+    backends.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    backends.set_defaults(func=_backends)
+
+    nxt = sub.add_parser("next", help="preview a cron expression's next fire times, DST included")
+    nxt.add_argument("expression", help='five fields, or six with seconds last, e.g. "0 8 * * 1-5"')
+    nxt.add_argument("--timezone", "--tz", default="UTC", help="an IANA name (default UTC)")
+    nxt.add_argument("-n", type=int, default=5, help="how many fire times (default 5)")
+    nxt.add_argument("--after", help="start from this ISO time (default now; naive means --timezone)")
+    nxt.add_argument("--dst-gap", choices=["next", "skip"], default="next")
+    nxt.add_argument("--dst-fold", choices=["first", "both"], default="first")
+    nxt.set_defaults(func=_next)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `anarchon` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return cast(int, args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except (CliError, AnarchonError) as exc:
+        message = str(exc)
+    except Exception as exc:  # e.g. the user's module failed to import: still one line
+        message = f"{type(exc).__name__}: {exc}"
+    url = getattr(args, "url", None)
+    if url:  # drivers redact already; this also covers a message that quotes the URL as given
+        message = message.replace(url, redact_url(url))
+    print(f"anarchon {args.command}: error: {' '.join(message.split())}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""The `anarchon` command: next (DST), backends, status, run (a real subprocess, SIGTERM)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from anarchon import ClaimRequest, MemoryBackend, MemoryStore
+from anarchon.cli import format_status, main, read_status
+from anarchon.testing import ManualClock
+
+
+def test_next_previews_fire_times_across_the_spring_gap(capsys: pytest.CaptureFixture[str]) -> None:
+    # Athens springs forward on 2026-03-29 at 03:00 -> 04:00: 03:30 does not exist that day.
+    rc = main(["next", "30 3 * * *", "--timezone", "Europe/Athens", "-n", "3", "--after", "2026-03-28T00:00"])
+    assert rc == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == [
+        "2026-03-28T03:30:00+02:00", "2026-03-29T04:00:00+03:00", "2026-03-30T03:30:00+03:00",
+    ]
+    assert lines[1].split()[2] == "2026-03-29T01:00:00Z"
+
+
+def test_next_with_the_issue_example(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["next", "0 8 * * 1-5", "--timezone", "Europe/Athens", "-n", "5",
+               "--after", "2026-10-23T09:00"])
+    assert rc == 0
+    first = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    # Friday 23rd, then Mon-Fri; DST ends on Sunday the 25th, so the offset changes from +03 to +02.
+    assert first == [
+        "2026-10-26T08:00:00+02:00", "2026-10-27T08:00:00+02:00", "2026-10-28T08:00:00+02:00",
+        "2026-10-29T08:00:00+02:00", "2026-10-30T08:00:00+02:00",
+    ]
+
+
+def test_errors_are_one_line_and_non_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["next", "0 8 * *"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("anarchon next: error: invalid cron expression '0 8 * *'")
+    assert main(["status", "nope://user:hunter2@db/0"]) == 1
+    err = capsys.readouterr().err
+    assert "hunter2" not in err and "no installed backend handles 'nope'" in err and err.count("\n") == 1
+    assert main(["status", "memory-claim://"]) == 1
+    assert "'inspect' capability" in capsys.readouterr().err
+    assert main(["run", "no_such_module_here:scheduler"]) == 1
+    assert "no such module" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["frobnicate"])
+    assert info.value.code == 2
+
+
+def test_backends_lists_the_installed_drivers(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["backends", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    memory = next(r for r in rows if r["class"] == "anarchon.MemoryBackend")
+    assert memory["schemes"] == ["memory://"] and "lease" in memory["capabilities"]
+    assert main(["backends"]) == 0
+    assert "memory-claim://" in capsys.readouterr().out
+
+
+def test_status_reads_the_records() -> None:
+    clock = ManualClock(1_800_000_000_000)
+    store = MemoryStore(clock)
+    backend = MemoryBackend(store)
+    result = asyncio.run(backend.claim(ClaimRequest("ns", "report", 1_800_000_000_000, "host:1:ab12",
+                                                     lease_ms=30_000)))
+    assert result.won
+    clock.advance(2_500)
+    states = asyncio.run(read_status(MemoryBackend(store), "ns"))
+    table = format_status(states).splitlines()
+    assert table[0].split() == ["JOB", "LAST", "SLOT", "(UTC)", "ATTEMPT", "STATUS", "HOLDER",
+                                "LEASE", "EXPIRES", "IN"]
+    cells = table[1].split()
+    assert cells[:5] == ["report", "2027-01-15T08:00:00Z", "1", "running", "host:1:ab12"]
+    assert cells[5] == "27.5s"
+    row = json.loads(format_status(states, as_json=True))[0]
+    assert row["slot_ms"] == 1_800_000_000_000 and row["status"] == "running"
+    assert format_status([]) == "no jobs recorded in this namespace yet"
+
+
+def test_run_runs_a_users_scheduler_and_stops_on_sigterm(tmp_path: Path) -> None:
+    out = tmp_path / "runs.txt"
+    (tmp_path / "cli_jobs.py").write_text(
+        "from anarchon import MemoryBackend, Scheduler\n"
+        "scheduler = Scheduler(backend=MemoryBackend(), lease='2s', heartbeat='0.5s')\n\n"
+        "@scheduler.every('tick', '100ms', jitter=0, catch_up=0)\n"
+        "def tick(ctx) -> None:\n"
+        f"    with open({str(out)!r}, 'a') as f:\n"
+        "        f.write(f'{ctx.slot}\\n')\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "anarchon.cli", "run", "cli_jobs:scheduler"], cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not (out.exists() and len(out.read_text().splitlines()) >= 2):
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline, "no run within 10 s"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output
+    assert "stopping (signal)" in output and "tick slot=" in output
+
+
+@pytest.mark.skipif(os.environ.get("ANARCHON_SKIP_CONSOLE_SCRIPT") == "1", reason="explicitly skipped")
+def test_the_console_script_is_installed() -> None:
+    script = Path(sys.executable).with_name("anarchon")
+    done = subprocess.run([str(script), "next", "*/15 * * * *", "-n", "2"], capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0 and len(done.stdout.splitlines()) == 2
