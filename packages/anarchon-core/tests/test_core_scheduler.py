@@ -591,3 +591,36 @@ def test_sync_handler_runs_in_a_worker_thread() -> None:
     assert threads and all(name != "MainThread" for name in threads)
 
 
+
+
+def test_a_boundary_is_claimed_in_few_batches_and_its_wins_spread(clock: VirtualClock) -> None:
+    class Counting(MemoryBackend):
+        batches = 0
+
+        async def claim_many(self, requests: Any) -> Any:
+            Counting.batches += 1
+            return await super().claim_many(requests)
+
+    store = MemoryStore(clock)
+    winners: dict[int, set[str]] = {}
+    schedulers = [Scheduler(Counting(store), instance_id=f"i{k}", clock=clock) for k in range(3)]
+    for s in schedulers:
+        async def job(ctx: JobContext) -> None:
+            winners.setdefault(ctx.slot, set()).add(ctx.instance_id)
+
+        for i in range(40):
+            s.every(f"job{i}", "1s", job, catch_up=0)
+
+    async def main() -> None:
+        for s in schedulers:
+            await s.start()
+        await asyncio.sleep(20.5)
+        for s in schedulers:
+            await s.stop()
+
+    run(clock, main())
+    assert len(winners) == 20
+    # At most one claim_many per jitter group per instance per boundary: 3 x 4 x 20.
+    assert Counting.batches <= 3 * 4 * 20
+    # One replica does not take every job of a boundary (which a crash would then stall).
+    assert sum(len(w) >= 2 for w in winners.values()) >= 15

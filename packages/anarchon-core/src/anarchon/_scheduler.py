@@ -15,6 +15,7 @@ import socket
 import sys
 import threading
 import time
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -51,6 +52,9 @@ H = TypeVar("H", bound=Callable[..., Any])
 logger = logging.getLogger("anarchon")
 
 _BATCH_WINDOW_MS = 5
+# Jobs due at one moment are claimed in this many batches per instance, each with its own random
+# delay: few round trips, yet each replica wins about its share of every boundary.
+_JITTER_GROUPS = 4
 _STOP = "stop"
 _LEASE_LOST = "lease lost"
 _TIMEOUT = "timeout"
@@ -85,6 +89,8 @@ class Job:
     watches: dict[int, int] = field(default_factory=dict)
     watch_gen: int = 0
     latest_slot: int | None = None
+    group: int = 0
+    """Which of the jitter groups the job's claims are batched in."""
     next_due: int | None = None
     """When the job's next boundary entry is due (its slot plus jitter)."""
     fingerprint_warned: bool = False
@@ -207,7 +213,7 @@ class Scheduler(Generic[B]):
         self._stopping = False
         self._hooks = plugin_manager().hook
         self._rng = random.Random()
-        self._slot_draws: dict[int, float] = {}
+        self._slot_draws: dict[tuple[int, int], float] = {}
 
     @classmethod
     def from_url(cls, url: str, **settings: Any) -> Scheduler[Any]:
@@ -340,7 +346,8 @@ class Scheduler(Generic[B]):
         if jitter is None:
             interval = schedule.min_interval_ms
             jitter = 50 if interval is None else min(50, interval // 10)
-        self.jobs[name] = Job(name, schedule, handler, options, takes_ctx, is_async, jitter)
+        self.jobs[name] = Job(name, schedule, handler, options, takes_ctx, is_async, jitter,
+                              group=zlib.crc32(name.encode()) % _JITTER_GROUPS)
         if self._running:
             self._plan_first(self.jobs[name], self.clock.now_ms())
 
@@ -449,15 +456,20 @@ class Scheduler(Generic[B]):
         return self._rng.randint(0, job.jitter_ms) if job.jitter_ms > 0 else 0
 
     def _slot_jitter(self, job: Job, slot: int) -> int:
-        """One draw per (instance, slot), shared by every job due then, so that they all go in one
-        claim_many; which instance wins a boundary still varies from slot to slot."""
+        """The job's jitter for `slot`: one draw per (instance, slot, group of jobs).
+
+        Jobs due together share a draw with the other jobs of their group, so they go in one
+        claim_many; the groups (a stable hash of the name) keep a boundary's wins spread over the
+        replicas, so one crashed replica holds about 1/replicas of the jobs in flight, not all.
+        """
         if job.jitter_ms <= 0:
             return 0
-        draw = self._slot_draws.get(slot)
+        key = (slot, job.group)
+        draw = self._slot_draws.get(key)
         if draw is None:
-            if len(self._slot_draws) > 1024:
+            if len(self._slot_draws) > 4096:
                 self._slot_draws.clear()
-            draw = self._slot_draws[slot] = self._rng.random()
+            draw = self._slot_draws[key] = self._rng.random()
         return int(draw * job.jitter_ms)
 
     def _plan_first(self, job: Job, now: int) -> None:
