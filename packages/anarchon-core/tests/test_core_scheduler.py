@@ -624,3 +624,30 @@ def test_a_boundary_is_claimed_in_few_batches_and_its_wins_spread(clock: Virtual
     assert Counting.batches <= 3 * 4 * 20
     # One replica does not take every job of a boundary (which a crash would then stall).
     assert sum(len(w) >= 2 for w in winners.values()) >= 15
+
+
+def test_one_malformed_claim_result_does_not_lose_the_rest_of_the_batch(
+    clock: VirtualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    from dataclasses import replace
+
+    class Broken(MemoryBackend):
+        async def claim_many(self, requests: Any) -> Any:
+            results = await super().claim_many(requests)
+            return [replace(r, lease=None) if r.job == "bad" else r for r in results]
+
+    scheduler = Scheduler(Broken(clock=clock), clock=clock, jitter=0)
+    ran: list[str] = []
+    for name in ("bad", "good1", "good2"):
+        async def job(ctx: JobContext) -> None:
+            ran.append(ctx.name)
+
+        scheduler.every(name, "10s", job, catch_up=0)
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(10.5)
+
+    run(clock, main())
+    assert sorted(ran) == ["good1", "good2"]
+    assert "bad slot=2026-12-01T10:00:10Z: handling the claim's result failed" in caplog.text

@@ -551,7 +551,7 @@ class Scheduler(Generic[B]):
         job = entry.job
         if entry.kind == "watch":
             return job.watches.get(entry.slot) == entry.gen
-        following = None if entry.kind == "watch" else job.schedule.next_slot(entry.slot)
+        following = job.schedule.next_slot(entry.slot)
         if entry.kind == "slot":
             nxt = following
             if nxt is not None and nxt <= now:
@@ -610,7 +610,11 @@ class Scheduler(Generic[B]):
             return
         for entry, request, result in zip(batch, requests, results, strict=True):
             self._hook("anarchon_claim", request=request, result=result)
-            self._handle(entry, result, sent)
+            try:
+                self._handle(entry, result, sent)
+            except Exception:  # one bad result must not lose the rest of the batch
+                self.log.exception("%s slot=%s: handling the claim's result failed", entry.job.name,
+                                   fmt_slot(entry.slot))
 
     def _handle(self, entry: _Entry, result: ClaimResult, sent: float) -> None:
         job = entry.job
