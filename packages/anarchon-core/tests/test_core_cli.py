@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -115,7 +114,6 @@ def test_run_runs_a_users_scheduler_and_stops_on_sigterm(tmp_path: Path) -> None
     assert "stopping (signal)" in output and "tick slot=" in output
 
 
-@pytest.mark.skipif(os.environ.get("ANARCHON_SKIP_CONSOLE_SCRIPT") == "1", reason="explicitly skipped")
 def test_the_console_script_is_installed() -> None:
     script = Path(sys.executable).with_name("anarchon")
     done = subprocess.run([str(script), "next", "*/15 * * * *", "-n", "2"], capture_output=True, text=True,
