@@ -115,6 +115,14 @@ def test_simulation(seed: int) -> None:
         assert key not in seen, f"two winners for {key}: {seen[key]} and {s}"
         seen[key] = s
 
+    # 1b. A takeover happens only when its holder stopped, crashed or froze: a live lease is never
+    #     taken over early, which would run two attempts of one slot side by side.
+    for s in starts:
+        if s.attempt > 1:
+            previous = seen[(s.job, s.slot, s.attempt - 1)]
+            assert any(f.instance == previous.instance and f.at <= s.at for f in faults), (
+                f"attempt {s.attempt} of {s.job} slot {s.slot} started with no fault on {previous}")
+
     def started_after(job: str, slot: int, attempt: int, by: int) -> bool:
         nxt = seen.get((job, slot, attempt + 1))
         superseded = any(s.job == job and s.slot > slot and s.at <= by for s in starts)
