@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -16,6 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from anarchon.testing import unused_port
 
 HERE = Path(__file__).resolve().parent
 
@@ -79,12 +80,6 @@ def copy(example: str, tmp_path: Path) -> Path:
     return target
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def get_json(url: str, timeout: float = 5) -> object:
     deadline = time.monotonic() + timeout
     while True:
@@ -107,7 +102,7 @@ def test_worker(tmp_path: Path) -> None:
 
 def test_fastapi(tmp_path: Path) -> None:
     cwd = copy("fastapi", tmp_path)
-    port = free_port()
+    port = unused_port()
     with running([sys.executable, "-m", "uvicorn", "app:app", "--port", str(port)], cwd) as p:
         p.wait_for("refresh-cache ran: ")
         rows = get_json(f"http://127.0.0.1:{port}/jobs")
@@ -123,7 +118,7 @@ def test_fastapi(tmp_path: Path) -> None:
 def test_django(tmp_path: Path, command: str) -> None:
     cwd = copy("django", tmp_path)
     if command == "runserver":
-        port = free_port()
+        port = unused_port()
         args = [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"]
     else:
         args = [sys.executable, "manage.py", "anarchon", "run"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -15,7 +14,7 @@ import pytest
 
 from anarchon import BackendUnavailable, JobContext, Scheduler, SchemaMismatch
 from anarchon.backends import ClaimOutcome, ClaimRequest
-from anarchon.testing import require_service
+from anarchon.testing import require_service, unused_port
 from anarchon.testing.cluster import Cluster
 from anarchon_nats import NatsBackend
 
@@ -54,12 +53,6 @@ async def backend(url: str, names: tuple[str, str]) -> AsyncIterator[NatsBackend
 
 def _req(job: str, slot: int, owner: str, namespace: str = "ns") -> ClaimRequest:
     return ClaimRequest(namespace, job, slot, owner)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_first_publish_wins_and_duplicates_are_taken(backend: NatsBackend) -> None:
@@ -149,7 +142,7 @@ def test_lease_only_options_raise_type_error(url: str) -> None:
 
 
 async def test_server_down_at_start_is_a_clear_error() -> None:
-    url = f"nats://user:s3cret@127.0.0.1:{_free_port()}"
+    url = f"nats://user:s3cret@127.0.0.1:{unused_port()}"
     scheduler = Scheduler(backend=NatsBackend(url, timeout="2s"))
     with pytest.raises(BackendUnavailable) as info:
         await scheduler.start()

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import time
 import uuid
@@ -18,7 +17,7 @@ import pytest
 
 from anarchon import BackendUnavailable, JobContext, Scheduler
 from anarchon.backends import ClaimOutcome, ClaimRequest
-from anarchon.testing import require_service
+from anarchon.testing import require_service, unused_port
 from anarchon.testing.cluster import Cluster
 from anarchon_rabbitmq import RabbitMQBackend, encode_token
 
@@ -48,12 +47,6 @@ async def backend(url: str, prefix: str) -> AsyncIterator[RabbitMQBackend]:
 
 def _req(job: str, slot: int, owner: str, namespace: str = "ns") -> ClaimRequest:
     return ClaimRequest(namespace, job, slot, owner)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_first_publish_wins_and_the_rest_are_taken(backend: RabbitMQBackend) -> None:
@@ -138,7 +131,7 @@ def test_lease_only_options_raise_type_error(url: str) -> None:
 
 
 async def test_broker_down_at_start_is_a_clear_error() -> None:
-    url = f"amqp://guest:s3cret@127.0.0.1:{_free_port()}/"
+    url = f"amqp://guest:s3cret@127.0.0.1:{unused_port()}/"
     scheduler = Scheduler(backend=RabbitMQBackend(url, timeout="3s"))
     with pytest.raises(BackendUnavailable) as info:
         await scheduler.start()

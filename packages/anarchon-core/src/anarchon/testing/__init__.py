@@ -39,6 +39,7 @@ __all__ = [
     "VirtualTimeLoop",
     "crash",
     "require_service",
+    "unused_port",
 ]
 
 T = TypeVar("T")
@@ -125,6 +126,15 @@ class SkewedClock:
     def now_ms(self) -> int:
         """The base clock's time plus the offset."""
         return self.base.now_ms() + self.offset_ms
+
+
+def unused_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (for a server that is down, or a test server)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def require_service(name: str, url: str, default_port: int) -> None:
