@@ -14,6 +14,7 @@ from ._protocols import (
     LeaseBackend,
     Overlap,
     ReleaseCallback,
+    ReleaseManyBackend,
     ReleaseOutcome,
 )
 
@@ -33,6 +34,7 @@ __all__ = [
     "MemoryStore",
     "Overlap",
     "ReleaseCallback",
+    "ReleaseManyBackend",
     "ReleaseOutcome",
     "redact_url",
 ]
