@@ -1,4 +1,8 @@
-"""The pluggy plugin that registers the Redis backends under the `anarchon` entry-point group."""
+"""The pluggy plugin that registers the Redis backends under the `anarchon` entry-point group.
+
+Every process that builds a Scheduler loads this module, so it imports no backend (nor redis-py):
+the hooks do, when asked.
+"""
 
 from __future__ import annotations
 
