@@ -10,7 +10,7 @@ from typing import Any
 
 from anarchon.hookspecs import hookimpl
 
-__all__ = ["anarchon_backends"]
+__all__ = ["anarchon_backend_schemes", "anarchon_backends"]
 
 
 @hookimpl
@@ -20,3 +20,10 @@ def anarchon_backends() -> list[type[Any]]:
     from ._stream import NatsBackend
 
     return [NatsBackend, NatsKVBackend]
+
+
+@hookimpl
+def anarchon_backend_schemes() -> dict[str, str]:
+    """The URL schemes this plugin handles, each with the class that handles it."""
+    return {"nats": "anarchon_nats:NatsBackend", "tls": "anarchon_nats:NatsBackend",
+            "nats-kv": "anarchon_nats:NatsKVBackend", "nats-kv+tls": "anarchon_nats:NatsKVBackend"}

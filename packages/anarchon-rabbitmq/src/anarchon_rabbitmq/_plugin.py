@@ -10,7 +10,7 @@ from typing import Any
 
 from anarchon.hookspecs import hookimpl
 
-__all__ = ["anarchon_backends"]
+__all__ = ["anarchon_backend_schemes", "anarchon_backends"]
 
 
 @hookimpl
@@ -19,3 +19,9 @@ def anarchon_backends() -> list[type[Any]]:
     from ._backend import RabbitMQBackend
 
     return [RabbitMQBackend]
+
+
+@hookimpl
+def anarchon_backend_schemes() -> dict[str, str]:
+    """The URL schemes this plugin handles, each with the class that handles it."""
+    return {"amqp": "anarchon_rabbitmq:RabbitMQBackend", "amqps": "anarchon_rabbitmq:RabbitMQBackend"}
