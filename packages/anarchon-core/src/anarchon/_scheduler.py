@@ -728,13 +728,15 @@ class Scheduler(Generic[B]):
     async def _run(self, run: _Run) -> None:
         job, ctx = run.job, run.ctx
         started = time.monotonic()
-        if self.leases:
-            # Most runs end within one heartbeat: only a run that lasts that long gets a renewal task.
-            run.heartbeat_timer = asyncio.get_running_loop().call_later(
-                job.options.heartbeat_ms / 1000, self._start_heartbeat, run)
         outcome: ReleaseOutcome | None = ReleaseOutcome.DONE
         error: BaseException | None = None
         try:
+            if self.leases:
+                if not await self._confirm_lease(run):
+                    return
+                # Most runs end within one heartbeat: only a run that lasts that long gets a renewal task.
+                run.heartbeat_timer = asyncio.get_running_loop().call_later(
+                    job.options.heartbeat_ms / 1000, self._start_heartbeat, run)
             self._hook("anarchon_run_started", ctx=ctx)
             handler = run.handler = asyncio.ensure_future(self._invoke(job, ctx))
             timeout = job.options.timeout_ms
@@ -790,6 +792,40 @@ class Scheduler(Generic[B]):
             self._hook("anarchon_run_finished", ctx=ctx, outcome=outcome, error=error)
             if outcome is ReleaseOutcome.HANDOVER and job.options.retry_ms is not None and not self._stopping:
                 self._watch(job, run.lease.slot, 0)
+
+    async def _confirm_lease(self, run: _Run) -> bool:
+        """Before the handler starts: renew first if little of the lease is left (a loop blocked
+        since the claim), and never start a run whose lease is gone: a backup may run it already."""
+        loop = asyncio.get_running_loop()
+        opts = run.job.options
+        interval = opts.heartbeat_ms / 1000
+        if run.deadline - loop.time() >= 1.5 * interval:
+            return True
+        late = int((loop.time() - run.claimed_at) * 1000)
+        sent = loop.time()
+        renewal = asyncio.ensure_future(cast(LeaseBackend, self.backend).renew(run.lease, opts.lease_ms))
+        try:
+            done, _ = await asyncio.wait({renewal}, timeout=opts.lease_ms / 1000)
+        finally:
+            if not renewal.done():
+                renewal.cancel()
+        renewed = None
+        if done and not renewal.cancelled():
+            try:
+                renewed = renewal.result()
+            except Exception as exc:
+                self._lose(run, f"not started: the claim is {late} ms old and renewing it failed: "
+                                f"{_short(exc)}")
+                return False
+        if renewed is None:
+            self._lose(run, f"not started: the claim is {late} ms old (event loop blocked?) and the lease "
+                            "could not be renewed; another instance may have taken the slot over")
+            return False
+        run.lease = renewed
+        run.deadline = sent + opts.lease_ms / 1000
+        self.log.info("%s slot=%s renewed before start: the claim was %d ms old", run.job.name,
+                      _SlotText(run.lease.slot), late)
+        return True
 
     async def _maybe_retry(self, run: _Run) -> ReleaseOutcome:
         """After a handler error: wait the backoff, then hand the slot over for another attempt."""
@@ -894,9 +930,9 @@ class Scheduler(Generic[B]):
         opts = run.job.options
         loop = asyncio.get_running_loop()
         interval = opts.heartbeat_ms / 1000
-        # The lease is valid until (time the claim was sent) + lease, at the latest; judged on this
-        # process's monotonic clock so that a blocked loop is noticed.
-        deadline = run.deadline = run.claimed_at + opts.lease_ms / 1000
+        # The lease is valid until (time the claim or last renewal was sent) + lease, at the latest;
+        # judged on this process's monotonic clock so that a blocked loop is noticed.
+        deadline = run.deadline
         while True:
             # Wake at the deadline at the latest, so a failing store is noticed when the lease ends,
             # not up to one heartbeat later. (`first_now`: the first interval has passed already.)
