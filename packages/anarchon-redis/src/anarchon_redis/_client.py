@@ -11,7 +11,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from anarchon import BackendError, BackendUnavailable
 from anarchon.backends import redact_url
 
-__all__ = ["Driver", "REDIS", "split_url", "valkey_driver"]
+__all__ = ["OP_TIMEOUT_S", "Driver", "REDIS", "split_url", "valkey_driver"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +104,10 @@ def valkey_driver() -> Driver:
 
 REDIS = _redis_driver()
 
-_CLIENT_DEFAULTS: dict[str, float] = {"socket_connect_timeout": 5.0, "socket_timeout": 10.0,
-                                      "max_connections": 64}
+# No per-read `socket_timeout`: each backend operation has one deadline of its own (OP_TIMEOUT_S).
+_CLIENT_DEFAULTS: dict[str, float] = {"socket_connect_timeout": 5.0, "max_connections": 64}
+OP_TIMEOUT_S = 10.0
+"""How long one store operation (a claim batch, a renewal, a release batch) may take."""
 _POOL_WAIT_S = 30.0
 
 

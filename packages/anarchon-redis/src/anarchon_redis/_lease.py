@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, ClassVar
 
+from anarchon import BackendUnavailable
 from anarchon.backends import (
     BackendBase,
     Capability,
@@ -24,7 +25,7 @@ from anarchon.backends import (
 )
 
 from . import _scripts
-from ._client import REDIS, Driver, client_from_url, split_url, valkey_driver
+from ._client import OP_TIMEOUT_S, REDIS, Driver, client_from_url, split_url, valkey_driver
 from ._keys import Keys
 
 __all__ = ["RedisBackend", "ValkeyBackend"]
@@ -36,6 +37,9 @@ _STATUS = {
     ReleaseOutcome.FAILED: JobStatus.FAILED.value,
     ReleaseOutcome.HANDOVER: JobStatus.RELEASED.value,
 }
+
+
+_OUTCOMES: dict[Any, ClaimOutcome] = {o.value.encode(): o for o in ClaimOutcome}
 
 
 def _s(value: Any) -> str:
@@ -107,6 +111,20 @@ class _ScriptedStore(BackendBase):
     def _translate(self, doing: str) -> contextlib.AbstractContextManager[None]:
         return self._drv.translate(self._url, doing)
 
+    @contextlib.asynccontextmanager
+    async def _op(self, doing: str) -> AsyncIterator[None]:
+        """One store operation: the client library's errors translated, and an answer within
+        `OP_TIMEOUT_S` (one timer per operation; the client's own `socket_timeout` would arm
+        one per reply, thousands for a pipelined batch)."""
+        with self._translate(doing):
+            try:
+                async with asyncio.timeout(OP_TIMEOUT_S):
+                    yield
+            except TimeoutError as exc:
+                raise BackendUnavailable(
+                    f"{self._drv.name} at {self.url} did not answer within {OP_TIMEOUT_S:g} s while {doing}"
+                ) from exc
+
     async def _close_client(self) -> None:
         if self._owns_client:
             with contextlib.suppress(Exception):
@@ -130,7 +148,7 @@ class _ScriptedStore(BackendBase):
                 pipe.evalsha(script.sha, len(keys), *keys, *args)
             if extra is not None and round_ == 0:
                 extra(pipe)
-            with self._translate(doing):
+            async with self._op(doing):
                 replies = await pipe.execute(raise_on_error=False)
             for reply in replies[len(todo):]:
                 if isinstance(reply, BaseException):
@@ -145,14 +163,14 @@ class _ScriptedStore(BackendBase):
                     results[i] = reply
             if not missing:
                 return results
-            with self._translate("loading scripts"):
+            async with self._op("loading scripts"):
                 await self._client.script_load(script.script)
             todo = missing
         raise self._drv.error(RuntimeError("NOSCRIPT after SCRIPT LOAD"), self._url, doing)
 
     async def _eval(self, script: Any, keys: list[str], args: list[Any], doing: str) -> Any:
         # register_script's object sends EVALSHA and reloads the script on NOSCRIPT itself.
-        with self._translate(doing):
+        async with self._op(doing):
             return await script(keys=keys, args=args)
 
 
@@ -174,6 +192,7 @@ class RedisBackend(_ScriptedStore):
         self._release_script = c.register_script(_scripts.RELEASE)
         self._inspect_script = c.register_script(_scripts.INSPECT)
         self._callbacks: dict[str, list[ReleaseCallback]] = {}
+        self._key_cache: dict[tuple[str, str], list[str]] = {}
         self._listener: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()
         self._closed = False
@@ -186,7 +205,7 @@ class RedisBackend(_ScriptedStore):
     async def open(self) -> None:
         """Check the server answers and load the scripts."""
         self._closed = False
-        with self._translate("connecting"):
+        async with self._op("connecting"):
             await self._client.ping()
             for script in (self._claim_script, self._renew_script, self._release_script,
                            self._inspect_script):
@@ -206,7 +225,13 @@ class RedisBackend(_ScriptedStore):
     # -- claims --------------------------------------------------------------------------------
 
     def _job_keys(self, namespace: str, job: str) -> list[str]:
-        return [self.keys.job(namespace, job), self.keys.others(namespace, job)]
+        keys = self._key_cache.get((namespace, job))
+        if keys is None:
+            if len(self._key_cache) > 100_000:
+                self._key_cache.clear()
+            keys = self._key_cache[(namespace, job)] = [self.keys.job(namespace, job),
+                                                         self.keys.others(namespace, job)]
+        return keys
 
     async def claim(self, request: ClaimRequest) -> ClaimResult:
         """Claim one slot (see `LeaseBackend.claim`): one script, one round trip."""
@@ -236,7 +261,7 @@ class RedisBackend(_ScriptedStore):
 
     @staticmethod
     def _result(r: ClaimRequest, reply: list[Any]) -> ClaimResult:
-        outcome = ClaimOutcome(_s(reply[0]))
+        outcome = _OUTCOMES.get(reply[0]) or ClaimOutcome(_s(reply[0]))
         holder = _opt_s(reply[1])
         attempt = int(reply[2])
         expires_at = _opt_i(reply[3])
@@ -299,7 +324,7 @@ class RedisBackend(_ScriptedStore):
 
     async def jobs(self, namespace: str) -> list[JobState]:
         """Read every job's newest record in a namespace, from the namespace's name index."""
-        with self._translate("listing jobs"):
+        async with self._op("listing jobs"):
             names = sorted(_s(n) for n in await self._client.smembers(self.keys.index(namespace)))
         if not names:
             return []

@@ -83,7 +83,7 @@ class RedisStreamBackend(_ScriptedStore):
 
     async def open(self) -> None:
         """Check the server; `idmp` is refused on servers older than Redis 8.6."""
-        with self._translate("connecting"):
+        async with self._op("connecting"):
             info = await self._client.info("server")
         version = _s(info.get("redis_version", "0")) if isinstance(info, dict) else "0"
         if self.strategy == "idmp" and _version(version) < _IDMP_MIN:
@@ -92,7 +92,7 @@ class RedisStreamBackend(_ScriptedStore):
                 f"Redis {version}: upgrade the server, or use strategy='stream-id' or 'script'"
             )
         if self.strategy == "script":
-            with self._translate("loading scripts"):
+            async with self._op("loading scripts"):
                 await self._client.script_load(self._script.script)
 
     async def close(self) -> None:
@@ -139,7 +139,7 @@ class RedisStreamBackend(_ScriptedStore):
             key, entry_id = self.keys.stream(r.namespace, r.job), f"{r.slot}-1"
             pipe.xadd(key, {"owner": r.owner}, id=entry_id, maxlen=self.maxlen, approximate=True)
             pipe.xrange(key, entry_id, entry_id)
-        with self._translate("claiming"):
+        async with self._op("claiming"):
             replies = await pipe.execute(raise_on_error=False)
         results = []
         for i, r in enumerate(requests):
@@ -162,10 +162,10 @@ class RedisStreamBackend(_ScriptedStore):
         for r, key in zip(requests, streams, strict=True):
             pipe.execute_command("XADD", key, "IDMP", _PRODUCER, str(r.slot), "MAXLEN", "~", self.maxlen,
                                  "*", "owner", r.owner)
-        with self._translate("claiming"):
+        async with self._op("claiming"):
             replies = await pipe.execute(raise_on_error=False)
         if any(isinstance(rep, self._drv.no_script) for rep in replies):
-            with self._translate("loading scripts"):
+            async with self._op("loading scripts"):
                 await self._client.script_load(self._idmp_init.script)
             return await self._claim_idmp(requests)
         ids = replies[-len(requests):]
@@ -176,7 +176,7 @@ class RedisStreamBackend(_ScriptedStore):
         pipe = self._client.pipeline(transaction=False)
         for key, entry_id in zip(streams, ids, strict=True):
             pipe.xrange(key, entry_id, entry_id)
-        with self._translate("claiming"):
+        async with self._op("claiming"):
             reads = await pipe.execute(raise_on_error=False)
         results = []
         for r, read in zip(requests, reads, strict=True):
