@@ -1,6 +1,7 @@
-"""Backend interfaces, result types, and the in-process reference backends."""
+"""Backend interfaces, result types, the claim decision, and the in-process reference backends."""
 
 from ._base import BackendBase, redact_url
+from ._decide import ClaimDecision, LeaseRecord, decide
 from ._memory import MemoryBackend, MemoryClaimBackend, MemoryStore
 from ._protocols import (
     Capability,
@@ -21,6 +22,7 @@ __all__ = [
     "BackendBase",
     "Capability",
     "ClaimBackend",
+    "ClaimDecision",
     "ClaimOutcome",
     "ClaimRequest",
     "ClaimResult",
@@ -28,11 +30,13 @@ __all__ = [
     "JobStatus",
     "Lease",
     "LeaseBackend",
+    "LeaseRecord",
     "MemoryBackend",
     "MemoryClaimBackend",
     "MemoryStore",
     "Overlap",
     "ReleaseCallback",
     "ReleaseOutcome",
+    "decide",
     "redact_url",
 ]
