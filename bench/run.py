@@ -1,10 +1,15 @@
 """The cluster benchmark: anarchon and its peers on one workload, in one run, on one machine.
 
     python bench/run.py [--quick] [--repeats N] [--scenarios A,B,C] [--only name,name] [--out DIR]
+                        [--baseline CHECKOUT]
 
 Each scheduler runs as 3 OS processes (replicas) registering the same J jobs, each every 1 s. Every
 replica appends one JSON line per handler start to a shared log; `analysis.py` turns the log into
 the metrics. Writes results.json, results.md and plot.png to --out (default bench/results/<time>).
+
+`--baseline CHECKOUT` adds, beside each anarchon scheduler, the same scheduler from another checkout
+of this repository (named `<scheduler>@baseline`, run with CHECKOUT/.venv/bin/python and that
+checkout's replica script), so an optimisation is measured before and after in one run.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +68,7 @@ class Spec:
     database: str | None = None  # a PostgreSQL database created afresh for each run
     redis_db: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    bench_dir: Path = BENCH  # where the replica script lives (another checkout's, for a baseline)
 
 
 def have_sqlite() -> bool:
@@ -154,7 +160,7 @@ def one_run(spec: Spec, sc: Scenario, workdir: Path, run_id: str) -> dict[str, A
     reset_store(spec)
     cfg = config_for(spec, sc, workdir, run_id)
     py = str(PY[spec.venv])
-    script = str(BENCH / "replicas" / spec.script)
+    script = str(spec.bench_dir / "replicas" / spec.script)
     if spec.name in ("apscheduler4-postgresql", "procrastinate-postgresql"):
         subprocess.run([py, script, json.dumps({**cfg, "setup": True})], check=True, timeout=60,
                        stdout=(workdir / "setup.out").open("w"), stderr=subprocess.STDOUT)
@@ -211,7 +217,7 @@ def one_run(spec: Spec, sc: Scenario, workdir: Path, run_id: str) -> dict[str, A
     for f in workdir.glob("calls-*.json"):
         for k, v in json.loads(f.read_text()).items():
             calls[k] = calls.get(k, 0) + v
-    round_trips = sum(v for k, v in calls.items() if k != "claim_many_items")
+    round_trips = sum(v for k, v in calls.items() if not k.endswith("_items"))
     metrics.update(
         scheduler=spec.name, scenario=sc.name, run_id=run_id, stop_t=stop_t,
         kill=kill.__dict__ if kill else None,
@@ -289,6 +295,8 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated scheduler names")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--duration", type=float, default=None, help="override every scenario's duration (s)")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="another checkout (with its own .venv) whose anarchon runs beside this one's")
     args = ap.parse_args()
     scenarios = [SCENARIOS[s] for s in args.scenarios.split(",")]
     if args.duration:
@@ -302,12 +310,25 @@ def main() -> None:
     out = args.out or BENCH / "results" / started
     out.mkdir(parents=True, exist_ok=True)
     all_specs = specs(out)
+    if args.baseline:
+        base = args.baseline.resolve()
+        PY["baseline"] = base / ".venv/bin/python"
+        if not PY["baseline"].exists():
+            sys.exit(f"--baseline {base}: no {PY['baseline']}; create that checkout's .venv first")
+        paired = []
+        for spec in all_specs:
+            paired.append(spec)
+            if spec.venv == "repo":
+                paired.append(replace(spec, name=f"{spec.name}@baseline", venv="baseline",
+                                      bench_dir=base / "bench"))
+        all_specs = paired
     only = set(filter(None, args.only.split(",")))
     runs: list[dict[str, Any]] = []
     for rep in range(args.repeats):
         for sc in scenarios:
             for spec in all_specs:
-                if (only and spec.name not in only) or (sc.only and spec.name not in sc.only):
+                base_name = spec.name.removesuffix("@baseline")
+                if (only and base_name not in only) or (sc.only and base_name not in sc.only):
                     continue
                 run_id = f"{sc.name}{rep}{int(time.time())}"
                 print(f"[{time.strftime('%H:%M:%S')}] {sc.name} #{rep + 1} {spec.name}", flush=True)

@@ -19,6 +19,7 @@ __all__ = [
     "TestInspectContract",
     "TestLeaseContract",
     "TestNotifyContract",
+    "TestReleaseManyContract",
 ]
 
 ODD_NAMES = [
@@ -440,6 +441,67 @@ class TestClaimManyContract:
 
     async def test_empty_batch(self, anarchon_kit: Kit) -> None:
         assert list(await anarchon_kit.backend.claim_many([])) == []
+
+
+class TestReleaseManyContract:
+    """`release_many`: a batch of releases in one round trip, each judged as `release` judges it."""
+
+    pytestmark = tier("release_many")
+
+    async def test_each_release_is_judged_alone(self, anarchon_kit: Kit) -> None:
+        from dataclasses import replace
+
+        done = await anarchon_kit.won("done", "a")
+        failed = await anarchon_kit.won("failed", "a")
+        handed = await anarchon_kit.won("handed", "a")
+        forged = await anarchon_kit.won("forged", "a")
+        ended = await anarchon_kit.won("ended", "a")
+        assert await anarchon_kit.release(ended, ReleaseOutcome.DONE)
+        results = await anarchon_kit.backend.release_many([
+            (done, ReleaseOutcome.DONE),
+            (replace(forged, token=forged.token + 1), ReleaseOutcome.DONE),
+            (failed, ReleaseOutcome.FAILED),
+            (ended, ReleaseOutcome.DONE),
+            (handed, ReleaseOutcome.HANDOVER),
+        ])
+        assert list(results) == [True, False, True, False, True], results
+        # Each record now reads as if released on its own: ended runs are DONE for their slot, the
+        # handed-over one is taken over as attempt 2, the forged release changed nothing.
+        assert (await anarchon_kit.claim("done", "b")).outcome is ClaimOutcome.DONE
+        assert (await anarchon_kit.claim("failed", "b")).outcome is ClaimOutcome.DONE
+        taken_over = await anarchon_kit.claim("handed", "b")
+        assert taken_over.outcome is ClaimOutcome.WON and taken_over.lease is not None
+        assert taken_over.lease.attempt == 2
+        assert (await anarchon_kit.claim("forged", "b")).outcome is ClaimOutcome.TAKEN, (
+            "a forged release in a batch changed state"
+        )
+        assert await anarchon_kit.renew(forged) is not None
+
+    async def test_batch_of_one_slot_twice(self, anarchon_kit: Kit) -> None:
+        lease = await anarchon_kit.won("job", "a")
+        results = await anarchon_kit.backend.release_many(
+            [(lease, ReleaseOutcome.DONE), (lease, ReleaseOutcome.HANDOVER)]
+        )
+        assert list(results) == [True, False], "the second release of one lease in a batch must be ignored"
+        assert (await anarchon_kit.claim("job", "b")).outcome is ClaimOutcome.DONE
+
+    async def test_two_slots_of_one_job_under_allow(self, anarchon_kit: Kit) -> None:
+        try:
+            old = await anarchon_kit.won("job", "a", overlap=Overlap.ALLOW)
+        except ConfigError as exc:
+            pytest.skip(f"{type(anarchon_kit.backend).__name__} refuses overlap='allow' (ConfigError: {exc})")
+        new = await anarchon_kit.won("job", "b", anarchon_kit.slot + MINUTE, overlap=Overlap.ALLOW)
+        results = await anarchon_kit.backend.release_many(
+            [(new, ReleaseOutcome.DONE), (old, ReleaseOutcome.DONE)]
+        )
+        assert list(results) == [True, True], results
+        assert await anarchon_kit.renew(old) is None, "the older run was released in the batch"
+        assert await anarchon_kit.renew(new) is None, "the newer run was released in the batch"
+        newer = await anarchon_kit.claim("job", "c", anarchon_kit.slot + MINUTE, overlap=Overlap.ALLOW)
+        assert newer.outcome is ClaimOutcome.DONE, newer
+
+    async def test_empty_batch(self, anarchon_kit: Kit) -> None:
+        assert list(await anarchon_kit.backend.release_many([])) == []
 
 
 class TestInspectContract:

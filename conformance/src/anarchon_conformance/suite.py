@@ -9,6 +9,7 @@ from ._contract import (
     TestInspectContract,
     TestLeaseContract,
     TestNotifyContract,
+    TestReleaseManyContract,
 )
 from ._model import TestModel
 from ._races import TestExactCount, TestRaces
@@ -22,4 +23,5 @@ __all__ = [
     "TestModel",
     "TestNotifyContract",
     "TestRaces",
+    "TestReleaseManyContract",
 ]

@@ -217,3 +217,91 @@ def test_a_class_whose_instances_are_async_callables_is_a_plain_handler() -> Non
 
     asyncio.run(main())
     assert made
+
+
+class _SlowAfterClaim(MemoryBackend):
+    """Answers claims, then the caller's loop is blocked for `block_s` before it sees the answer
+    (thousands of results to handle, a GC pause); `meanwhile` runs in that gap."""
+
+    def __init__(self, store: MemoryStore, clock: VirtualClock, block_s: float) -> None:
+        super().__init__(store)
+        self.clock = clock
+        self.block_s = block_s
+        self.meanwhile: Any = None
+
+    async def claim(self, request: Any) -> Any:
+        return (await self.claim_many([request]))[0]
+
+    async def claim_many(self, requests: Any) -> Any:
+        results = await super().claim_many(requests)
+        if self.block_s and any(r.won for r in results):
+            self.clock.advance(self.block_s)
+            if self.meanwhile is not None:
+                await self.meanwhile()
+            self.block_s = 0
+        return results
+
+
+def _late_start_cluster(clock: VirtualClock) -> tuple[MemoryStore, _SlowAfterClaim, list[Scheduler[Any]]]:
+    store = MemoryStore(clock)
+    slow = _SlowAfterClaim(store, clock, block_s=3)
+    first = Scheduler(slow, instance_id="slow", clock=clock, lease="2s", heartbeat="0.5s", jitter=0)
+    backup = Scheduler(MemoryBackend(store), instance_id="backup", clock=clock, lease="2s",
+                       heartbeat="0.5s", jitter="10ms")
+    return store, slow, [first, backup]
+
+
+def test_a_run_whose_lease_ran_out_before_it_started_renews_first_and_runs_once() -> None:
+    # The winner's loop was blocked for longer than the lease between the claim and the handler's
+    # start. Nobody took the slot over yet, so a renewal succeeds and the run goes ahead, once; a
+    # run started on the expired lease would run beside the backup's takeover (attempt 2).
+    clock = VirtualClock(START)
+    _store, _slow, schedulers = _late_start_cluster(clock)
+    runs: list[tuple[str, int, int]] = []
+    for s in schedulers:
+        async def job(ctx: JobContext) -> None:
+            runs.append((ctx.instance_id, ctx.slot, ctx.attempt))
+            await ctx.sleep(1)
+
+        s.every("report", "1m", job, catch_up=0)
+
+    async def main() -> None:
+        for s in schedulers:
+            await s.start()
+        await asyncio.sleep(70)
+        for s in schedulers:
+            await s.stop()
+
+    clock.run(main())
+    assert runs == [("slow", T0 + 60_000, 1)], runs
+
+
+def test_a_run_whose_lease_was_taken_over_before_it_started_does_not_start(caplog: Any) -> None:
+    # Same gap, but the backup took the expired slot over inside it: the late winner's renewal
+    # fails and its handler never starts, so the slot does not run twice.
+    clock = VirtualClock(START)
+    store, slow, schedulers = _late_start_cluster(clock)
+    runs: list[tuple[str, int, int]] = []
+    for s in schedulers:
+        async def job(ctx: JobContext) -> None:
+            runs.append((ctx.instance_id, ctx.slot, ctx.attempt))
+
+        s.every("report", "1m", job, catch_up=0)
+
+    async def takeover() -> None:
+        request = schedulers[1]._request(schedulers[1].jobs["report"], T0 + 60_000)
+        result = await MemoryBackend(store).claim(request)
+        assert result.won and result.lease is not None and result.lease.attempt == 2, result
+
+    slow.meanwhile = takeover
+
+    async def main() -> None:
+        for s in schedulers:
+            await s.start()
+        await asyncio.sleep(70)
+        for s in schedulers:
+            await s.stop()
+
+    clock.run(main())
+    assert ("slow", T0 + 60_000, 1) not in runs, runs
+    assert "not started: the claim is 3000 ms old" in caplog.text

@@ -26,7 +26,7 @@ from anarchon import (
     Scheduler,
     to_ms,
 )
-from anarchon.backends import BackendBase
+from anarchon.backends import BackendBase, Capability
 from anarchon.testing import FaultyBackend, SkewedClock, VirtualClock, crash
 
 START = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
@@ -344,12 +344,20 @@ def test_max_attempts_and_retry(clock: VirtualClock) -> None:
     assert attempts == [1, 2, 3]
 
 
-def test_claims_due_together_go_in_one_round_trip(clock: VirtualClock) -> None:
-    backend = MemoryBackend(clock=clock)
-    scheduler = Scheduler(backend, clock=clock, jitter=0)
+class _OneByOneReleases(MemoryBackend):
+    """The reference backend without `release_many`: each run is released on its own."""
 
-    async def noop() -> None:  # async: a worker thread would finish in real, not virtual, time
-        pass
+    capabilities = frozenset(MemoryBackend.capabilities - {Capability.RELEASE_MANY})
+
+
+@pytest.mark.parametrize(("batched", "releases"), [(True, 1), (False, 100)])
+def test_claims_due_together_go_in_one_round_trip(clock: VirtualClock, batched: bool, releases: int) -> None:
+    backend = MemoryBackend(clock=clock) if batched else _OneByOneReleases(clock=clock)
+    scheduler = Scheduler(backend, clock=clock, jitter=0)
+    ran: list[int] = []
+
+    async def noop(ctx: JobContext) -> None:  # async: a worker thread would end in real, not virtual, time
+        ran.append(ctx.slot)
 
     for i in range(100):
         scheduler.every(f"job{i}", "1s", noop, catch_up=0)
@@ -359,9 +367,13 @@ def test_claims_due_together_go_in_one_round_trip(clock: VirtualClock) -> None:
             await asyncio.sleep(0.5)
             before = backend.store.calls
             await asyncio.sleep(1)
-            claims = backend.store.calls - before
-            # One claim_many for 100 jobs, plus one release per run.
-            assert claims == 1 + 100
+            calls = backend.store.calls - before
+            # One claim_many for the 100 jobs, then the 100 runs that end together are released in
+            # one release_many where the backend has it, one by one where it does not.
+            assert len(ran) == 100
+            assert calls == 1 + releases
+            states = await backend.jobs(scheduler.namespace)
+            assert [s.status for s in states] == [JobStatus.DONE] * 100
 
     run(clock, main())
 

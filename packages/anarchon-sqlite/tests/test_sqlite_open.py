@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sqlite3
 import subprocess
 import sys
+import textwrap
 import time
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -40,6 +43,26 @@ async def test_from_url_finds_the_backend_through_the_entry_point(tmp_path: Path
     await scheduler.start()
     await scheduler.stop()
     assert (tmp_path / "relative.db").is_file()
+
+
+def test_a_sqlite_url_imports_aiosqlite_and_no_other_client_library(tmp_path: Path) -> None:
+    code = textwrap.dedent("""
+        import json, sys
+        import anarchon
+        anarchon.Scheduler.from_url(sys.argv[1])
+        plugins = [name for name, _ in anarchon.plugin_manager().list_name_plugin()]
+        print(json.dumps({"modules": sorted(sys.modules), "plugins": plugins}))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "ANARCHON_DISABLE_PLUGIN_AUTOLOAD"}
+    done = subprocess.run([sys.executable, "-c", code, f"sqlite:///{tmp_path}/x.db"],
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    # Every installed driver's plugin was loaded, so the client libraries were there to be imported.
+    assert {ep.name for ep in entry_points(group="anarchon")} <= set(seen["plugins"])
+    assert "aiosqlite" in seen["modules"]
+    for client in ("redis", "valkey", "asyncpg", "aio_pika", "aiormq", "nats"):
+        assert client not in seen["modules"], f"a sqlite:// URL imported {client}"
 
 
 def test_absolute_urls_and_plain_paths(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from typing import Any, cast
@@ -26,6 +27,11 @@ class _Builtin:
     def anarchon_backends(self) -> list[type[Any]]:
         return [MemoryBackend, MemoryClaimBackend]
 
+    @hookspecs.hookimpl
+    def anarchon_backend_schemes(self) -> dict[str, str]:
+        return {"memory": "anarchon.backends:MemoryBackend",
+                "memory-claim": "anarchon.backends:MemoryClaimBackend"}
+
 
 def plugin_manager() -> pluggy.PluginManager:
     """Return the process-wide plugin manager, loading entry points on first use."""
@@ -44,6 +50,42 @@ def plugin_manager() -> pluggy.PluginManager:
 def backend_classes() -> list[type[Any]]:
     """Every backend class that an installed plugin provides."""
     pm = plugin_manager()
+    found = _provided_classes(pm)
+    # A plugin may name a class only in its scheme map; listing it costs an import, as listing does anyway.
+    listed = {s for cls in found for s in cls.url_schemes}
+    for scheme, (plugin, path) in _scheme_paths(pm).items():
+        if scheme not in listed:
+            cls = _import_backend(plugin, scheme, path)
+            listed.update(cls.url_schemes)
+            if cls not in found:
+                found.append(cls)
+    return found
+
+
+def backend_for_url(url: str) -> Any:
+    """Build the backend whose `url_schemes` include `url`'s scheme."""
+    scheme = urlsplit(url).scheme.lower()
+    pm = plugin_manager()
+    mapped = _scheme_paths(pm)
+    if scheme in mapped:
+        # The one import a start-up pays for: the class that handles this scheme, not every driver.
+        plugin, path = mapped[scheme]
+        return _import_backend(plugin, scheme, path).from_url(url)
+    # Plugins that implement only `anarchon_backends` are found as before, at the cost of importing
+    # every plugin's classes.
+    classes = _provided_classes(pm)
+    for cls in classes:
+        if scheme in cls.url_schemes:
+            return cls.from_url(url)
+    known = sorted(set(mapped) | {s for cls in classes for s in cls.url_schemes})
+    raise BackendNotFound(
+        f"no installed backend handles {scheme or '(no scheme)'!r} in {redact_url(url)!r}; "
+        f"installed schemes: {', '.join(known)}. Install a driver, e.g. `pip install anarchon-redis`"
+    )
+
+
+def _provided_classes(pm: pluggy.PluginManager) -> list[type[Any]]:
+    """The classes that the `anarchon_backends` hooks return, in registration order."""
     found: list[type[Any]] = []
     for impl in pm.hook.anarchon_backends.get_hookimpls():
         classes = cast(list[type[Any]], impl.function() or [])
@@ -58,15 +100,41 @@ def backend_classes() -> list[type[Any]]:
     return found
 
 
-def backend_for_url(url: str) -> Any:
-    """Build the backend whose `url_schemes` include `url`'s scheme."""
-    scheme = urlsplit(url).scheme.lower()
-    classes = backend_classes()
-    for cls in classes:
-        if scheme in cls.url_schemes:
-            return cls.from_url(url)
-    known = sorted({s for cls in classes for s in cls.url_schemes})
-    raise BackendNotFound(
-        f"no installed backend handles {scheme or '(no scheme)'!r} in {redact_url(url)!r}; "
-        f"installed schemes: {', '.join(known)}. Install a driver, e.g. `pip install anarchon-redis`"
-    )
+def _scheme_paths(pm: pluggy.PluginManager) -> dict[str, tuple[str, str]]:
+    """Each scheme in an `anarchon_backend_schemes` result, with the plugin's name and the class's path.
+
+    When two plugins map one scheme, the first registered wins, as among `anarchon_backends` classes.
+    """
+    found: dict[str, tuple[str, str]] = {}
+    for impl in pm.hook.anarchon_backend_schemes.get_hookimpls():
+        mapping = impl.function() or {}
+        if not isinstance(mapping, dict):
+            raise TypeError(
+                f"plugin {impl.plugin_name!r}, hook anarchon_backend_schemes: returned {mapping!r}, "
+                "not a dict of URL scheme to 'module:ClassName'"
+            )
+        for scheme, path in cast(dict[str, str], mapping).items():
+            found.setdefault(str(scheme).lower(), (impl.plugin_name, path))
+    return found
+
+
+def _import_backend(plugin: str, scheme: str, path: str) -> type[Any]:
+    """Import the class at `path` ("module:ClassName") that `plugin` maps `scheme` to, and check it."""
+    where = f"plugin {plugin!r}, hook anarchon_backend_schemes, scheme {scheme!r}"
+    module_name, _, qualname = path.partition(":") if isinstance(path, str) else ("", "", "")
+    if not module_name or not qualname:
+        raise TypeError(f"{where}: {path!r} is not an import path of the form 'package.module:ClassName'")
+    try:
+        value: Any = importlib.import_module(module_name)
+        for attr in qualname.split("."):
+            value = getattr(value, attr)
+    except (ImportError, AttributeError) as exc:
+        raise ImportError(f"{where}: cannot import {path!r}: {exc}") from exc
+    if not isinstance(value, type):
+        raise TypeError(f"{where}: {path!r} is {value!r}, not a backend class")
+    schemes = getattr(value, "url_schemes", None)
+    if not isinstance(schemes, tuple | list | frozenset | set) or scheme not in schemes:
+        raise TypeError(f"{where}: {path!r} has `url_schemes` {schemes!r}, which lacks {scheme!r}")
+    if not callable(getattr(value, "from_url", None)):
+        raise TypeError(f"{where}: {path!r} lacks a callable `from_url`")
+    return value

@@ -39,6 +39,7 @@ from .backends import (
     Lease,
     LeaseBackend,
     Overlap,
+    ReleaseManyBackend,
     ReleaseOutcome,
 )
 
@@ -65,6 +66,18 @@ def fmt_slot(slot: int) -> str:
     dt = from_ms(slot)
     ms = slot % 1000
     return dt.strftime("%Y-%m-%dT%H:%M:%S") + (f".{ms:03d}Z" if ms else "Z")
+
+
+class _SlotText:
+    """A slot for a log line, formatted only if the line is emitted."""
+
+    __slots__ = ("slot",)
+
+    def __init__(self, slot: int) -> None:
+        self.slot = slot
+
+    def __str__(self) -> str:
+        return fmt_slot(self.slot)
 
 
 def default_instance_id() -> str:
@@ -94,16 +107,17 @@ class Job:
     next_due: int | None = None
     """When the job's next boundary entry is due (its slot plus jitter)."""
     fingerprint_warned: bool = False
+    logger: logging.Logger | None = None
+    """The handler's logger, `anarchon.job.<name>`."""
 
 
-@dataclass(order=True, slots=True)
+@dataclass(slots=True)
 class _Entry:
     due: int
-    seq: int
-    job: Job = field(compare=False)
-    slot: int = field(compare=False)
-    kind: str = field(compare=False)  # "slot" (a boundary), "watch" (a backup's re-claim), "catchup"
-    gen: int = field(default=0, compare=False)
+    job: Job
+    slot: int
+    kind: str  # "slot" (a boundary), "watch" (a backup's re-claim), "catchup"
+    gen: int = 0
 
 
 @dataclass(eq=False, slots=True)
@@ -116,6 +130,8 @@ class _Run:
     task: asyncio.Task[None] | None = None
     handler: asyncio.Future[None] | None = None
     heartbeat: asyncio.Task[None] | None = None
+    """The renewal task, started once the run has lasted one heartbeat interval."""
+    heartbeat_timer: asyncio.TimerHandle | None = None
     lost: bool = False
     deadline: float = 0.0
     """Loop time until which the lease is surely still ours (kept by the heartbeat)."""
@@ -201,7 +217,8 @@ class Scheduler(Generic[B]):
         if log is True:
             _enable_console_logging(self.log)
         self.jobs: dict[str, Job] = {}
-        self._heap: list[_Entry] = []
+        # (due, sequence, entry): tuples compare in C, and the sequence keeps ties in push order.
+        self._heap: list[tuple[int, int, _Entry]] = []
         self._seq = 0
         self._runs: set[_Run] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -214,6 +231,8 @@ class Scheduler(Generic[B]):
         self._hooks = plugin_manager().hook
         self._rng = random.Random()
         self._slot_draws: dict[tuple[int, int], float] = {}
+        # Releases waiting to go out together in one `release_many` (with capability release_many).
+        self._releases: list[tuple[Lease, ReleaseOutcome, asyncio.Future[bool]]] = []
 
     @classmethod
     def from_url(cls, url: str, **settings: Any) -> Scheduler[Any]:
@@ -347,7 +366,8 @@ class Scheduler(Generic[B]):
             interval = schedule.min_interval_ms
             jitter = 50 if interval is None else min(50, interval // 10)
         self.jobs[name] = Job(name, schedule, handler, options, takes_ctx, is_async, jitter,
-                              group=zlib.crc32(name.encode()) % _JITTER_GROUPS)
+                              group=zlib.crc32(name.encode()) % _JITTER_GROUPS,
+                              logger=logging.getLogger(f"anarchon.job.{name}"))
         if self._running:
             self._plan_first(self.jobs[name], self.clock.now_ms())
 
@@ -448,8 +468,8 @@ class Scheduler(Generic[B]):
 
     def _push(self, due: int, job: Job, slot: int, kind: str, gen: int = 0) -> None:
         self._seq += 1
-        heapq.heappush(self._heap, _Entry(due, self._seq, job, slot, kind, gen))
-        if self._wake is not None and self._heap[0].seq == self._seq:
+        heapq.heappush(self._heap, (due, self._seq, _Entry(due, job, slot, kind, gen)))
+        if self._wake is not None and self._heap[0][1] == self._seq:
             self._wake.set()
 
     def _jitter(self, job: Job) -> int:
@@ -526,7 +546,7 @@ class Scheduler(Generic[B]):
                 await self._wake.wait()
                 continue
             now = self.clock.now_ms()
-            delay = heap[0].due - now
+            delay = heap[0][0] - now
             if delay > 0:
                 self._wake.clear()
                 # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation (stop()) that
@@ -539,8 +559,8 @@ class Scheduler(Generic[B]):
                 continue
             batch: list[_Entry] = []
             limit = now + _BATCH_WINDOW_MS
-            while heap and (heap[0].due <= now or (heap[0].due <= limit and heap[0].slot <= now)):
-                entry = heapq.heappop(heap)
+            while heap and (heap[0][0] <= now or (heap[0][0] <= limit and heap[0][2].slot <= now)):
+                entry = heapq.heappop(heap)[2]
                 if self._accept(entry, now):
                     batch.append(entry)
             if batch:
@@ -619,7 +639,7 @@ class Scheduler(Generic[B]):
     def _handle(self, entry: _Entry, result: ClaimResult, sent: float) -> None:
         job = entry.job
         outcome = result.outcome
-        slot = fmt_slot(result.slot)
+        slot = _SlotText(result.slot)
         fingerprint = job.schedule.fingerprint
         if result.fingerprint and not job.fingerprint_warned and result.fingerprint != fingerprint:
             job.fingerprint_warned = True
@@ -653,7 +673,7 @@ class Scheduler(Generic[B]):
                 self._watch(job, result.slot, self._backup_delay(job, result), backup=True)
         elif outcome is ClaimOutcome.SKIPPED:
             self.log.info("%s slot=%s skipped (overlap): slot %s still runs on %s", job.name, slot,
-                          fmt_slot(result.record_slot) if result.record_slot else "?", result.holder)
+                          _SlotText(result.record_slot) if result.record_slot else "?", result.holder)
             if job.options.overlap is Overlap.BUFFER_ONE:
                 # The older run's normal end is not pushed: poll for it every heartbeat.
                 self._watch(job, result.slot, self._backup_delay(job, result, poll=True), backup=True)
@@ -698,7 +718,8 @@ class Scheduler(Generic[B]):
         ctx = JobContext(
             name=job.name, slot=lease.slot, attempt=lease.attempt, token=lease.token,
             instance_id=self.instance_id, namespace=self.namespace,
-            signal=CancelSignal(self._loop), logger=logging.getLogger(f"anarchon.job.{job.name}"),
+            signal=CancelSignal(self._loop),
+            logger=job.logger or logging.getLogger(f"anarchon.job.{job.name}"),
         )
         run = _Run(job, lease, ctx, sent, deadline=sent + job.options.lease_ms / 1000)
         self._runs.add(run)
@@ -707,11 +728,15 @@ class Scheduler(Generic[B]):
     async def _run(self, run: _Run) -> None:
         job, ctx = run.job, run.ctx
         started = time.monotonic()
-        if self.leases:
-            run.heartbeat = asyncio.create_task(self._heartbeat(run), name=f"anarchon-hb-{job.name}")
         outcome: ReleaseOutcome | None = ReleaseOutcome.DONE
         error: BaseException | None = None
         try:
+            if self.leases:
+                if not await self._confirm_lease(run):
+                    return
+                # Most runs end within one heartbeat: only a run that lasts that long gets a renewal task.
+                run.heartbeat_timer = asyncio.get_running_loop().call_later(
+                    job.options.heartbeat_ms / 1000, self._start_heartbeat, run)
             self._hook("anarchon_run_started", ctx=ctx)
             handler = run.handler = asyncio.ensure_future(self._invoke(job, ctx))
             timeout = job.options.timeout_ms
@@ -747,6 +772,8 @@ class Scheduler(Generic[B]):
             error = exc
             outcome = ReleaseOutcome.HANDOVER
         finally:
+            if run.heartbeat_timer is not None:
+                run.heartbeat_timer.cancel()
             if run.heartbeat is not None:
                 run.heartbeat.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -758,13 +785,47 @@ class Scheduler(Generic[B]):
             self._runs.discard(run)
             elapsed = int((time.monotonic() - started) * 1000)
             if outcome is ReleaseOutcome.DONE:
-                self.log.debug("%s slot=%s done in %d ms", job.name, fmt_slot(run.lease.slot), elapsed)
+                self.log.debug("%s slot=%s done in %d ms", job.name, _SlotText(run.lease.slot), elapsed)
             elif outcome is ReleaseOutcome.HANDOVER:
                 self.log.info("%s slot=%s released for handover attempt=%d", job.name,
                               fmt_slot(run.lease.slot), run.lease.attempt)
             self._hook("anarchon_run_finished", ctx=ctx, outcome=outcome, error=error)
             if outcome is ReleaseOutcome.HANDOVER and job.options.retry_ms is not None and not self._stopping:
                 self._watch(job, run.lease.slot, 0)
+
+    async def _confirm_lease(self, run: _Run) -> bool:
+        """Before the handler starts: renew first if little of the lease is left (a loop blocked
+        since the claim), and never start a run whose lease is gone: a backup may run it already."""
+        loop = asyncio.get_running_loop()
+        opts = run.job.options
+        interval = opts.heartbeat_ms / 1000
+        if run.deadline - loop.time() >= 1.5 * interval:
+            return True
+        late = int((loop.time() - run.claimed_at) * 1000)
+        sent = loop.time()
+        renewal = asyncio.ensure_future(cast(LeaseBackend, self.backend).renew(run.lease, opts.lease_ms))
+        try:
+            done, _ = await asyncio.wait({renewal}, timeout=opts.lease_ms / 1000)
+        finally:
+            if not renewal.done():
+                renewal.cancel()
+        renewed = None
+        if done and not renewal.cancelled():
+            try:
+                renewed = renewal.result()
+            except Exception as exc:
+                self._lose(run, f"not started: the claim is {late} ms old and renewing it failed: "
+                                f"{_short(exc)}")
+                return False
+        if renewed is None:
+            self._lose(run, f"not started: the claim is {late} ms old (event loop blocked?) and the lease "
+                            "could not be renewed; another instance may have taken the slot over")
+            return False
+        run.lease = renewed
+        run.deadline = sent + opts.lease_ms / 1000
+        self.log.info("%s slot=%s renewed before start: the claim was %d ms old", run.job.name,
+                      _SlotText(run.lease.slot), late)
+        return True
 
     async def _maybe_retry(self, run: _Run) -> ReleaseOutcome:
         """After a handler error: wait the backoff, then hand the slot over for another attempt."""
@@ -779,8 +840,11 @@ class Scheduler(Generic[B]):
 
     def _hook(self, name: str, **kwargs: Any) -> None:
         """Call an observer hook; a plugin's failure is logged, never raised."""
+        hook = getattr(self._hooks, name)
+        if not hook.get_hookimpls():
+            return  # nobody listens: skip the call on the hot path
         try:
-            getattr(self._hooks, name)(**kwargs)
+            hook(**kwargs)
         except Exception:
             self.log.exception("plugin hook %s failed", name)
 
@@ -803,13 +867,12 @@ class Scheduler(Generic[B]):
             await result
 
     async def _release(self, run: _Run, outcome: ReleaseOutcome) -> None:
-        backend = cast(LeaseBackend, self.backend)
         loop = asyncio.get_running_loop()
         attempt = 0
         while True:
             attempt += 1
             try:
-                await backend.release(run.lease, outcome)
+                await self._send_release(run.lease, outcome)
                 return
             except Exception as exc:
                 # Keep trying while the lease lasts: once it expires, a backup re-runs the slot,
@@ -825,19 +888,60 @@ class Scheduler(Generic[B]):
                     return
                 await asyncio.sleep(delay)
 
-    async def _heartbeat(self, run: _Run) -> None:
+    def _send_release(self, lease: Lease, outcome: ReleaseOutcome) -> Awaitable[bool]:
+        """Release one run; with `release_many`, together with the other runs ending now."""
+        if Capability.RELEASE_MANY not in self.backend.capabilities:
+            return cast(LeaseBackend, self.backend).release(lease, outcome)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
+        if not self._releases:
+            loop.call_soon(self._flush_releases)
+        self._releases.append((lease, outcome, future))
+        return future
+
+    def _flush_releases(self) -> None:
+        batch, self._releases = self._releases, []
+        if batch:
+            self._spawn(self._release_batch(batch))
+
+    async def _release_batch(self, batch: list[tuple[Lease, ReleaseOutcome, asyncio.Future[bool]]]) -> None:
+        backend = cast(ReleaseManyBackend, self.backend)
+        try:
+            results = await backend.release_many([(lease, outcome) for lease, outcome, _ in batch])
+            if len(results) != len(batch):
+                raise AnarchonError(
+                    f"{backend!r}.release_many returned {len(results)} results for {len(batch)} releases"
+                )
+        except Exception as exc:  # each run's own retry loop decides what to do
+            for _, _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for (_, _, future), ok in zip(batch, results, strict=True):
+            if not future.done():
+                future.set_result(ok)
+
+    def _start_heartbeat(self, run: _Run) -> None:
+        run.heartbeat_timer = None
+        run.heartbeat = asyncio.ensure_future(self._heartbeat(run, first_now=True))
+
+    async def _heartbeat(self, run: _Run, *, first_now: bool = False) -> None:
         backend = cast(LeaseBackend, self.backend)
         opts = run.job.options
         loop = asyncio.get_running_loop()
         interval = opts.heartbeat_ms / 1000
-        # The lease is valid until (time the claim was sent) + lease, at the latest; judged on this
-        # process's monotonic clock so that a blocked loop is noticed.
-        deadline = run.deadline = run.claimed_at + opts.lease_ms / 1000
+        # The lease is valid until (time the claim or last renewal was sent) + lease, at the latest;
+        # judged on this process's monotonic clock so that a blocked loop is noticed.
+        deadline = run.deadline
         while True:
             # Wake at the deadline at the latest, so a failing store is noticed when the lease ends,
-            # not up to one heartbeat later.
+            # not up to one heartbeat later. (`first_now`: the first interval has passed already.)
             remaining = deadline - loop.time()
-            await asyncio.sleep(max(0.0, min(interval, remaining)))
+            if first_now:
+                first_now = False
+                remaining = max(remaining, interval + 1e-9)
+            else:
+                await asyncio.sleep(max(0.0, min(interval, remaining)))
             sent = loop.time()
             if remaining <= interval or sent >= deadline:
                 late = int((sent - deadline) * 1000)
@@ -890,7 +994,10 @@ class Scheduler(Generic[B]):
             await asyncio.sleep(period)
             lag = loop.time() - start - period
             if lag > threshold:
-                names = ", ".join(sorted(r.job.name for r in self._runs)) or "none"
+                running = sorted(r.job.name for r in self._runs)
+                names = ", ".join(running[:10]) or "none"
+                if len(running) > 10:
+                    names += f" and {len(running) - 10} more"
                 self.log.warning("event loop blocked for %d ms (running jobs: %s); renewals may be late",
                                  int(lag * 1000), names)
 

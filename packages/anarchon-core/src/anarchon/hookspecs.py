@@ -2,6 +2,10 @@
 
 A plugin is a module or object with functions marked `@anarchon.hookimpl`, registered under the
 entry-point group `anarchon`. Set `ANARCHON_DISABLE_PLUGIN_AUTOLOAD=1` to load none.
+
+Every process that builds a `Scheduler` loads every installed plugin module, so a backend plugin should
+import its client library only inside its hooks. A backend plugin implements `anarchon_backends`; with
+`anarchon_backend_schemes` as well, `backend_for_url` imports only the one class a URL needs.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ if TYPE_CHECKING:
     from .backends import ClaimRequest, ClaimResult, ReleaseOutcome
 
 __all__ = [
+    "anarchon_backend_schemes",
     "anarchon_backends",
     "anarchon_claim",
     "anarchon_lease_lost",
@@ -33,6 +38,11 @@ hookimpl = pluggy.HookimplMarker("anarchon")
 @hookspec
 def anarchon_backends() -> list[type[Any]]:  # type: ignore[empty-body]
     """Return backend classes this plugin provides; each has `url_schemes` and `from_url(url)`."""
+
+
+@hookspec
+def anarchon_backend_schemes() -> dict[str, str]:  # type: ignore[empty-body]
+    """Map each URL scheme this plugin handles to its backend class's import path, "module:ClassName"."""
 
 
 @hookspec

@@ -30,8 +30,37 @@ by `=` and 32 hex digits of its SHA-256, so subjects, message ids and keys stay 
 See docs/backends/nats.md.
 """
 
-from ._common import encode_token
-from ._kv import NatsKVBackend
-from ._stream import NatsBackend
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._common import encode_token
+    from ._kv import NatsKVBackend
+    from ._stream import NatsBackend
 
 __all__ = ["NatsBackend", "NatsKVBackend", "encode_token"]
+
+# Every process that builds a Scheduler imports this package (its plugin module lives here), so the
+# public names, and nats-py with them, are imported on first use only (PEP 562).
+_EXPORTS = {
+    "encode_token": "_common",
+    "NatsKVBackend": "_kv",
+    "NatsBackend": "_stream",
+}
+
+
+if not TYPE_CHECKING:
+    # Hidden from type checkers, which would otherwise accept any name imported from this package.
+    def __getattr__(name: str) -> Any:
+        """Import a public name from its private module on first use."""
+        module = _EXPORTS.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value
+        return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, the ones not imported yet included."""
+    return sorted({*globals(), *__all__})

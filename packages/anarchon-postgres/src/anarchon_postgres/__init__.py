@@ -21,7 +21,36 @@
 See docs/backends/postgres.md and docs/recipes/exactly-once-postgres.md.
 """
 
-from ._backend import FenceContext, PostgresBackend
-from ._migrations import SCHEMA_VERSION
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._backend import FenceContext, PostgresBackend
+    from ._migrations import SCHEMA_VERSION
 
 __all__ = ["SCHEMA_VERSION", "FenceContext", "PostgresBackend"]
+
+# Every process that builds a Scheduler imports this package (its plugin module lives here), so the
+# public names, and asyncpg with them, are imported on first use only (PEP 562).
+_EXPORTS = {
+    "FenceContext": "_backend",
+    "PostgresBackend": "_backend",
+    "SCHEMA_VERSION": "_migrations",
+}
+
+
+if not TYPE_CHECKING:
+    # Hidden from type checkers, which would otherwise accept any name imported from this package.
+    def __getattr__(name: str) -> Any:
+        """Import a public name from its private module on first use."""
+        module = _EXPORTS.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value
+        return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, the ones not imported yet included."""
+    return sorted({*globals(), *__all__})

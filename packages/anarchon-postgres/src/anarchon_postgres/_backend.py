@@ -59,7 +59,8 @@ class PostgresBackend(BackendBase):
     """A lease backend on PostgreSQL: one-statement claims, LISTEN/NOTIFY handover, fenced writes."""
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.CLAIM_MANY, Capability.INSPECT}
+        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.CLAIM_MANY, Capability.INSPECT,
+         Capability.RELEASE_MANY}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
 
@@ -295,6 +296,30 @@ class PostgresBackend(BackendBase):
             self.sql.channel,
         )
         return bool(rows)
+
+    async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
+        """End a batch of runs in one statement; a job that appears twice goes in a second one."""
+        results = [False] * len(releases)
+        pending = list(range(len(releases)))
+        while pending:
+            batch: list[int] = []
+            later: list[int] = []
+            seen: set[tuple[str, str]] = set()
+            for i in pending:
+                key = (releases[i][0].namespace, releases[i][0].job)
+                (later if key in seen else batch).append(i)
+                seen.add(key)
+            leases = [releases[i][0] for i in batch]
+            rows = await self._fetch(
+                "release", self.sql.release_many,
+                [x.namespace for x in leases], [x.job for x in leases], [x.slot for x in leases],
+                [x.token for x in leases], [x.owner for x in leases],
+                [_STATUS[releases[i][1]] for i in batch], self.sql.channel,
+            )
+            for row in rows:
+                results[batch[row["ord"] - 1]] = True
+            pending = later
+        return results
 
     async def fence(self, conn: asyncpg.Connection, ctx: FenceContext) -> None:
         """Inside the caller's transaction on `conn`: lock the job's row until commit, and raise

@@ -1,4 +1,8 @@
-"""The pluggy plugin that registers `PostgresBackend` under the `anarchon` entry-point group."""
+"""The pluggy plugin that registers `PostgresBackend` under the `anarchon` entry-point group.
+
+Every process that builds a Scheduler loads this module, so it imports no backend (nor asyncpg):
+the hooks do, when asked.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,19 @@ from typing import Any
 
 from anarchon import hookimpl
 
-from ._backend import PostgresBackend
-
-__all__ = ["anarchon_backends"]
+__all__ = ["anarchon_backend_schemes", "anarchon_backends"]
 
 
 @hookimpl
 def anarchon_backends() -> list[type[Any]]:
     """Provide the PostgreSQL backend (URL schemes postgresql:// and postgres://)."""
+    from ._backend import PostgresBackend
+
     return [PostgresBackend]
+
+
+@hookimpl
+def anarchon_backend_schemes() -> dict[str, str]:
+    """The URL schemes this distribution handles, each with the class that handles it."""
+    return {"postgresql": "anarchon_postgres:PostgresBackend",
+            "postgres": "anarchon_postgres:PostgresBackend"}

@@ -246,6 +246,50 @@ LEFT JOIN LATERAL (
 """
 
     @property
+    def release_many(self) -> str:
+        """End a batch of runs and NOTIFY the handovers, in one statement.
+
+        $1..$6 are arrays (namespace, job, slot, token, owner, status), each (namespace, job) once;
+        $7 is the channel. Rows are locked in (namespace, job) order first, the order claims lock
+        them in, so a batch of releases and a batch of claims cannot deadlock. Returns the ordinal
+        (1-based) of each release that matched its lease.
+        """
+        t = self.qualified
+        o = "t.others -> r.slot::text"
+        return f"""
+WITH n AS MATERIALIZED (SELECT {NOW_MS} AS now),
+req AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[])
+        WITH ORDINALITY AS r(namespace, job, slot, token, owner, status, ord)
+),
+locked AS MATERIALIZED (
+    SELECT c.namespace, c.job FROM {t} c JOIN req r ON c.namespace = r.namespace AND c.job = r.job
+    ORDER BY c.namespace, c.job
+    FOR UPDATE OF c
+),
+u AS (
+    UPDATE {t} AS t SET
+        status = CASE WHEN t.slot = r.slot THEN r.status ELSE t.status END,
+        updated_at = CASE WHEN t.slot = r.slot THEN n.now ELSE t.updated_at END,
+        others = CASE WHEN t.slot = r.slot THEN t.others ELSE t.others - r.slot::text END
+    FROM locked l JOIN req r ON r.namespace = l.namespace AND r.job = l.job CROSS JOIN n
+    WHERE t.namespace = l.namespace AND t.job = l.job AND (
+        (t.slot = r.slot AND t.token = r.token AND t.owner = r.owner AND t.status = 'running') OR
+        (t.slot <> r.slot AND ({o} ->> 'token')::bigint = r.token AND {o} ->> 'owner' = r.owner
+         AND {o} ->> 'status' = 'running'))
+    RETURNING r.ord, r.namespace, r.job, r.slot, r.status
+)
+SELECT u.ord
+FROM u
+LEFT JOIN LATERAL (
+    -- Only a handover wakes the backups: after done or failed there is nothing left to claim.
+    SELECT pg_notify($7, p.payload)
+    FROM (SELECT json_build_array(u.namespace, u.job, u.slot)::text AS payload) p
+    WHERE u.status = 'released' AND octet_length(p.payload) < 8000
+) x ON true
+"""
+
+    @property
     def fence(self) -> str:
         """Lock the job's row for the caller's transaction and read whether the lease is current."""
         o = "others -> $3::text"

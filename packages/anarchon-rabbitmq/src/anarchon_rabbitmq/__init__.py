@@ -27,7 +27,35 @@ first publish had reached the queue, the retry is nacked and the slot is not run
 See docs/backends/rabbitmq.md.
 """
 
-from ._backend import RabbitMQBackend
-from ._names import encode_token
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._backend import RabbitMQBackend
+    from ._names import encode_token
 
 __all__ = ["RabbitMQBackend", "encode_token"]
+
+# Every process that builds a Scheduler imports this package (its plugin module lives here), so the
+# public names, and aio-pika with them, are imported on first use only (PEP 562).
+_EXPORTS = {
+    "RabbitMQBackend": "_backend",
+    "encode_token": "_names",
+}
+
+
+if not TYPE_CHECKING:
+    # Hidden from type checkers, which would otherwise accept any name imported from this package.
+    def __getattr__(name: str) -> Any:
+        """Import a public name from its private module on first use."""
+        module = _EXPORTS.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value
+        return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, the ones not imported yet included."""
+    return sorted({*globals(), *__all__})

@@ -23,7 +23,37 @@ and `script`.
 Redis without persistence forgets every record on restart: see docs/backends/redis.md.
 """
 
-from ._lease import RedisBackend, ValkeyBackend
-from ._stream import RedisStreamBackend, Strategy
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._lease import RedisBackend, ValkeyBackend
+    from ._stream import RedisStreamBackend, Strategy
 
 __all__ = ["RedisBackend", "RedisStreamBackend", "Strategy", "ValkeyBackend"]
+
+# Every process that builds a Scheduler imports this package (its plugin module lives here), so the
+# public names, and redis-py with them, are imported on first use only (PEP 562).
+_EXPORTS = {
+    "RedisBackend": "_lease",
+    "ValkeyBackend": "_lease",
+    "RedisStreamBackend": "_stream",
+    "Strategy": "_stream",
+}
+
+
+if not TYPE_CHECKING:
+    # Hidden from type checkers, which would otherwise accept any name imported from this package.
+    def __getattr__(name: str) -> Any:
+        """Import a public name from its private module on first use."""
+        module = _EXPORTS.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value
+        return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, the ones not imported yet included."""
+    return sorted({*globals(), *__all__})

@@ -160,7 +160,8 @@ class RedisBackend(_ScriptedStore):
     """A lease backend on Redis: every operation is one Lua script, releases are pushed by pub/sub."""
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.CLAIM_MANY, Capability.INSPECT}
+        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.CLAIM_MANY, Capability.INSPECT,
+         Capability.RELEASE_MANY}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix")
     _schemes: ClassVar[dict[str, str]] = {"redis": "redis", "rediss": "rediss", "unix": "unix"}
@@ -261,15 +262,24 @@ class RedisBackend(_ScriptedStore):
         return Lease(lease.namespace, lease.job, lease.slot, lease.attempt, lease.token, lease.owner,
                      int(expires))
 
+    def _release_call(self, lease: Lease, outcome: ReleaseOutcome) -> tuple[list[str], list[Any]]:
+        return (self._job_keys(lease.namespace, lease.job),
+                [lease.slot, lease.token, lease.owner, _STATUS[outcome], self.keys.channel(lease.namespace),
+                 lease.job])
+
     async def release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
         """End a run (see `LeaseBackend.release`); the script publishes it to subscribers."""
-        done = await self._eval(
-            self._release_script, self._job_keys(lease.namespace, lease.job),
-            [lease.slot, lease.token, lease.owner, _STATUS[outcome], self.keys.channel(lease.namespace),
-             lease.job],
-            "releasing",
-        )
+        keys, args = self._release_call(lease, outcome)
+        done = await self._eval(self._release_script, keys, args, "releasing")
         return bool(int(done))
+
+    async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
+        """End a batch of runs in one round trip: a pipeline of one script call per release."""
+        if not releases:
+            return []
+        calls = [self._release_call(lease, outcome) for lease, outcome in releases]
+        replies = await self._eval_many(self._release_script, calls, "releasing")
+        return [bool(int(done)) for done in replies]
 
     # -- inspection ------------------------------------------------------------------------------
 

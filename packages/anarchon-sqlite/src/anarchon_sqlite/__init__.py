@@ -29,7 +29,35 @@ Limits: every process must be on the same host, and the file must be on a local 
 network filesystem (NFS, SMB, most container volumes shared between hosts). See docs/backends/sqlite.md.
 """
 
-from ._backend import SqliteBackend
-from ._schema import SCHEMA_VERSION
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._backend import SqliteBackend
+    from ._schema import SCHEMA_VERSION
 
 __all__ = ["SCHEMA_VERSION", "SqliteBackend"]
+
+# Every process that builds a Scheduler imports this package (its plugin module lives here), so the
+# public names, and aiosqlite with them, are imported on first use only (PEP 562).
+_EXPORTS = {
+    "SqliteBackend": "_backend",
+    "SCHEMA_VERSION": "_schema",
+}
+
+
+if not TYPE_CHECKING:
+    # Hidden from type checkers, which would otherwise accept any name imported from this package.
+    def __getattr__(name: str) -> Any:
+        """Import a public name from its private module on first use."""
+        module = _EXPORTS.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value
+        return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, the ones not imported yet included."""
+    return sorted({*globals(), *__all__})

@@ -46,6 +46,11 @@ NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+_ENDED = {
+    ReleaseOutcome.DONE: JobStatus.DONE,
+    ReleaseOutcome.FAILED: JobStatus.FAILED,
+    ReleaseOutcome.HANDOVER: JobStatus.RELEASED,
+}
 _URL_HINT = "use 'sqlite:///relative.db' or 'sqlite:////absolute/path.db'"
 _ROW = "slot, attempt, token, owner, status, expires_at, fingerprint, updated_at, head, last_token"
 
@@ -130,7 +135,8 @@ class SqliteBackend(BackendBase):
     """
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.INSPECT, Capability.CLAIM_MANY}
+        {Capability.CLAIM, Capability.LEASE, Capability.INSPECT, Capability.CLAIM_MANY,
+         Capability.RELEASE_MANY}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("sqlite",)
 
@@ -424,13 +430,20 @@ class SqliteBackend(BackendBase):
 
     async def release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
         """End a run: done, failed or released for handover (see `LeaseBackend.release`)."""
-        status = {
-            ReleaseOutcome.DONE: JobStatus.DONE,
-            ReleaseOutcome.FAILED: JobStatus.FAILED,
-            ReleaseOutcome.HANDOVER: JobStatus.RELEASED,
-        }[outcome]
         db = self._connection("release")
+        status = _ENDED[outcome]
         return await self._call(db, "release", _transaction(lambda c: self._release_tx(c, lease, status)))
+
+    async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
+        """End a batch of runs in one `BEGIN IMMEDIATE` transaction; results in order."""
+        if not releases:
+            return []
+        db = self._connection("release")
+
+        def body(conn: Conn) -> list[bool]:
+            return [self._release_tx(conn, lease, _ENDED[outcome]) for lease, outcome in releases]
+
+        return await self._call(db, "release", _transaction(body))
 
     async def inspect(self, namespace: str, job: str) -> JobState | None:
         """Read one job's newest record."""

@@ -1,4 +1,8 @@
-"""The pluggy plugin that makes `Scheduler.from_url("sqlite:///jobs.db")` find this backend."""
+"""The pluggy plugin that makes `Scheduler.from_url("sqlite:///jobs.db")` find this backend.
+
+Every process that builds a Scheduler loads this module, so it imports no backend (nor aiosqlite):
+the hooks do, when asked.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,18 @@ from typing import Any
 
 from anarchon import hookimpl
 
-from ._backend import SqliteBackend
-
-__all__ = ["anarchon_backends"]
+__all__ = ["anarchon_backend_schemes", "anarchon_backends"]
 
 
 @hookimpl
 def anarchon_backends() -> list[type[Any]]:
     """The backends this distribution provides."""
+    from ._backend import SqliteBackend
+
     return [SqliteBackend]
+
+
+@hookimpl
+def anarchon_backend_schemes() -> dict[str, str]:
+    """The URL schemes this distribution handles, each with the class that handles it."""
+    return {"sqlite": "anarchon_sqlite:SqliteBackend"}

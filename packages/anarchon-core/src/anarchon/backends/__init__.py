@@ -15,6 +15,7 @@ from ._protocols import (
     LeaseBackend,
     Overlap,
     ReleaseCallback,
+    ReleaseManyBackend,
     ReleaseOutcome,
 )
 
@@ -36,6 +37,7 @@ __all__ = [
     "MemoryStore",
     "Overlap",
     "ReleaseCallback",
+    "ReleaseManyBackend",
     "ReleaseOutcome",
     "decide",
     "redact_url",

@@ -32,6 +32,13 @@ from ._protocols import (
 __all__ = ["MemoryBackend", "MemoryClaimBackend", "MemoryStore"]
 
 
+_ENDED = {
+    ReleaseOutcome.DONE: JobStatus.DONE,
+    ReleaseOutcome.FAILED: JobStatus.FAILED,
+    ReleaseOutcome.HANDOVER: JobStatus.RELEASED,
+}
+
+
 @dataclass(slots=True)
 class _Record:
     # Mutable, unlike `LeaseRecord`: renew and release update it in place.
@@ -90,7 +97,8 @@ class MemoryBackend(BackendBase):
     """
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.CLAIM_MANY, Capability.INSPECT}
+        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.CLAIM_MANY, Capability.INSPECT,
+         Capability.RELEASE_MANY}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("memory",)
 
@@ -185,26 +193,35 @@ class MemoryBackend(BackendBase):
 
     async def release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
         """End a run (see `LeaseBackend.release`), and push it to subscribers."""
+        return (await self.release_many([(lease, outcome)]))[0]
+
+    async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
+        """End a batch of runs in one call (see `ReleaseManyBackend.release_many`)."""
+        results: list[bool] = []
+        pushed: list[Lease] = []
         with self.store.lock:
             self.store.calls += 1
-            rec = self._find(lease)
-            if rec is None or rec.status is not JobStatus.RUNNING:
-                return False
-            rec.status = {
-                ReleaseOutcome.DONE: JobStatus.DONE,
-                ReleaseOutcome.FAILED: JobStatus.FAILED,
-                ReleaseOutcome.HANDOVER: JobStatus.RELEASED,
-            }[outcome]
-            rec.updated_at = self._now()
-            job = self.store.jobs[(lease.namespace, lease.job)]
-            if rec is not job.current:
-                del job.others[rec.slot]
-            subscribers = [s for s in self.store.subscriptions if s.namespace == lease.namespace]
-        if self.notify and outcome is ReleaseOutcome.HANDOVER:
-            for sub in subscribers:
-                if not sub.loop.is_closed():
-                    sub.loop.call_soon_threadsafe(sub.callback, lease.job, lease.slot)
-        return True
+            now = self._now()
+            for lease, outcome in releases:
+                rec = self._find(lease)
+                if rec is None or rec.status is not JobStatus.RUNNING:
+                    results.append(False)
+                    continue
+                rec.status = _ENDED[outcome]
+                rec.updated_at = now
+                job = self.store.jobs[(lease.namespace, lease.job)]
+                if rec is not job.current:
+                    del job.others[rec.slot]
+                results.append(True)
+                if outcome is ReleaseOutcome.HANDOVER:
+                    pushed.append(lease)
+            subscriptions = list(self.store.subscriptions)
+        if self.notify:
+            for lease in pushed:
+                for sub in subscriptions:
+                    if sub.namespace == lease.namespace and not sub.loop.is_closed():
+                        sub.loop.call_soon_threadsafe(sub.callback, lease.job, lease.slot)
+        return results
 
     async def inspect(self, namespace: str, job: str) -> JobState | None:
         """Read one job's newest record."""

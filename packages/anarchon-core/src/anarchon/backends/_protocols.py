@@ -24,6 +24,7 @@ __all__ = [
     "LeaseBackend",
     "Overlap",
     "ReleaseCallback",
+    "ReleaseManyBackend",
     "ReleaseOutcome",
 ]
 
@@ -41,6 +42,8 @@ class Capability(enum.StrEnum):
     """`claim_many` claims a batch in one store round trip."""
     INSPECT = "inspect"
     """`inspect` and `jobs` read the stored records."""
+    RELEASE_MANY = "release_many"
+    """`release_many` ends a batch of runs in one store round trip (lease backends)."""
 
 
 class ClaimOutcome(enum.StrEnum):
@@ -280,5 +283,18 @@ class LeaseBackend(ClaimBackend, Protocol):
         - Releases as done or failed need not be pushed (nothing is left to claim); a push the
           engine does not need is harmless, it only costs a claim.
         - Backends without `notify` accept the call and never call back.
+        """
+        ...
+
+
+@runtime_checkable
+class ReleaseManyBackend(LeaseBackend, Protocol):
+    """A lease backend that also ends a batch of runs at once (capability `release_many`)."""
+
+    async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
+        """End each run as `release` would, in one round trip; results are in order.
+
+        - Each item is judged on its own: a stale lease is ignored (False) and does not fail the rest.
+        - Handovers are pushed as `release` pushes them.
         """
         ...

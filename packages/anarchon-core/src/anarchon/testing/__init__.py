@@ -14,7 +14,7 @@ import asyncio
 import selectors
 from collections.abc import Coroutine, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 from urllib.parse import urlsplit
 
 from .._schedules import to_ms
@@ -27,6 +27,7 @@ from ..backends import (
     Lease,
     LeaseBackend,
     ReleaseCallback,
+    ReleaseManyBackend,
     ReleaseOutcome,
 )
 
@@ -291,6 +292,11 @@ class FaultyBackend:
         """Release, unless crashed or frozen."""
         await self._gate()
         return await self.inner.release(lease, outcome)
+
+    async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
+        """Release a batch, unless crashed or frozen (declared when the wrapped backend declares it)."""
+        await self._gate()
+        return await cast(ReleaseManyBackend, self.inner).release_many(releases)
 
     async def inspect(self, namespace: str, job: str) -> JobState | None:
         """Inspect through the wrapped backend."""

@@ -1,0 +1,222 @@
+"""Plugin discovery: a URL imports only the backend class that handles its scheme."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from anarchon import (
+    BackendNotFound,
+    MemoryBackend,
+    backend_classes,
+    backend_for_url,
+    hookimpl,
+    plugin_manager,
+)
+
+REPO = Path(__file__).resolve().parents[3]
+
+# The drivers of this repository that are installed: all of them under `make install`.
+DRIVER_PLUGINS = sorted(
+    (ep for ep in entry_points(group="anarchon")
+     if ep.dist is not None and ep.dist.name.startswith("anarchon-")),
+    key=lambda ep: ep.name,
+)
+
+# Prints the top-level modules outside the standard library that argv[1] imports after `import anarchon`.
+_PROBE = """
+import json, sys
+import anarchon
+before = set(sys.modules)
+exec(sys.argv[1])
+new = {name.partition(".")[0] for name in set(sys.modules) - before}
+print(json.dumps(sorted(new - set(sys.stdlib_module_names))))
+"""
+
+
+def _imported_by(code: str) -> set[str]:
+    env = {k: v for k, v in os.environ.items() if k != "ANARCHON_DISABLE_PLUGIN_AUTOLOAD"}
+    done = subprocess.run([sys.executable, "-c", _PROBE, code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(done.stdout))
+
+
+def _package(ep: EntryPoint) -> str:
+    return ep.module.partition(".")[0]
+
+
+def test_starting_a_scheduler_imports_no_client_library() -> None:
+    new = _imported_by("anarchon.Scheduler.from_url('memory://')")
+    # Every plugin is loaded (its package is imported), and nothing else: no redis, asyncpg, aio_pika...
+    every_plugin = {_package(ep) for ep in entry_points(group="anarchon")}
+    assert {_package(ep) for ep in DRIVER_PLUGINS} <= new
+    assert new <= every_plugin, f"start-up imported {sorted(new - every_plugin)}"
+
+
+@pytest.mark.parametrize("ep", DRIVER_PLUGINS, ids=lambda ep: ep.name)
+def test_loading_a_driver_plugin_imports_only_its_package(ep: EntryPoint) -> None:
+    assert _imported_by(f"import {ep.module}") == {_package(ep)}
+
+
+@pytest.mark.parametrize("ep", DRIVER_PLUGINS, ids=lambda ep: ep.name)
+def test_driver_public_names_are_imported_on_first_use(ep: EntryPoint) -> None:
+    package = importlib.import_module(_package(ep))
+    assert set(package.__all__) <= set(dir(package))
+    for name in package.__all__:
+        assert getattr(package, name) is not None, name
+    with pytest.raises(AttributeError, match="has no attribute 'NoSuchBackend'"):
+        _ = package.NoSuchBackend
+
+
+@pytest.mark.parametrize("name", ["anarchon-builtin", *(ep.name for ep in DRIVER_PLUGINS)])
+def test_scheme_map_names_the_classes_that_the_plugin_provides(name: str) -> None:
+    plugin = plugin_manager().get_plugin(name)
+    assert plugin is not None, f"plugin {name!r} is not registered"
+    by_scheme = {scheme: cls for cls in plugin.anarchon_backends() for scheme in cls.url_schemes}
+    mapping: dict[str, str] = plugin.anarchon_backend_schemes()
+    assert sorted(mapping) == sorted(by_scheme), "the scheme map and the classes' url_schemes differ"
+    for scheme, path in mapping.items():
+        module, _, attr = path.partition(":")
+        cls = getattr(importlib.import_module(module), attr)
+        assert cls is by_scheme[scheme], f"{scheme!r} -> {path!r} is not {by_scheme[scheme]!r}"
+
+
+# -- the scheme map and the fallback, with plugins registered in this process --------------------
+
+class _SchemesOnly:
+    def __init__(self, mapping: Any) -> None:
+        self.mapping = mapping
+
+    @hookimpl
+    def anarchon_backend_schemes(self) -> Any:
+        return self.mapping
+
+
+class _ClassesOnly:
+    def __init__(self, classes: list[type[Any]]) -> None:
+        self.classes = classes
+        self.calls = 0
+
+    @hookimpl
+    def anarchon_backends(self) -> list[type[Any]]:
+        self.calls += 1
+        return self.classes
+
+
+PROBE_MODULE = "anarchon_probe_backend"
+
+
+@pytest.fixture
+def probe_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A module, not imported yet, holding a backend class for `probe://` and a few wrong things."""
+    (tmp_path / f"{PROBE_MODULE}.py").write_text(textwrap.dedent("""
+        class ProbeBackend:
+            url_schemes = ("probe",)
+
+            def __init__(self, url):
+                self.url = url
+
+            @classmethod
+            def from_url(cls, url):
+                return cls(url)
+
+        class NoFromUrl:
+            url_schemes = ("probe",)
+
+        NOT_A_CLASS = 42
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield PROBE_MODULE
+    sys.modules.pop(PROBE_MODULE, None)
+
+
+@pytest.fixture
+def register() -> Iterator[Callable[[object, str], Any]]:
+    """Register plugins on the process-wide manager for one test."""
+    pm = plugin_manager()
+    added: list[object] = []
+
+    def add(plugin: Any, name: str) -> Any:
+        pm.register(plugin, name=name)
+        added.append(plugin)
+        return plugin
+
+    yield add
+    for plugin in added:
+        pm.unregister(plugin)
+
+
+def test_a_mapped_scheme_imports_only_its_class(probe_module: str, register: Callable[..., Any]) -> None:
+    spy = register(_ClassesOnly([]), "spy")
+    register(_SchemesOnly({"probe": f"{probe_module}:ProbeBackend"}), "probe-plugin")
+    assert probe_module not in sys.modules
+    backend = backend_for_url("probe://somewhere")
+    assert type(backend).__name__ == "ProbeBackend" and backend.url == "probe://somewhere"
+    assert probe_module in sys.modules
+    assert isinstance(backend_for_url("memory://"), MemoryBackend)
+    assert spy.calls == 0, "a mapped scheme asked every plugin for its classes"
+
+
+@pytest.mark.parametrize(("scheme", "path", "error", "says"), [
+    ("probe", "anarchon_probe_backend", TypeError, "not an import path"),
+    ("probe", ":ProbeBackend", TypeError, "not an import path"),
+    ("probe", "anarchon_no_such_module:ProbeBackend", ImportError, "No module named"),
+    ("probe", "anarchon_probe_backend:Missing", ImportError, "no attribute 'Missing'"),
+    ("probe", "anarchon_probe_backend:NOT_A_CLASS", TypeError, "42, not a backend class"),
+    ("probe", "anarchon_probe_backend:NoFromUrl", TypeError, "lacks a callable `from_url`"),
+    ("other", "anarchon_probe_backend:ProbeBackend", TypeError, "which lacks 'other'"),
+])
+def test_a_bad_path_names_the_plugin_and_the_path(probe_module: str, register: Callable[..., Any],
+                                                  scheme: str, path: str, error: type[Exception],
+                                                  says: str) -> None:
+    register(_SchemesOnly({scheme: path}), "probe-plugin")
+    with pytest.raises(error) as info:
+        backend_for_url(f"{scheme}://somewhere")
+    message = str(info.value)
+    assert "plugin 'probe-plugin', hook anarchon_backend_schemes" in message
+    assert repr(path) in message and says in message
+
+
+def test_a_scheme_map_that_is_not_a_dict_names_the_plugin(register: Callable[..., Any]) -> None:
+    register(_SchemesOnly([("probe", "x:Y")]), "listy")
+    with pytest.raises(TypeError, match="plugin 'listy', hook anarchon_backend_schemes: returned"):
+        backend_for_url("probe://somewhere")
+
+
+def test_a_plugin_with_only_anarchon_backends_is_still_found(register: Callable[..., Any], tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # The third-party example implements only `anarchon_backends`, as plugins written before the map do.
+    monkeypatch.syspath_prepend(str(REPO / "examples" / "third-party-backend" / "src"))
+    plugin = importlib.import_module("filelock_backend._plugin")
+    assert not hasattr(plugin, "anarchon_backend_schemes")
+    spy = register(_ClassesOnly([]), "spy")
+    register(plugin, "filelock-example")
+    backend = backend_for_url(f"filelock://{tmp_path}/claims.json")
+    assert type(backend).__name__ == "FileLockBackend"
+    assert spy.calls == 1
+    assert any(cls.__name__ == "FileLockBackend" for cls in backend_classes())
+
+
+def test_unknown_scheme_lists_mapped_schemes_without_importing_them(register: Callable[..., Any]) -> None:
+    register(_SchemesOnly({"lazy-only": "anarchon_no_such_module:Backend"}), "lazy-only")
+    register(_ClassesOnly([MemoryBackend]), "classes-only")
+    with pytest.raises(BackendNotFound) as info:
+        backend_for_url("cassandra://db")
+    installed = str(info.value).partition("installed schemes: ")[2]
+    assert "lazy-only" in installed and "memory" in installed
+
+
+def test_a_class_named_only_in_a_scheme_map_is_listed(probe_module: str,
+                                                      register: Callable[..., Any]) -> None:
+    register(_SchemesOnly({"probe": f"{probe_module}:ProbeBackend"}), "probe-plugin")
+    assert "ProbeBackend" in [cls.__name__ for cls in backend_classes()]
