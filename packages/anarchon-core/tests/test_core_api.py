@@ -112,3 +112,16 @@ def test_observer_hooks_see_claims_and_runs() -> None:
 ])
 def test_redact_url(url: str, shown: str) -> None:
     assert redact_url(url) == shown
+
+
+async def test_claim_only_helpers_in_anarchon_testing() -> None:
+    from anarchon import ClaimOutcome, MemoryStore
+    from anarchon.testing import check_lease_only_options_refused, claim_race
+
+    store = MemoryStore()
+    results = await claim_race([MemoryClaimBackend(store) for _ in range(4)], [1_000, 2_000])
+    assert {slot: [r.outcome for r in rs] for slot, rs in results.items()} == {
+        1_000: [ClaimOutcome.WON] + [ClaimOutcome.TAKEN] * 3,
+        2_000: [ClaimOutcome.WON] + [ClaimOutcome.TAKEN] * 3,
+    }
+    check_lease_only_options_refused(MemoryClaimBackend())

@@ -1,4 +1,9 @@
-"""NatsBackend against the real server: dedupe gate, stream checks, races, drops, a missing server."""
+"""NatsBackend against the real server: what the conformance kit's claim tier does not cover.
+
+The kit (test_conformance_nats.py) checks one winner per slot, jobs, namespaces, odd names and races;
+here: the holder named on TAKEN, subject encoding, the duplicate window, stream settings, a dropped
+connection, a missing server and a process cluster.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +17,16 @@ from pathlib import Path
 import nats
 import pytest
 
-from anarchon import BackendUnavailable, JobContext, Scheduler, SchemaMismatch
+from anarchon import JobContext, Scheduler, SchemaMismatch
 from anarchon.backends import ClaimOutcome, ClaimRequest
-from anarchon.testing import require_service, unused_port
-from anarchon.testing.cluster import Cluster
+from anarchon.testing import (
+    check_lease_only_options_refused,
+    check_start_fails_clearly,
+    claim_race,
+    require_service,
+    unused_port,
+)
+from anarchon.testing.cluster import check_every_slot_once
 from anarchon_nats import NatsBackend
 
 URL = os.environ.get("ANARCHON_NATS_URL", "nats://127.0.0.1:4222")
@@ -51,25 +62,17 @@ async def backend(url: str, names: tuple[str, str]) -> AsyncIterator[NatsBackend
     await b.close()
 
 
-def _req(job: str, slot: int, owner: str, namespace: str = "ns") -> ClaimRequest:
-    return ClaimRequest(namespace, job, slot, owner)
+def _req(job: str, slot: int, owner: str) -> ClaimRequest:
+    return ClaimRequest("ns", job, slot, owner)
 
 
-async def test_first_publish_wins_and_duplicates_are_taken(backend: NatsBackend) -> None:
+async def test_taken_names_the_holder(backend: NatsBackend) -> None:
+    # The kit's claim tier accepts a TAKEN without a holder; NATS reads it from the slot's first message.
     slot = 1_800_000_000_000
-    first = await backend.claim(_req("job", slot, "a"))
-    second = await backend.claim(_req("job", slot, "b"))
-    assert first.outcome is ClaimOutcome.WON
-    assert first.lease is not None
-    assert second.outcome is ClaimOutcome.TAKEN
-    assert second.holder == "a"
-    # The winner's own second claim is taken too: one WON per slot, whoever asks (two processes
-    # may share an instance_id).
-    again = await backend.claim(_req("job", slot, "a"))
-    assert again.outcome is ClaimOutcome.TAKEN
-    assert again.holder == "a"
-    assert (await backend.claim(_req("job", slot + 1000, "b"))).won
-    assert (await backend.claim(_req("job", slot, "b", namespace="other"))).won
+    assert (await backend.claim(_req("job", slot, "a"))).won
+    for owner in ("b", "a"):
+        taken = await backend.claim(_req("job", slot, owner))
+        assert (taken.outcome, taken.holder) == (ClaimOutcome.TAKEN, "a"), owner
 
 
 async def test_odd_names_are_encoded(backend: NatsBackend) -> None:
@@ -115,42 +118,22 @@ async def test_an_existing_stream_with_other_settings_is_named(url: str, names: 
     assert stream in message
 
 
-async def test_32_connections_race_with_one_winner_per_slot(url: str, names: tuple[str, str]) -> None:
+async def test_32_connections_race_and_every_loser_names_the_winner(url: str, names: tuple[str, str]) -> None:
     backends = [NatsBackend(url, stream=names[0], prefix=names[1], duplicate_window="30s") for _ in range(32)]
-    await asyncio.gather(*(b.open() for b in backends))
-    try:
-        slots = [1_800_000_000_000 + i * 1000 for i in range(5)]
-        results = await asyncio.gather(*(
-            b.claim(_req("race", slot, f"i{n}")) for slot in slots for n, b in enumerate(backends)
-        ))
-    finally:
-        await asyncio.gather(*(b.close() for b in backends))
-    for slot in slots:
-        outcomes = [r for r in results if r.slot == slot]
-        winners = [r.holder for r in outcomes if r.won]
-        assert len(outcomes) == 32
-        assert len(winners) == 1, (slot, [r.outcome for r in outcomes])
-        assert {r.holder for r in outcomes if not r.won} == set(winners)
+    slots = [1_800_000_000_000 + i * 1000 for i in range(5)]
+    for slot, results in (await claim_race(backends, slots)).items():
+        winners = [r.holder for r in results if r.won]
+        assert len(winners) == 1, (slot, [r.outcome for r in results])
+        assert {r.holder for r in results if not r.won} == set(winners)
 
 
 def test_lease_only_options_raise_type_error(url: str) -> None:
-    scheduler = Scheduler(backend=NatsBackend(url))
-    for option, value in [("overlap", "skip"), ("max_attempts", 2), ("catch_up", "1m"), ("lease", "30s"),
-                          ("heartbeat", "1s")]:
-        with pytest.raises(TypeError, match=option):
-            scheduler.every("job", "10s", lambda: None, **{option: value})  # type: ignore[call-overload]
+    check_lease_only_options_refused(NatsBackend(url))
 
 
 async def test_server_down_at_start_is_a_clear_error() -> None:
     url = f"nats://user:s3cret@127.0.0.1:{unused_port()}"
-    scheduler = Scheduler(backend=NatsBackend(url, timeout="2s"))
-    with pytest.raises(BackendUnavailable) as info:
-        await scheduler.start()
-    message = str(info.value)
-    assert "NATS" in message
-    assert "127.0.0.1" in message
-    assert "s3cret" not in message
-    assert not scheduler.running
+    await check_start_fails_clearly(NatsBackend(url, timeout="2s"), "NATS", "s3cret")
 
 
 @pytest.mark.slow
@@ -184,12 +167,4 @@ async def test_a_dropped_connection_reconnects_and_keeps_claiming(url: str, name
 @pytest.mark.slow
 def test_three_process_cluster_runs_every_slot_once(url: str, names: tuple[str, str], tmp_path: Path) -> None:
     stream, prefix = names
-    cluster_url = f"{url}?stream={stream}&prefix={prefix}&duplicate_window=1m"
-    with Cluster(cluster_url, tmp_path, replicas=3, tick_every="1s", long_every="3s", long_run="1s") as c:
-        since = int(time.time() * 1000) + 1000
-        time.sleep(6)
-        until = int(time.time() * 1000) - 1000
-        c.assert_one_winner()
-        assert c.missed("tick", since, until) == [], c.output()
-        assert c.missed("long", since, until, every_ms=3000) == [], c.output()
-        assert len({e.pid for e in c.starts()}) >= 2, "one replica won every slot: no race happened"
+    check_every_slot_once(f"{url}?stream={stream}&prefix={prefix}&duplicate_window=1m", tmp_path)

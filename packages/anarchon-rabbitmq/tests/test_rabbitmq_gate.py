@@ -1,4 +1,9 @@
-"""RabbitMQBackend against the real broker: the gate, races, a dropped connection, a missing broker."""
+"""RabbitMQBackend against the real broker: what the conformance kit's claim tier does not cover.
+
+The kit (test_conformance_rabbitmq.py) checks one winner per slot, jobs, namespaces, odd names and
+races; here: queue names, the gate queue's lifetime (horizon), URL options, the channel pool, a
+dropped connection, a missing broker and a process cluster.
+"""
 
 from __future__ import annotations
 
@@ -15,10 +20,16 @@ from pathlib import Path
 import aio_pika
 import pytest
 
-from anarchon import BackendUnavailable, JobContext, Scheduler
+from anarchon import JobContext, Scheduler
 from anarchon.backends import ClaimOutcome, ClaimRequest
-from anarchon.testing import require_service, unused_port
-from anarchon.testing.cluster import Cluster
+from anarchon.testing import (
+    check_lease_only_options_refused,
+    check_start_fails_clearly,
+    claim_race,
+    require_service,
+    unused_port,
+)
+from anarchon.testing.cluster import check_every_slot_once
 from anarchon_rabbitmq import RabbitMQBackend, encode_token
 
 URL = os.environ.get("ANARCHON_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
@@ -47,22 +58,6 @@ async def backend(url: str, prefix: str) -> AsyncIterator[RabbitMQBackend]:
 
 def _req(job: str, slot: int, owner: str, namespace: str = "ns") -> ClaimRequest:
     return ClaimRequest(namespace, job, slot, owner)
-
-
-async def test_first_publish_wins_and_the_rest_are_taken(backend: RabbitMQBackend) -> None:
-    slot = 1_800_000_000_000
-    first = await backend.claim(_req("job", slot, "a"))
-    second = await backend.claim(_req("job", slot, "b"))
-    assert first.outcome is ClaimOutcome.WON
-    assert first.lease is not None
-    assert first.lease.attempt == 1
-    assert first.lease.owner == "a"
-    assert second.outcome is ClaimOutcome.TAKEN
-    assert second.lease is None
-    # Another slot, job or namespace has its own gate.
-    assert (await backend.claim(_req("job", slot + 1000, "b"))).won
-    assert (await backend.claim(_req("other", slot, "b"))).won
-    assert (await backend.claim(_req("job", slot, "b", namespace="ns2"))).won
 
 
 async def test_odd_names_get_valid_distinct_queues(backend: RabbitMQBackend) -> None:
@@ -103,43 +98,24 @@ async def test_a_gate_forgets_after_its_horizon(url: str, prefix: str) -> None:
         await backend.close()
 
 
-async def test_32_connections_race_with_one_winner_per_slot(url: str, prefix: str) -> None:
+async def test_claims_beyond_the_channel_pool_wait_and_have_one_winner(url: str, prefix: str) -> None:
+    # The kit's race claims once per connection; here each connection has one channel and five
+    # claims at once, so four of them wait for the pooled channel.
     backends = [RabbitMQBackend(url, prefix=prefix, horizon="30s", channels=1) for _ in range(32)]
-    await asyncio.gather(*(b.open() for b in backends))
-    try:
-        slots = [1_800_000_000_000 + i * 1000 for i in range(5)]
-        results = await asyncio.gather(*(
-            b.claim(_req("race", slot, f"i{n}")) for slot in slots for n, b in enumerate(backends)
-        ))
-    finally:
-        await asyncio.gather(*(b.close() for b in backends))
-    for slot in slots:
-        outcomes = [r.outcome for r in results if r.slot == slot]
-        assert len(outcomes) == 32
-        assert outcomes.count(ClaimOutcome.WON) == 1, (slot, outcomes)
-        assert outcomes.count(ClaimOutcome.TAKEN) == 31
+    slots = [1_800_000_000_000 + i * 1000 for i in range(5)]
+    for slot, results in (await claim_race(backends, slots)).items():
+        outcomes = [r.outcome for r in results]
+        won, taken = outcomes.count(ClaimOutcome.WON), outcomes.count(ClaimOutcome.TAKEN)
+        assert (won, taken) == (1, 31), (slot, outcomes)
 
 
 def test_lease_only_options_raise_type_error(url: str) -> None:
-    scheduler = Scheduler(backend=RabbitMQBackend(url))
-    for option, value in [("overlap", "skip"), ("max_attempts", 2), ("catch_up", "1m"), ("lease", "30s"),
-                          ("heartbeat", "1s")]:
-        with pytest.raises(TypeError, match=option):
-            scheduler.every("job", "10s", lambda: None, **{option: value})  # type: ignore[call-overload]
-    with pytest.raises(TypeError, match="lease"):
-        Scheduler(backend=RabbitMQBackend(url), lease="30s")  # type: ignore[call-overload]
+    check_lease_only_options_refused(RabbitMQBackend(url))
 
 
 async def test_broker_down_at_start_is_a_clear_error() -> None:
     url = f"amqp://guest:s3cret@127.0.0.1:{unused_port()}/"
-    scheduler = Scheduler(backend=RabbitMQBackend(url, timeout="3s"))
-    with pytest.raises(BackendUnavailable) as info:
-        await scheduler.start()
-    message = str(info.value)
-    assert "RabbitMQ" in message
-    assert "127.0.0.1" in message
-    assert "s3cret" not in message
-    assert not scheduler.running
+    await check_start_fails_clearly(RabbitMQBackend(url, timeout="3s"), "RabbitMQ", "s3cret")
 
 
 def _close_connection(name: str) -> None:
@@ -202,12 +178,4 @@ async def test_a_dropped_connection_reconnects_and_keeps_claiming(url: str, pref
 
 @pytest.mark.slow
 def test_three_process_cluster_runs_every_slot_once(url: str, prefix: str, tmp_path: Path) -> None:
-    cluster_url = url + ("&" if "?" in url else "?") + f"prefix={prefix}&horizon=1m"
-    with Cluster(cluster_url, tmp_path, replicas=3, tick_every="1s", long_every="3s", long_run="1s") as c:
-        since = int(time.time() * 1000) + 1000
-        time.sleep(6)
-        until = int(time.time() * 1000) - 1000
-        c.assert_one_winner()
-        assert c.missed("tick", since, until) == [], c.output()
-        assert c.missed("long", since, until, every_ms=3000) == [], c.output()
-        assert len({e.pid for e in c.starts()}) >= 2, "one replica won every slot: no race happened"
+    check_every_slot_once(url + ("&" if "?" in url else "?") + f"prefix={prefix}&horizon=1m", tmp_path)

@@ -21,14 +21,14 @@ from anarchon import BackendError, BackendUnavailable, Duration, parse_duration
 from anarchon.backends import (
     BackendBase,
     Capability,
-    ClaimOutcome,
     ClaimRequest,
     ClaimResult,
     JobState,
     JobStatus,
     Lease,
-    Overlap,
+    LeaseRecord,
     ReleaseOutcome,
+    decide,
 )
 
 from ._schema import SCHEMA_VERSION, ensure_schema
@@ -77,8 +77,9 @@ class _Row:
         return cls(slot, attempt, token, owner, JobStatus(status), expires_at, fingerprint, updated_at,
                    bool(head), last_token)
 
-    def live(self, now: int) -> bool:
-        return self.status is JobStatus.RUNNING and self.expires_at > now
+    def record(self) -> LeaseRecord:
+        return LeaseRecord(self.slot, self.attempt, self.token, self.owner, self.status, self.expires_at,
+                           self.fingerprint, self.updated_at)
 
 
 def _transaction(body: Callable[[Conn], T]) -> Callable[[Conn], T]:
@@ -183,11 +184,11 @@ class SqliteBackend(BackendBase):
         self._sql_demote = f"UPDATE {t} SET head = 0 WHERE namespace = ? AND job = ? AND slot = ?"
         self._sql_delete = f"DELETE FROM {t} WHERE namespace = ? AND job = ? AND slot = ?"
         self._sql_insert = (
-            f"INSERT INTO {t} (namespace, job, {_ROW}) VALUES (?, ?, ?, 1, ?, ?, 'running', ?, ?, ?, 1, ?)"
+            f"INSERT INTO {t} (namespace, job, {_ROW}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)"
         )
         self._sql_takeover = (
-            f"UPDATE {t} SET attempt = attempt + 1, token = ?, owner = ?, status = 'running', "
-            "expires_at = ?, fingerprint = ?, updated_at = ? WHERE namespace = ? AND job = ? AND slot = ?"
+            f"UPDATE {t} SET attempt = ?, token = ?, owner = ?, status = ?, expires_at = ?, "
+            "fingerprint = ?, updated_at = ? WHERE namespace = ? AND job = ? AND slot = ?"
         )
         self._sql_counter = f"UPDATE {t} SET last_token = ? WHERE namespace = ? AND job = ? AND head = 1"
         self._sql_renew = (
@@ -358,82 +359,31 @@ class SqliteBackend(BackendBase):
         return [self._claim_one(conn, r, now) for r in requests]
 
     def _claim_one(self, conn: Conn, r: ClaimRequest, now: int) -> ClaimResult:
-        if r.slot > now + r.max_skew_ms:
-            return ClaimResult(ClaimOutcome.EARLY, r.job, r.slot, now=now)
-        found = conn.execute(self._sql_head, (r.namespace, r.job)).fetchone()
-        if found is None:
-            return self._win_new(conn, r, now, None, 0, keep_previous=False)
-        head = _Row.of(found)
-        if r.slot == head.slot:
-            return self._same_slot(conn, r, now, head, head.last_token)
-        if r.slot < head.slot:
-            if r.overlap is Overlap.ALLOW:
-                other = conn.execute(self._sql_other, (r.namespace, r.job, r.slot)).fetchone()
-                if other is not None:
-                    return self._same_slot(conn, r, now, _Row.of(other), head.last_token)
-            return ClaimResult(
-                ClaimOutcome.STALE, r.job, r.slot, holder=head.owner, attempt=head.attempt, now=now,
-                fingerprint=head.fingerprint, record_slot=head.slot,
-            )
-        # A newer slot than the record's.
-        keep = False
-        if head.live(now):
-            if r.overlap in (Overlap.SKIP, Overlap.BUFFER_ONE):
-                return ClaimResult(
-                    ClaimOutcome.SKIPPED, r.job, r.slot, holder=head.owner, attempt=head.attempt,
-                    expires_at=head.expires_at, now=now, fingerprint=head.fingerprint,
-                    record_slot=head.slot,
-                )
-            keep = r.overlap is Overlap.ALLOW  # replace: the older row goes, so its renew fails
-        return self._win_new(conn, r, now, head, head.last_token, keep_previous=keep)
-
-    def _win_new(
-        self, conn: Conn, r: ClaimRequest, now: int, previous: _Row | None, last_token: int, *,
-        keep_previous: bool,
-    ) -> ClaimResult:
-        token = last_token + 1
         key = (r.namespace, r.job)
-        conn.execute(self._sql_prune, key)
-        if previous is not None:
-            conn.execute(self._sql_demote if keep_previous else self._sql_delete, (*key, previous.slot))
-        expires_at = now + r.lease_ms
-        conn.execute(self._sql_insert, (*key, r.slot, token, r.owner, expires_at, r.fingerprint, now, token))
-        lease = Lease(r.namespace, r.job, r.slot, 1, token, r.owner, expires_at)
-        return ClaimResult(
-            ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=r.owner, attempt=1, expires_at=expires_at,
-            now=now, fingerprint=previous.fingerprint if previous else None,
-            record_slot=previous.slot if previous else None,
+        found = conn.execute(self._sql_head, key).fetchone()
+        head = None if found is None else _Row.of(found)
+        kept = None
+        if head is not None and r.slot < head.slot:  # only older slots can have a kept row
+            other = conn.execute(self._sql_other, (*key, r.slot)).fetchone()
+            kept = None if other is None else _Row.of(other).record()
+        decision = decide(
+            None if head is None else head.record(), r, now, token=0 if head is None else head.last_token,
+            kept=kept,
         )
-
-    def _same_slot(self, conn: Conn, r: ClaimRequest, now: int, row: _Row, last_token: int) -> ClaimResult:
-        if row.live(now):
-            return ClaimResult(
-                ClaimOutcome.TAKEN, r.job, r.slot, holder=row.owner, attempt=row.attempt,
-                expires_at=row.expires_at, now=now, fingerprint=row.fingerprint, record_slot=row.slot,
-            )
-        if row.status in (JobStatus.DONE, JobStatus.FAILED):
-            return ClaimResult(
-                ClaimOutcome.DONE, r.job, r.slot, holder=row.owner, attempt=row.attempt, now=now,
-                fingerprint=row.fingerprint, record_slot=row.slot,
-            )
-        # Released, or running with an expired lease (expiry is inclusive): a takeover, if attempts remain.
-        if row.attempt >= r.max_attempts:
-            return ClaimResult(
-                ClaimOutcome.EXHAUSTED, r.job, r.slot, holder=row.owner, attempt=row.attempt, now=now,
-                previous_status=row.status, fingerprint=row.fingerprint, record_slot=row.slot,
-            )
-        token = last_token + 1
-        expires_at = now + r.lease_ms
-        conn.execute(self._sql_takeover,
-                     (token, r.owner, expires_at, r.fingerprint, now, r.namespace, r.job, row.slot))
-        conn.execute(self._sql_counter, (token, r.namespace, r.job))
-        attempt = row.attempt + 1
-        lease = Lease(r.namespace, r.job, row.slot, attempt, token, r.owner, expires_at)
-        return ClaimResult(
-            ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=r.owner, attempt=attempt,
-            expires_at=expires_at, now=now, previous_status=row.status, fingerprint=row.fingerprint,
-            record_slot=row.slot,
-        )
+        w = decision.write
+        if w is None:
+            return decision.result
+        fields = (w.attempt, w.token, w.owner, w.status.value, w.expires_at, w.fingerprint, w.updated_at)
+        if decision.new_slot:
+            conn.execute(self._sql_prune, key)
+            if head is not None:
+                conn.execute(self._sql_demote if decision.keep_previous else self._sql_delete,
+                             (*key, head.slot))
+            conn.execute(self._sql_insert, (*key, w.slot, *fields, w.token))
+        else:
+            conn.execute(self._sql_takeover, (*fields, *key, w.slot))
+            conn.execute(self._sql_counter, (w.token, *key))
+        return decision.result
 
     def _release_tx(self, conn: Conn, lease: Lease, status: JobStatus) -> bool:
         key = (lease.namespace, lease.job, lease.slot)

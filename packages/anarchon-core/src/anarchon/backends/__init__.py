@@ -1,6 +1,7 @@
-"""Backend interfaces, result types, and the in-process reference backends."""
+"""Backend interfaces, result types, the claim decision, and the in-process reference backends."""
 
 from ._base import BackendBase, redact_url
+from ._decide import ClaimDecision, LeaseRecord, decide
 from ._memory import MemoryBackend, MemoryClaimBackend, MemoryStore
 from ._protocols import (
     Capability,
@@ -22,6 +23,7 @@ __all__ = [
     "BackendBase",
     "Capability",
     "ClaimBackend",
+    "ClaimDecision",
     "ClaimOutcome",
     "ClaimRequest",
     "ClaimResult",
@@ -29,6 +31,7 @@ __all__ = [
     "JobStatus",
     "Lease",
     "LeaseBackend",
+    "LeaseRecord",
     "MemoryBackend",
     "MemoryClaimBackend",
     "MemoryStore",
@@ -36,5 +39,6 @@ __all__ = [
     "ReleaseCallback",
     "ReleaseManyBackend",
     "ReleaseOutcome",
+    "decide",
     "redact_url",
 ]

@@ -1,8 +1,8 @@
 """In-process backends: the reference model of DESIGN §3 and §4.
 
-`MemoryBackend` is what the conformance kit compares every driver against, so it reads as a
-direct transcription of the state-machine table. Several backends over one `MemoryStore` act as
-several connections to one store (several replicas in one process).
+`MemoryBackend` is what the conformance kit compares every driver against: its claims apply
+`decide` (the state-machine table, in `_decide.py`) to records in a dict. Several backends over one
+`MemoryStore` act as several connections to one store (several replicas in one process).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import ClassVar
 from .._clock import Clock, SystemClock
 from .._duration import Duration, parse_duration
 from ._base import BackendBase
+from ._decide import LeaseRecord, decide
 from ._protocols import (
     Capability,
     ClaimOutcome,
@@ -24,7 +25,6 @@ from ._protocols import (
     JobState,
     JobStatus,
     Lease,
-    Overlap,
     ReleaseCallback,
     ReleaseOutcome,
 )
@@ -41,6 +41,7 @@ _ENDED = {
 
 @dataclass(slots=True)
 class _Record:
+    # Mutable, unlike `LeaseRecord`: renew and release update it in place.
     slot: int
     attempt: int
     token: int
@@ -50,8 +51,14 @@ class _Record:
     fingerprint: str
     updated_at: int
 
-    def live(self, now: int) -> bool:
-        return self.status is JobStatus.RUNNING and self.expires_at > now
+    @classmethod
+    def of(cls, rec: LeaseRecord) -> _Record:
+        return cls(rec.slot, rec.attempt, rec.token, rec.owner, rec.status, rec.expires_at,
+                   rec.fingerprint, rec.updated_at)
+
+    def view(self) -> LeaseRecord:
+        return LeaseRecord(self.slot, self.attempt, self.token, self.owner, self.status, self.expires_at,
+                           self.fingerprint, self.updated_at)
 
 
 @dataclass(slots=True)
@@ -124,81 +131,30 @@ class MemoryBackend(BackendBase):
         store = self.store
         store.calls += 1
         now = self._now()
-        if r.slot > now + r.max_skew_ms:
-            return ClaimResult(ClaimOutcome.EARLY, r.job, r.slot, now=now)
-        job = store.jobs.setdefault((r.namespace, r.job), _Job())
-        cur = job.current
-        if cur is None:
-            return self._win_new(job, r, now, previous=None)
-        if r.slot == cur.slot:
-            return self._same_slot(job, cur, r, now)
-        if r.slot < cur.slot:
-            if r.overlap is Overlap.ALLOW and r.slot in job.others:
-                return self._same_slot(job, job.others[r.slot], r, now)
-            return ClaimResult(
-                ClaimOutcome.STALE, r.job, r.slot, holder=cur.owner, attempt=cur.attempt,
-                now=now, fingerprint=cur.fingerprint, record_slot=cur.slot,
-            )
-        # A newer slot than the record's.
-        if cur.live(now):
-            if r.overlap in (Overlap.SKIP, Overlap.BUFFER_ONE):
-                return ClaimResult(
-                    ClaimOutcome.SKIPPED, r.job, r.slot, holder=cur.owner, attempt=cur.attempt,
-                    expires_at=cur.expires_at, now=now, fingerprint=cur.fingerprint,
-                    record_slot=cur.slot,
-                )
-            if r.overlap is Overlap.ALLOW:
-                job.others[cur.slot] = cur
-        return self._win_new(job, r, now, previous=cur)
-
-    def _win_new(self, job: _Job, r: ClaimRequest, now: int, previous: _Record | None) -> ClaimResult:
-        job.token += 1
-        job.others = {s: o for s, o in job.others.items() if o.status is JobStatus.RUNNING}
-        job.current = rec = _Record(
-            r.slot, 1, job.token, r.owner, JobStatus.RUNNING, now + r.lease_ms, r.fingerprint, now
+        key = (r.namespace, r.job)
+        job = store.jobs.get(key)
+        head = None if job is None else job.current
+        kept = None if job is None else job.others.get(r.slot)
+        decision = decide(
+            None if head is None else head.view(), r, now, token=0 if job is None else job.token,
+            kept=None if kept is None else kept.view(),
         )
-        return self._won(r, rec, now, None, previous.fingerprint if previous else None,
-                         previous.slot if previous else None)
-
-    def _same_slot(self, job: _Job, rec: _Record, r: ClaimRequest, now: int) -> ClaimResult:
-        if rec.live(now):
-            return ClaimResult(
-                ClaimOutcome.TAKEN, r.job, r.slot, holder=rec.owner, attempt=rec.attempt,
-                expires_at=rec.expires_at, now=now, fingerprint=rec.fingerprint, record_slot=rec.slot,
-            )
-        if rec.status in (JobStatus.DONE, JobStatus.FAILED):
-            return ClaimResult(
-                ClaimOutcome.DONE, r.job, r.slot, holder=rec.owner, attempt=rec.attempt, now=now,
-                fingerprint=rec.fingerprint, record_slot=rec.slot,
-            )
-        # Released, or running with an expired lease: a takeover, if attempts remain.
-        if rec.attempt >= r.max_attempts:
-            return ClaimResult(
-                ClaimOutcome.EXHAUSTED, r.job, r.slot, holder=rec.owner, attempt=rec.attempt,
-                now=now, previous_status=rec.status, fingerprint=rec.fingerprint, record_slot=rec.slot,
-            )
-        previous_status, previous_fp = rec.status, rec.fingerprint
-        job.token += 1
-        rec.attempt += 1
-        rec.token = job.token
-        rec.owner = r.owner
-        rec.status = JobStatus.RUNNING
-        rec.expires_at = now + r.lease_ms
-        rec.fingerprint = r.fingerprint
-        rec.updated_at = now
-        return self._won(r, rec, now, previous_status, previous_fp, rec.slot)
-
-    @staticmethod
-    def _won(
-        r: ClaimRequest, rec: _Record, now: int, previous_status: JobStatus | None,
-        previous_fp: str | None, record_slot: int | None,
-    ) -> ClaimResult:
-        lease = Lease(r.namespace, r.job, rec.slot, rec.attempt, rec.token, rec.owner, rec.expires_at)
-        return ClaimResult(
-            ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=rec.owner, attempt=rec.attempt,
-            expires_at=rec.expires_at, now=now, previous_status=previous_status,
-            fingerprint=previous_fp, record_slot=record_slot,
-        )
+        write = decision.write
+        if write is None:
+            return decision.result
+        job = store.jobs.setdefault(key, _Job())
+        job.token = write.token
+        rec = _Record.of(write)
+        if decision.new_slot:
+            job.others = {s: o for s, o in job.others.items() if o.status is JobStatus.RUNNING}
+            if decision.keep_previous and head is not None:
+                job.others[head.slot] = head
+            job.current = rec
+        elif head is not None and write.slot == head.slot:
+            job.current = rec
+        else:
+            job.others[write.slot] = rec
+        return decision.result
 
     def _find(self, lease: Lease) -> _Record | None:
         job = self.store.jobs.get((lease.namespace, lease.job))

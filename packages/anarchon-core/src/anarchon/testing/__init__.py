@@ -15,10 +15,12 @@ import selectors
 from collections.abc import Coroutine, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
+from urllib.parse import urlsplit
 
 from .._schedules import to_ms
 from ..backends import (
     Capability,
+    ClaimBackend,
     ClaimRequest,
     ClaimResult,
     JobState,
@@ -33,11 +35,15 @@ if TYPE_CHECKING:
     from .._scheduler import Scheduler
 
 __all__ = [
+    "LEASE_ONLY_OPTIONS",
     "FaultyBackend",
     "ManualClock",
     "SkewedClock",
     "VirtualClock",
     "VirtualTimeLoop",
+    "check_lease_only_options_refused",
+    "check_start_fails_clearly",
+    "claim_race",
     "crash",
     "require_service",
     "unused_port",
@@ -160,6 +166,64 @@ def require_service(name: str, url: str, default_port: int) -> None:
     if os.environ.get("ANARCHON_REQUIRE_SERVICES") == "1":
         pytest.fail(f"{reason}; ANARCHON_REQUIRE_SERVICES=1 forbids skipping", pytrace=False)
     pytest.skip(reason)
+
+
+LEASE_ONLY_OPTIONS: dict[str, Any] = {
+    "overlap": "skip", "max_attempts": 2, "catch_up": "1m", "lease": "30s", "heartbeat": "1s", "retry": True,
+}
+"""Job options that need a lease backend (DESIGN §4), each with a valid value."""
+
+
+def check_lease_only_options_refused(backend: Any) -> None:
+    """Assert that a scheduler on claim-only `backend` refuses each lease-only option with a
+    `TypeError` naming the option and the backend, in `every()` and in the `Scheduler` defaults."""
+    import pytest
+
+    from .._scheduler import Scheduler
+
+    name = type(backend).__name__
+    scheduler = Scheduler(backend=backend)
+    for option, value in LEASE_ONLY_OPTIONS.items():
+        with pytest.raises(TypeError, match=rf"'{option}' needs a lease backend.*{name}"):
+            scheduler.every("job", "10s", lambda: None, **{option: value})
+    with pytest.raises(TypeError, match="'lease' needs a lease backend"):
+        Scheduler(backend=backend, lease="30s")
+
+
+async def check_start_fails_clearly(backend: Any, service: str, secret: str) -> None:
+    """Assert that starting a scheduler on `backend`, whose server is down, fails with
+    `BackendUnavailable` naming `service` and the host, and that its message hides `secret`."""
+    import pytest
+
+    from .._errors import BackendUnavailable
+    from .._scheduler import Scheduler
+
+    scheduler = Scheduler(backend=backend)
+    with pytest.raises(BackendUnavailable) as info:
+        await scheduler.start()
+    message = str(info.value)
+    assert service in message, message
+    host = urlsplit(backend.url).hostname or ""
+    assert host and host in message, f"the host {host!r} is not named: {message}"
+    assert secret not in message, f"the message shows the password: {message}"
+    assert not scheduler.running
+
+
+async def claim_race(
+    backends: Sequence[ClaimBackend], slots: Sequence[int], *, job: str = "race", namespace: str = "ns"
+) -> dict[int, list[ClaimResult]]:
+    """Open `backends` (one connection each), let backend `n` claim every slot at once as owner
+    `i{n}`, close them, and return each slot's results in backend order."""
+    await asyncio.gather(*(b.open() for b in backends))
+    try:
+        results = await asyncio.gather(*(
+            b.claim(ClaimRequest(namespace, job, slot, f"i{n}"))
+            for slot in slots
+            for n, b in enumerate(backends)
+        ))
+    finally:
+        await asyncio.gather(*(b.close() for b in backends))
+    return {slot: [r for r in results if r.slot == slot] for slot in slots}
 
 
 class FaultyBackend:

@@ -24,7 +24,7 @@ from types import TracebackType
 
 from .._duration import Duration, parse_duration
 
-__all__ = ["Cluster", "Event"]
+__all__ = ["Cluster", "Event", "check_every_slot_once"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,3 +194,14 @@ class Cluster:
         return f"Cluster({self.url!r}, replicas={len(self.alive())})"
 
 
+def check_every_slot_once(url: str, workdir: Path | str, *, seconds: float = 6.0) -> None:
+    """Run three replicas on `url` for `seconds` and assert that every slot of a 1 s job and of a
+    3 s job (which runs for 1 s) started exactly once, and that more than one replica won."""
+    with Cluster(url, workdir, replicas=3, tick_every="1s", long_every="3s", long_run="1s") as c:
+        since = int(time.time() * 1000) + 1000
+        time.sleep(seconds)
+        until = int(time.time() * 1000) - 1000
+        c.assert_one_winner()
+        assert c.missed("tick", since, until) == [], c.output()
+        assert c.missed("long", since, until, every_ms=3000) == [], c.output()
+        assert len({e.pid for e in c.starts()}) >= 2, "one replica won every slot: no race happened"
