@@ -1,0 +1,68 @@
+"""The client plumbing: commands packed in C into the bytes redis-py makes, one deadline per operation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis.asyncio
+
+from anarchon_redis import RedisBackend
+from anarchon_redis._client import _c_packing
+
+COMMANDS: list[tuple[Any, ...]] = [
+    ("EVALSHA", "a" * 40, 2, "anarchon:{ns}:job", "anarchon:{ns}:others", 1_796_094_960_000, "host:1:ab12",
+     30_000, 3, "skip", "every 1s", 2000),
+    ("SCRIPT LOAD", "return 1"),
+    (b"SCRIPT LOAD", "return 1"),
+    ("SADD", "idx", "ジョブ-β-😀", 'it\'s "quoted"', "x" * 20_000),
+    ("PUBLISH", "chan", b"\x00\xffbytes", 1.5, -7),
+]
+
+
+@pytest.mark.parametrize("args", COMMANDS)
+def test_c_packer_matches_the_client_library(args: tuple[Any, ...]) -> None:
+    python = redis.asyncio.Connection()
+    packed = _c_packing(redis.asyncio.Connection)()
+    assert b"".join(packed.pack_command(*args)) == b"".join(python.pack_command(*args))
+
+
+def test_backends_built_from_a_url_use_it() -> None:
+    backend = RedisBackend("redis://127.0.0.1:6379/0")
+    cls = backend.client.connection_pool.connection_class
+    assert cls.pack_command is not redis.asyncio.Connection.pack_command
+    assert issubclass(cls, redis.asyncio.Connection)
+    unix = RedisBackend("unix:///tmp/redis.sock")
+    assert issubclass(unix.client.connection_pool.connection_class, redis.asyncio.UnixDomainSocketConnection)
+
+
+async def test_a_server_that_never_answers_fails_the_operation_at_its_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A partition: the TCP connection is accepted, then nothing comes back. Without a read timeout
+    # per reply, each operation must still end, as BackendUnavailable, at its own deadline.
+    import asyncio
+
+    from anarchon import BackendUnavailable
+    from anarchon_redis import _lease
+
+    monkeypatch.setattr(_lease, "OP_TIMEOUT_S", 0.3)
+    held: list[asyncio.StreamWriter] = []
+
+    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+        await reader.read(-1)
+
+    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    backend = RedisBackend(f"redis://:secret@127.0.0.1:{port}/0")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(BackendUnavailable, match=r"did not answer within 0.3 s while connecting") as info:
+        await asyncio.wait_for(backend.open(), 5)  # a hang fails the test, not the run
+    assert loop.time() - started < 3
+    assert "secret" not in str(info.value)
+    await backend.close()
+    for writer in held:
+        writer.close()
+    server.close()
