@@ -66,3 +66,40 @@ async def test_a_server_that_never_answers_fails_the_operation_at_its_deadline(
     for writer in held:
         writer.close()
     server.close()
+
+
+async def test_batches_larger_than_one_script_call_keep_their_order(redis_url: str, prefix: str) -> None:
+    from anarchon.backends import ClaimOutcome, ClaimRequest, ReleaseOutcome
+    from anarchon_redis._lease import BATCH
+
+    backend = RedisBackend(redis_url, prefix=prefix)
+    other = RedisBackend(redis_url, prefix=prefix)
+    await backend.open()
+    await other.open()
+    try:
+        n = 2 * BATCH + 3
+        slot = 1_796_094_960_000
+
+        def reqs(owner: str) -> list[ClaimRequest]:
+            return [ClaimRequest("ns", f"job-{i}", slot, owner) for i in range(n)]
+
+        won = await backend.claim_many(reqs("a"))
+        assert [(r.job, r.outcome) for r in won] == [(f"job-{i}", ClaimOutcome.WON) for i in range(n)]
+        taken = await other.claim_many(reqs("b"))
+        assert [r.outcome for r in taken] == [ClaimOutcome.TAKEN] * n
+        assert all(r.holder == "a" for r in taken)
+        leases = [r.lease for r in won if r.lease is not None]
+        # Every other release is forged: each item is judged alone, across chunk boundaries.
+        from dataclasses import replace
+
+        batch = [(lease if i % 2 == 0 else replace(lease, owner="x"), ReleaseOutcome.DONE)
+                 for i, lease in enumerate(leases)]
+        assert await backend.release_many(batch) == [i % 2 == 0 for i in range(n)]
+        again = await other.claim_many(reqs("b"))
+        assert [r.outcome for r in again] == [
+            ClaimOutcome.DONE if i % 2 == 0 else ClaimOutcome.TAKEN for i in range(n)
+        ]
+        assert len(await backend.jobs("ns")) == n
+    finally:
+        await backend.close()
+        await other.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, ClassVar
 
@@ -39,6 +40,9 @@ _STATUS = {
 }
 
 
+BATCH = 500
+"""Jobs per script call in a batch: one call holds the server for about a millisecond."""
+_INDEX_REFRESH_S = 60.0
 _OUTCOMES: dict[Any, ClaimOutcome] = {o.value.encode(): o for o in ClaimOutcome}
 
 
@@ -191,6 +195,12 @@ class RedisBackend(_ScriptedStore):
         self._renew_script = c.register_script(_scripts.RENEW)
         self._release_script = c.register_script(_scripts.RELEASE)
         self._inspect_script = c.register_script(_scripts.INSPECT)
+        self._claim_batch = c.register_script(_scripts.CLAIM_BATCH)
+        self._release_batch = c.register_script(_scripts.RELEASE_BATCH)
+        # A Cluster client routes each script call by its keys: there, one call per job.
+        self._cluster = hasattr(c, "get_nodes")
+        self._indexed: set[tuple[str, str]] = set()
+        self._indexed_at = time.monotonic()
         self._callbacks: dict[str, list[ReleaseCallback]] = {}
         self._key_cache: dict[tuple[str, str], list[str]] = {}
         self._listener: asyncio.Task[None] | None = None
@@ -208,7 +218,7 @@ class RedisBackend(_ScriptedStore):
         async with self._op("connecting"):
             await self._client.ping()
             for script in (self._claim_script, self._renew_script, self._release_script,
-                           self._inspect_script):
+                           self._inspect_script, self._claim_batch, self._release_batch):
                 await self._client.script_load(script.script)
 
     async def close(self) -> None:
@@ -238,7 +248,8 @@ class RedisBackend(_ScriptedStore):
         return (await self.claim_many([request]))[0]
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
-        """Claim a batch in one round trip: a pipeline of one script call per request."""
+        """Claim a batch in one round trip: one script call per request on a Cluster client, else
+        one script call per chunk of `BATCH` requests."""
         if not requests:
             return []
         calls = [
@@ -247,17 +258,56 @@ class RedisBackend(_ScriptedStore):
               r.max_skew_ms])
             for r in requests
         ]
+        fresh = self._unindexed(requests)
 
         def index(pipe: Any) -> None:
             # The name index lives outside the job's hash slot, so it is written beside the script.
-            by_ns: dict[str, set[str]] = {}
-            for r in requests:
-                by_ns.setdefault(r.namespace, set()).add(r.job)
-            for ns, names in by_ns.items():
+            for ns, names in fresh.items():
                 pipe.sadd(self.keys.index(ns), *sorted(names))
 
-        replies = await self._eval_many(self._claim_script, calls, "claiming", extra=index)
+        if self._cluster:
+            replies = await self._eval_many(self._claim_script, calls, "claiming", extra=index)
+        else:
+            replies = await self._eval_batched(self._claim_batch, calls, "claiming", extra=index)
         return [self._result(r, reply) for r, reply in zip(requests, replies, strict=True)]
+
+    def _unindexed(self, requests: Sequence[ClaimRequest]) -> dict[str, set[str]]:
+        """The job names this backend has not added to their namespace's index lately.
+
+        Every name is added again every `_INDEX_REFRESH_S`, so an index lost with the data (a
+        restart without persistence) is rebuilt, without an SADD of every name on every claim.
+        """
+        now = time.monotonic()
+        if now - self._indexed_at > _INDEX_REFRESH_S:
+            self._indexed.clear()
+            self._indexed_at = now
+        fresh: dict[str, set[str]] = {}
+        for r in requests:
+            key = (r.namespace, r.job)
+            if key not in self._indexed:
+                self._indexed.add(key)
+                fresh.setdefault(r.namespace, set()).add(r.job)
+        return fresh
+
+    async def _eval_batched(
+        self, script: Any, calls: Sequence[tuple[list[str], list[Any]]], doing: str,
+        extra: Callable[[Any], None] | None = None,
+    ) -> list[Any]:
+        """Run a batch script (`_scripts._batch`) over `calls`, `BATCH` at a time, in one pipeline."""
+        chunks = []
+        for start in range(0, len(calls), BATCH):
+            keys: list[str] = []
+            args: list[Any] = []
+            for k, a in calls[start:start + BATCH]:
+                keys += k
+                args += a
+            chunks.append((keys, args))
+        replies = await self._eval_many(script, chunks, doing, extra=extra)
+        out = [reply for chunk in replies for reply in chunk]
+        if len(out) != len(calls):
+            problem = RuntimeError(f"{len(out)} replies for {len(calls)} calls")
+            raise self._drv.error(problem, self._url, doing)
+        return out
 
     @staticmethod
     def _result(r: ClaimRequest, reply: list[Any]) -> ClaimResult:
@@ -303,7 +353,10 @@ class RedisBackend(_ScriptedStore):
         if not releases:
             return []
         calls = [self._release_call(lease, outcome) for lease, outcome in releases]
-        replies = await self._eval_many(self._release_script, calls, "releasing")
+        if self._cluster:
+            replies = await self._eval_many(self._release_script, calls, "releasing")
+        else:
+            replies = await self._eval_batched(self._release_batch, calls, "releasing")
         return [bool(int(done)) for done in replies]
 
     # -- inspection ------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ Time is the server's: `TIME` is read once, at the top of each script.
 
 from __future__ import annotations
 
-__all__ = ["CLAIM", "INSPECT", "RELEASE", "RENEW", "STREAM_CLAIM"]
+__all__ = ["CLAIM", "CLAIM_BATCH", "INSPECT", "RELEASE", "RELEASE_BATCH", "RENEW", "STREAM_CLAIM"]
 
 _COMMON = r"""
 local t = redis.call('TIME')
@@ -57,7 +57,7 @@ local function find(slot, token, owner)
 end
 """
 
-CLAIM = _COMMON + r"""
+_CLAIM = r"""
 -- ARGV: slot owner lease_ms max_attempts overlap fingerprint max_skew_ms
 local slot = tonumber(ARGV[1])
 local owner = ARGV[2]
@@ -139,6 +139,7 @@ if live(cur) then
 end
 return win_new(cur)
 """
+CLAIM = _COMMON + _CLAIM
 
 RENEW = _COMMON + r"""
 -- ARGV: slot token owner lease_ms. Reply: the new expires_at, or false when the lease is lost.
@@ -150,7 +151,7 @@ save(r)
 return r.expires_at
 """
 
-RELEASE = _COMMON + r"""
+_RELEASE = r"""
 -- ARGV: slot token owner status channel job. Reply: 1 when released, 0 when ignored.
 local slot = tonumber(ARGV[1])
 local r = find(slot, tonumber(ARGV[2]), ARGV[3])
@@ -168,6 +169,32 @@ if ARGV[4] == 'released' then
 end
 return 1
 """
+RELEASE = _COMMON + _RELEASE
+
+
+def _batch(body: str, argc: int) -> str:
+    """`body` run once per job in one script: KEYS in pairs, `argc` ARGV per job; replies in order.
+
+    For a server that holds every job's keys (not a Cluster, whose slots differ per job): one script
+    call answers a whole batch, so the client packs one command and parses one reply.
+    """
+    common = _COMMON.replace("KEYS[1]", "K1").replace("KEYS[2]", "K2")
+    return (
+        "local K1, K2, A\n" + common
+        + "local function one()\n" + body.replace("ARGV[", "A[") + "\nend\n"
+        + f"""local out = {{}}
+for i = 0, #KEYS / 2 - 1 do
+  K1, K2 = KEYS[2 * i + 1], KEYS[2 * i + 2]
+  A = {{unpack(ARGV, {argc} * i + 1, {argc} * i + {argc})}}
+  out[i + 1] = one()
+end
+return out
+"""
+    )
+
+
+CLAIM_BATCH = _batch(_CLAIM, 7)
+RELEASE_BATCH = _batch(_RELEASE, 6)
 
 INSPECT = _COMMON + r"""
 -- Reply: now, then the newest record's fields (or nothing when there is none).
