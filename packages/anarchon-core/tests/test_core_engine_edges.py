@@ -305,3 +305,39 @@ def test_a_run_whose_lease_was_taken_over_before_it_started_does_not_start(caplo
     clock.run(main())
     assert ("slow", T0 + 60_000, 1) not in runs, runs
     assert "not started: the claim is 3000 ms old" in caplog.text
+
+
+def test_stop_cancels_an_async_handler_that_ignores_the_signal_and_hands_it_over() -> None:
+    # The handler runs in the run's own task (no task of its own): after stop_timeout, stop() must
+    # cancel it there, and the run is still released as a handover for a backup's attempt 2.
+    clock = VirtualClock(START)
+    store = MemoryStore(clock)
+    schedulers = [Scheduler(MemoryBackend(store), instance_id=f"i{k}", clock=clock, lease="6s",
+                            heartbeat="1s", stop_timeout="2s") for k in range(2)]
+    events: list[tuple[str, int, str, float]] = []
+    for s in schedulers:
+        async def stubborn(ctx: JobContext) -> None:
+            events.append(("start", ctx.attempt, ctx.instance_id, clock.seconds))
+            try:
+                await asyncio.sleep(30)  # ignores ctx.signal
+            except asyncio.CancelledError:
+                events.append(("cancelled", ctx.attempt, ctx.instance_id, clock.seconds))
+                raise
+
+        s.every("stubborn", "1m", stubborn, catch_up=0)
+
+    async def main() -> None:
+        for s in schedulers:
+            await s.start()
+        await asyncio.sleep(61)
+        winner = next(s for s in schedulers if s.active_runs)
+        stopped = clock.seconds
+        await winner.stop()
+        assert clock.seconds - stopped < 2.5, "stop() waited for the handler beyond stop_timeout"
+        await asyncio.sleep(1)
+        other = next(s for s in schedulers if s is not winner)
+        assert [e[:2] for e in events] == [("start", 1), ("cancelled", 1), ("start", 2)], events
+        assert events[2][2] == other.instance_id
+        await other.stop()
+
+    clock.run(main())

@@ -15,42 +15,63 @@ from ._schedules import from_ms
 __all__ = ["CancelSignal", "JobContext"]
 
 
+_SIGNAL_LOCK = threading.Lock()
+"""Orders `set` against a worker thread starting `wait_sync` (the events are made on first need)."""
+
+
 class CancelSignal:
     """Set when the run must end: graceful stop, lost lease or timeout. Safe to read from threads."""
 
-    __slots__ = ("_event", "_flag", "_loop", "reason")
+    __slots__ = ("_event", "_is_set", "_loop", "_thread_event", "reason")
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self._flag = threading.Event()
-        self._event = asyncio.Event()
+        # Most runs end without ever waiting on their signal: the events are created on first wait.
+        self._is_set = False
+        self._event: asyncio.Event | None = None
+        self._thread_event: threading.Event | None = None
         self._loop = loop
         self.reason: str | None = None
 
     @property
     def cancelled(self) -> bool:
         """True once the run has been asked to end."""
-        return self._flag.is_set()
+        return self._is_set
 
     def raise_if_cancelled(self) -> None:
         """Raise `RunCancelled` if the run has been asked to end."""
-        if self._flag.is_set():
+        if self._is_set:
             raise RunCancelled(self.reason or "cancelled")
 
     async def wait(self) -> None:
         """Wait until the run is asked to end."""
+        if self._is_set:
+            return
+        if self._event is None:
+            self._event = asyncio.Event()
         await self._event.wait()
 
     def wait_sync(self, timeout: float | None = None) -> bool:
         """Block a worker thread until the run is asked to end or `timeout` passes; True if asked."""
-        return self._flag.wait(timeout)
+        with _SIGNAL_LOCK:
+            if self._is_set:
+                return True
+            if self._thread_event is None:
+                self._thread_event = threading.Event()
+            event = self._thread_event
+        return event.wait(timeout)
 
     def set(self, reason: str) -> None:
         """Ask the run to end (first reason wins). Call on the scheduler's loop."""
-        if self._flag.is_set():
-            return
-        self.reason = reason
-        self._flag.set()
-        self._event.set()
+        with _SIGNAL_LOCK:
+            if self._is_set:
+                return
+            self.reason = reason
+            self._is_set = True
+            thread_event = self._thread_event
+        if thread_event is not None:
+            thread_event.set()
+        if self._event is not None:
+            self._event.set()
 
 
 @dataclass(slots=True, eq=False)

@@ -109,6 +109,8 @@ class Job:
     fingerprint_warned: bool = False
     logger: logging.Logger | None = None
     """The handler's logger, `anarchon.job.<name>`."""
+    fingerprint: str = ""
+    """The schedule's fingerprint, computed once."""
 
 
 @dataclass(slots=True)
@@ -132,6 +134,8 @@ class _Run:
     heartbeat: asyncio.Task[None] | None = None
     """The renewal task, started once the run has lasted one heartbeat interval."""
     heartbeat_timer: asyncio.TimerHandle | None = None
+    in_handler: bool = False
+    """True while `task` is awaiting an async handler in place (no handler task)."""
     lost: bool = False
     deadline: float = 0.0
     """Loop time until which the lease is surely still ours (kept by the heartbeat)."""
@@ -231,6 +235,7 @@ class Scheduler(Generic[B]):
         self._hooks = plugin_manager().hook
         self._rng = random.Random()
         self._slot_draws: dict[tuple[int, int], float] = {}
+        self._horizon_ms: int | None = None
         # Releases waiting to go out together in one `release_many` (with capability release_many).
         self._releases: list[tuple[Lease, ReleaseOutcome, asyncio.Future[bool]]] = []
 
@@ -367,7 +372,8 @@ class Scheduler(Generic[B]):
             jitter = 50 if interval is None else min(50, interval // 10)
         self.jobs[name] = Job(name, schedule, handler, options, takes_ctx, is_async, jitter,
                               group=zlib.crc32(name.encode()) % _JITTER_GROUPS,
-                              logger=logging.getLogger(f"anarchon.job.{name}"))
+                              logger=logging.getLogger(f"anarchon.job.{name}"),
+                              fingerprint=schedule.fingerprint)
         if self._running:
             self._plan_first(self.jobs[name], self.clock.now_ms())
 
@@ -398,6 +404,7 @@ class Scheduler(Generic[B]):
             raise
         except Exception as exc:
             raise BackendUnavailable(f"cannot open {self.backend.url}: {exc}") from exc
+        self._horizon_ms = self.backend.horizon_ms  # known once the backend is open
         self._wake = asyncio.Event()
         self._stopping = False
         self._running = True
@@ -429,8 +436,11 @@ class Scheduler(Generic[B]):
         if pending:
             _done, still = await asyncio.wait(pending, timeout=self.stop_timeout_ms / 1000)
             for run in runs:
-                if run.task is not None and run.task in still and run.handler is not None:
-                    run.handler.cancel()
+                if run.task is not None and run.task in still:
+                    if run.handler is not None:
+                        run.handler.cancel()
+                    elif run.in_handler:
+                        run.task.cancel()
             if still:
                 await asyncio.wait(still, timeout=5)
         await asyncio.gather(*(t for t in (self._main, self._lag) if t), return_exceptions=True)
@@ -473,7 +483,7 @@ class Scheduler(Generic[B]):
             self._wake.set()
 
     def _jitter(self, job: Job) -> int:
-        return self._rng.randint(0, job.jitter_ms) if job.jitter_ms > 0 else 0
+        return int(self._rng.random() * (job.jitter_ms + 1)) if job.jitter_ms > 0 else 0
 
     def _slot_jitter(self, job: Job, slot: int) -> int:
         """The job's jitter for `slot`: one draw per (instance, slot, group of jobs).
@@ -591,7 +601,7 @@ class Scheduler(Generic[B]):
             return False  # the next boundary is due already: its entry claims the newer slot
         if entry.kind != "watch" and job.latest_slot is not None and entry.slot < job.latest_slot:
             return False  # a newer slot was claimed already (e.g. catch-up raced a boundary)
-        horizon = self.backend.horizon_ms
+        horizon = self._horizon_ms
         if horizon is not None and now - entry.slot > horizon // 2:
             self.log.warning(
                 "%s slot=%s missed: %d ms late, beyond half the backend's dedupe horizon (%d ms)",
@@ -606,7 +616,7 @@ class Scheduler(Generic[B]):
         o = job.options
         return ClaimRequest(
             self.namespace, job.name, slot, self.instance_id, o.lease_ms, o.max_attempts, o.overlap,
-            job.schedule.fingerprint, self.max_skew_ms,
+            job.fingerprint, self.max_skew_ms,
         )
 
     async def _claim_batch(self, batch: list[_Entry]) -> None:
@@ -640,14 +650,14 @@ class Scheduler(Generic[B]):
         job = entry.job
         outcome = result.outcome
         slot = _SlotText(result.slot)
-        fingerprint = job.schedule.fingerprint
+        fingerprint = job.fingerprint
         if result.fingerprint and not job.fingerprint_warned and result.fingerprint != fingerprint:
             job.fingerprint_warned = True
             self.log.warning(
                 "%s: the store holds schedule %r but this instance has %r (a rolling deploy?)",
                 job.name, result.fingerprint, fingerprint,
             )
-        if (job.options.overlap is not Overlap.ALLOW and outcome is not ClaimOutcome.SKIPPED
+        if (job.watches and job.options.overlap is not Overlap.ALLOW and outcome is not ClaimOutcome.SKIPPED
                 and outcome is not ClaimOutcome.EARLY):
             for older in [w for w in job.watches if w < result.slot]:
                 del job.watches[older]  # a newer slot superseded the older one this instance watched
@@ -738,19 +748,18 @@ class Scheduler(Generic[B]):
                 run.heartbeat_timer = asyncio.get_running_loop().call_later(
                     job.options.heartbeat_ms / 1000, self._start_heartbeat, run)
             self._hook("anarchon_run_started", ctx=ctx)
-            handler = run.handler = asyncio.ensure_future(self._invoke(job, ctx))
             timeout = job.options.timeout_ms
             try:
-                done, _ = await asyncio.wait({handler}, timeout=None if timeout is None else timeout / 1000)
-            except asyncio.CancelledError:  # the scheduler itself is going away
-                handler.cancel()
-                raise
-            if not done:
-                ctx.signal.set(_TIMEOUT)  # set first, so the handler's cleanup sees why
-                handler.cancel()
-                await asyncio.wait({handler})
-            try:
-                handler.result()
+                if timeout is None and job.is_async:
+                    # Awaited in this task (no task of its own): stop() cancels this task while
+                    # `in_handler` says the handler is what it would interrupt.
+                    run.in_handler = True
+                    try:
+                        await job.handler(*((ctx,) if job.takes_ctx else ()))
+                    finally:
+                        run.in_handler = False
+                else:
+                    await self._handler_task(run, timeout)
             except asyncio.CancelledError as exc:
                 error = exc
                 outcome = ReleaseOutcome.FAILED if ctx.signal.reason == _TIMEOUT else ReleaseOutcome.HANDOVER
@@ -792,6 +801,21 @@ class Scheduler(Generic[B]):
             self._hook("anarchon_run_finished", ctx=ctx, outcome=outcome, error=error)
             if outcome is ReleaseOutcome.HANDOVER and job.options.retry_ms is not None and not self._stopping:
                 self._watch(job, run.lease.slot, 0)
+
+    async def _handler_task(self, run: _Run, timeout_ms: int | None) -> None:
+        """Run the handler as a task of its own (a worker thread's, or one with a timeout); raise
+        what it raised."""
+        handler = run.handler = asyncio.ensure_future(self._invoke(run.job, run.ctx))
+        try:
+            done, _ = await asyncio.wait({handler}, timeout=None if timeout_ms is None else timeout_ms / 1000)
+        except asyncio.CancelledError:  # the scheduler itself is going away
+            handler.cancel()
+            raise
+        if not done:
+            run.ctx.signal.set(_TIMEOUT)  # set first, so the handler's cleanup sees why
+            handler.cancel()
+            await asyncio.wait({handler})
+        handler.result()
 
     async def _confirm_lease(self, run: _Run) -> bool:
         """Before the handler starts: renew first if little of the lease is left (a loop blocked
