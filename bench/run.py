@@ -36,6 +36,7 @@ PY = {"repo": ROOT / ".venv/bin/python", "peers": BENCH / ".venv-peers/bin/pytho
 PG = "postgresql://postgres@127.0.0.1:5432"
 REDIS_DB = {"anarchon-redis": 11, "arq": 12}
 REPLICAS = 3
+WARMUP_S = 8  # start-up (imports, connections, schema) is over by then, for every scheduler here
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -121,6 +122,16 @@ def reset_store(spec: Spec) -> None:
                        stdout=subprocess.DEVNULL)
 
 
+def proc_cpu(pid: int) -> float | None:
+    """utime+stime of one live process so far, in seconds (None once it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    f = stat[stat.rindex(")") + 2:].split()
+    return (int(f[11]) + int(f[12])) / CLK_TCK
+
+
 def store_cpu(names: tuple[str, ...]) -> float:
     """CPU seconds used so far by every process with one of these names, reaped children included."""
     total = 0
@@ -180,6 +191,9 @@ def one_run(spec: Spec, sc: Scenario, workdir: Path, run_id: str) -> dict[str, A
 
     kill: Kill | None = None
     log = workdir / "starts.jsonl"
+    # Steady-state CPU: each replica's CPU between the end of start-up and the stop, per 45 s.
+    time.sleep(max(0.0, t_launch + WARMUP_S - time.time()))
+    steady0 = {pid: (time.monotonic(), proc_cpu(pid)) for pid in procs}
     if sc.kill_at is not None:
         time.sleep(max(0.0, t_launch + sc.kill_at - time.time()))
         deadline = time.time() + 10
@@ -195,6 +209,12 @@ def one_run(spec: Spec, sc: Scenario, workdir: Path, run_id: str) -> dict[str, A
     time.sleep(max(0.0, t_launch + sc.duration - time.time()))
     stop_t = time.time_ns() // 1_000_000
     live = [pid for pid in procs if pid not in usage]
+    steady: list[float] = []
+    for pid in live:
+        t0, c0 = steady0[pid]
+        c1 = proc_cpu(pid)
+        if c0 is not None and c1 is not None:
+            steady.append((c1 - c0) / (time.monotonic() - t0) * 45)
     for pid in live:
         os.kill(pid, signal.SIGTERM)
     deadline = time.time() + 15
@@ -223,6 +243,7 @@ def one_run(spec: Spec, sc: Scenario, workdir: Path, run_id: str) -> dict[str, A
         kill=kill.__dict__ if kill else None,
         cpu_per_replica_s=statistics.mean(u["cpu_s"] for u in survivors) if survivors else None,
         cpu_replicas_s=[round(u["cpu_s"], 3) for u in survivors],
+        steady_cpu_per_45s=statistics.mean(steady) if steady else None,
         peak_rss_mb=max((u["rss_mb"] for u in usage.values() if u), default=None),
         store_cpu_s=round(cpu1 - cpu0, 3) if spec.store else None,
         backend_calls=calls or None,
@@ -258,6 +279,7 @@ def aggregate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "takeover_ms": summarise([r["takeover_ms"] for r in rs]),
             "takeovers_seen": [r["takeover_ms"] is not None for r in rs],
             "cpu_per_replica_s": summarise([r["cpu_per_replica_s"] for r in rs]),
+            "steady_cpu_per_45s": summarise([r.get("steady_cpu_per_45s") for r in rs]),
             "peak_rss_mb": summarise([r["peak_rss_mb"] for r in rs]),
             "store_cpu_s": summarise([r["store_cpu_s"] for r in rs]),
             "round_trips_per_slot": summarise([r["round_trips_per_slot"] for r in rs]),
@@ -273,15 +295,16 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         lines += [f"### Scenario {scenario}: {sc.jobs} jobs every 1 s, 3 replicas, {secs:.0f} s"
                   + (f", SIGKILL at {meta['kill_at'][scenario]} s" if sc.kill_at else ""), "",
                   "| scheduler | runs | duplicates (each run) | missed (each run) | p50 ms | p99 ms | max ms "
-                  "| gap after kill ms | attempt 2 after kill ms | CPU s / replica | peak RSS MB "
-                  "| store CPU s | backend calls / slot |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| gap after kill ms | attempt 2 after kill ms | CPU s / replica "
+                  "| steady CPU s / replica / 45 s | peak RSS MB | store CPU s | backend calls / slot |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in (r for r in rows if r["scenario"] == scenario):
             lines.append(
                 f"| {r['scheduler']} | {fmt(r['runs'])} | {', '.join(map(str, r['duplicates']))} "
                 f"| {', '.join(map(str, r['missed']))} | {fmt(r['p50_ms'])} | {fmt(r['p99_ms'])} "
                 f"| {fmt(r['max_ms'])} | {fmt(r['gap_after_kill_ms'])} | {fmt(r['takeover_ms'])} "
-                f"| {fmt(r['cpu_per_replica_s'], 2)} | {fmt(r['peak_rss_mb'])} | {fmt(r['store_cpu_s'], 2)} "
+                f"| {fmt(r['cpu_per_replica_s'], 2)} | {fmt(r['steady_cpu_per_45s'], 2)} "
+                f"| {fmt(r['peak_rss_mb'])} | {fmt(r['store_cpu_s'], 2)} "
                 f"| {fmt(r['round_trips_per_slot'], 2)} |")
         lines.append("")
     return "\n".join(lines)
@@ -340,6 +363,7 @@ def main() -> None:
                 print(f"    runs={m['runs']} dup={m['duplicates']} missed={m['missed']} "
                       f"p50={m['latency_ms']['p50']} p99={m['latency_ms']['p99']} "
                       f"cpu/replica={m['cpu_per_replica_s'] and round(m['cpu_per_replica_s'], 2)} "
+                      f"steady/45s={m['steady_cpu_per_45s'] and round(m['steady_cpu_per_45s'], 2)} "
                       f"takeover={m['takeover_ms']} rt/slot={m['round_trips_per_slot']}",
                       flush=True)
                 runs.append(m)

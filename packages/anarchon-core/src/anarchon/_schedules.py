@@ -12,13 +12,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from croniter import CroniterBadDateError, croniter
 
 from ._duration import Duration, parse_duration
 from ._errors import ScheduleError
+
+
+def _croniter() -> Any:
+    """The croniter module, imported on first use: a process with interval jobs only never loads it."""
+    import croniter
+
+    return croniter
 
 __all__ = [
     "At",
@@ -136,7 +141,7 @@ class Cron:
     def __post_init__(self) -> None:
         expr = " ".join(self.expression.split()) if isinstance(self.expression, str) else None
         hint = "use five fields (minute hour day month weekday) or six with seconds last, e.g. '0 8 * * 1-5'"
-        if not expr or len(expr.split()) not in (5, 6) or not croniter.is_valid(expr):
+        if not expr or len(expr.split()) not in (5, 6) or not _croniter().croniter.is_valid(expr):
             raise ScheduleError(f"invalid cron expression {self.expression!r}: {hint}")
         if self.dst_gap not in ("next", "skip"):
             raise ScheduleError(f"invalid dst_gap {self.dst_gap!r}: use 'next' or 'skip'")
@@ -202,7 +207,8 @@ class Cron:
         after_utc = from_ms(after_ms).replace(tzinfo=None)
         # Wall times w whose instant w - offset can exceed `after` satisfy w > after + min offset.
         start = after_utc + lo - timedelta(seconds=1)
-        it = croniter(self.expression, start)
+        lib = _croniter()
+        it = lib.croniter(self.expression, start)
         best: int | None = None
         try:
             for _ in range(100_000):
@@ -212,7 +218,7 @@ class Cron:
                 for slot in self.instants(wall):
                     if slot > after_ms and (best is None or slot < best):
                         best = slot
-        except CroniterBadDateError:
+        except lib.CroniterBadDateError:
             pass
         return best
 
@@ -221,7 +227,8 @@ class Cron:
         lo, hi = self._offsets(at_ms)
         at_utc = from_ms(at_ms).replace(tzinfo=None)
         start = at_utc + hi + timedelta(seconds=1)
-        it = croniter(self.expression, start)
+        lib = _croniter()
+        it = lib.croniter(self.expression, start)
         best: int | None = None
         try:
             for _ in range(100_000):
@@ -231,7 +238,7 @@ class Cron:
                 for slot in self.instants(wall):
                     if slot <= at_ms and (best is None or slot > best):
                         best = slot
-        except CroniterBadDateError:
+        except lib.CroniterBadDateError:
             pass
         return best
 
