@@ -672,8 +672,8 @@ class Scheduler(Generic[B]):
                 self.log.info("%s slot=%s won attempt=%d (%s)", job.name, slot, result.lease.attempt,
                               self.instance_id)
             if self._stopping:
-                self._spawn(cast(LeaseBackend, self.backend).release(result.lease, ReleaseOutcome.HANDOVER)
-                            if self.leases else asyncio.sleep(0))
+                if self.leases:  # won as the instance stops: hand it over at once (batched)
+                    self._spawn(self._send_release(result.lease, ReleaseOutcome.HANDOVER))
                 return
             self._start_run(job, result.lease, sent)
         elif outcome is ClaimOutcome.TAKEN:
