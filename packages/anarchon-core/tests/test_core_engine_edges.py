@@ -6,8 +6,8 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
-from anarchon import JobContext, JobStatus, MemoryBackend, MemoryStore, Scheduler, to_ms
-from anarchon.testing import FaultyBackend, VirtualClock, crash
+from anarchon import JobContext, JobStatus, MemoryBackend, MemoryClaimBackend, MemoryStore, Scheduler, to_ms
+from anarchon.testing import FaultyBackend, SkewedClock, VirtualClock, crash
 
 START = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
 T0 = to_ms(START)
@@ -211,9 +211,15 @@ def test_a_class_whose_instances_are_async_callables_is_a_plain_handler() -> Non
 
     async def main() -> None:
         async with scheduler:
-            await asyncio.sleep(0.5)
-        state = await scheduler.backend.inspect("anarchon", "command")
-        assert state is not None and state.status is JobStatus.DONE, state
+            # Real time on a shared machine: wait for a run to end done (a run still going at the
+            # stop would be handed over, which says nothing about this handler).
+            state = None
+            for _ in range(200):
+                await asyncio.sleep(0.05)
+                state = await scheduler.backend.inspect("anarchon", "command")
+                if state is not None and state.status is JobStatus.DONE:
+                    break
+            assert state is not None and state.status is JobStatus.DONE, state
 
     asyncio.run(main())
     assert made
@@ -246,8 +252,10 @@ def _late_start_cluster(clock: VirtualClock) -> tuple[MemoryStore, _SlowAfterCla
     store = MemoryStore(clock)
     slow = _SlowAfterClaim(store, clock, block_s=3)
     first = Scheduler(slow, instance_id="slow", clock=clock, lease="2s", heartbeat="0.5s", jitter=0)
-    backup = Scheduler(MemoryBackend(store), instance_id="backup", clock=clock, lease="2s",
-                       heartbeat="0.5s", jitter="10ms")
+    # The backup's clock runs 500 ms behind: its boundary claim comes after the blocked winner's
+    # handler would start, so the run's own renewal is what decides (no race in the same loop step).
+    backup = Scheduler(MemoryBackend(store), instance_id="backup", clock=SkewedClock(clock, -500),
+                       lease="2s", heartbeat="0.5s", jitter=0)
     return store, slow, [first, backup]
 
 
@@ -273,7 +281,8 @@ def test_a_run_whose_lease_ran_out_before_it_started_renews_first_and_runs_once(
             await s.stop()
 
     clock.run(main())
-    assert runs == [("slow", T0 + 60_000, 1)], runs
+    # (The backup, 500 ms behind, also sees 10:00:00 as a boundary at start; only 10:01 is blocked.)
+    assert [r for r in runs if r[1] == T0 + 60_000] == [("slow", T0 + 60_000, 1)], runs
 
 
 def test_a_run_whose_lease_was_taken_over_before_it_started_does_not_start(caplog: Any) -> None:
@@ -341,3 +350,80 @@ def test_stop_cancels_an_async_handler_that_ignores_the_signal_and_hands_it_over
         await other.stop()
 
     clock.run(main())
+
+
+_EXITS = """
+import asyncio, sys
+from datetime import UTC, datetime
+from anarchon import MemoryBackend, MemoryStore, Scheduler
+from anarchon.testing import VirtualClock
+
+clock = VirtualClock(datetime(2026, 12, 1, 10, 0, tzinfo=UTC))
+backend = MemoryBackend(MemoryStore(clock))
+scheduler = Scheduler(backend, clock=clock, lease="6s", heartbeat="1s")
+
+@scheduler.every("exits", "1m", catch_up=0)
+async def exits() -> None:
+    raise {exc}
+
+async def main() -> None:
+    async with scheduler:
+        await asyncio.sleep(120)
+
+try:
+    clock.run(main())
+except BaseException as exc:
+    print(type(exc).__name__, backend.store.jobs[(scheduler.namespace, "exits")].current.status.value)
+"""
+
+
+def test_a_handler_that_ends_the_process_leaves_its_run_for_a_handover() -> None:
+    # SystemExit or KeyboardInterrupt from a handler ends the process, not the run: the run is
+    # released as a handover (another replica runs it), never recorded as done. In a subprocess,
+    # because the exception goes through the event loop and out of it.
+    import subprocess
+    import sys
+
+    for exc in ("SystemExit(3)", "KeyboardInterrupt()"):
+        out = subprocess.run([sys.executable, "-c", _EXITS.format(exc=exc)], capture_output=True, text=True,
+                             timeout=60)
+        assert out.stdout.split() == [exc.split("(")[0], "released"], (out.stdout, out.stderr[-2000:])
+
+
+class _GatedClaims(MemoryClaimBackend):
+    """Claims wait for `gate`: a claim in flight when stop() is called."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        super().__init__(clock=clock)
+        self.gate = asyncio.Event()
+        self.waiting = asyncio.Event()
+
+    async def claim(self, request: Any) -> Any:
+        self.waiting.set()
+        await self.gate.wait()
+        return await super().claim(request)
+
+
+def test_a_claim_only_slot_won_during_stop_still_runs() -> None:
+    # A claim-only backend has no handover: the other replicas were told `taken`. A slot won while
+    # this instance stops must run here (with its signal set), or nobody runs it.
+    clock = VirtualClock(START)
+    ran: list[tuple[int, bool]] = []
+
+    async def main() -> None:
+        backend = _GatedClaims(clock)
+        scheduler = Scheduler(backend, clock=clock, stop_timeout="2s")
+
+        @scheduler.every("gated", "1m")
+        async def gated(ctx: JobContext) -> None:
+            ran.append((ctx.slot, ctx.cancelled))
+
+        await scheduler.start()
+        await backend.waiting.wait()  # the 10:01 claim is in flight
+        stopping = asyncio.ensure_future(scheduler.stop())
+        await asyncio.sleep(0.5)
+        backend.gate.set()
+        await stopping
+
+    clock.run(main())
+    assert ran == [(T0 + 60_000, True)], ran

@@ -671,9 +671,10 @@ class Scheduler(Generic[B]):
             else:
                 self.log.info("%s slot=%s won attempt=%d (%s)", job.name, slot, result.lease.attempt,
                               self.instance_id)
-            if self._stopping:
-                if self.leases:  # won as the instance stops: hand it over at once (batched)
-                    self._spawn(self._send_release(result.lease, ReleaseOutcome.HANDOVER))
+            if self._stopping and self.leases:
+                # Won as the instance stops: hand it over at once (batched). A claim-only slot has
+                # no handover (the others were told `taken`), so it runs, its signal already set.
+                self._spawn(self._send_release(result.lease, ReleaseOutcome.HANDOVER))
                 return
             self._start_run(job, result.lease, sent)
         elif outcome is ClaimOutcome.TAKEN:
@@ -732,6 +733,8 @@ class Scheduler(Generic[B]):
             logger=job.logger or logging.getLogger(f"anarchon.job.{job.name}"),
         )
         run = _Run(job, lease, ctx, sent, deadline=sent + job.options.lease_ms / 1000)
+        if self._stopping:
+            ctx.signal.set(_STOP)
         self._runs.add(run)
         run.task = self._spawn(self._run(run))
 
@@ -780,6 +783,10 @@ class Scheduler(Generic[B]):
         except asyncio.CancelledError as exc:
             error = exc
             outcome = ReleaseOutcome.HANDOVER
+        except BaseException as exc:  # SystemExit or KeyboardInterrupt from the handler: unfinished
+            error = exc
+            outcome = ReleaseOutcome.HANDOVER
+            raise
         finally:
             if run.heartbeat_timer is not None:
                 run.heartbeat_timer.cancel()
