@@ -34,7 +34,7 @@ ROOT = BENCH.parent
 PY = {"repo": ROOT / ".venv/bin/python", "peers": BENCH / ".venv-peers/bin/python",
       "aps4": BENCH / ".venv-aps4/bin/python"}
 PG = "postgresql://postgres@127.0.0.1:5432"
-REDIS_DB = {"anarchon-redis": 11, "arq": 12}
+REDIS_DB = {"anarchon-redis": 11, "arq": 12, "anarchon-redis-stream": 13}
 REPLICAS = 3
 WARMUP_S = 8  # start-up (imports, connections, schema) is over by then, for every scheduler here
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -88,6 +88,9 @@ def specs(workdir: Path) -> list[Spec]:
              f"redis://127.0.0.1:6379/{REDIS_DB['anarchon-redis']}", redis_db=REDIS_DB["anarchon-redis"]),
         Spec("anarchon-postgresql", "repo", "anarchon_replica.py", ("postgres",),
              f"{PG}/bench_anarchon", database="bench_anarchon"),
+        Spec("anarchon-redis-stream", "repo", "anarchon_replica.py", ("redis-server",),
+             f"redis+stream://127.0.0.1:6379/{REDIS_DB['anarchon-redis-stream']}",
+             redis_db=REDIS_DB["anarchon-redis-stream"]),
         Spec("anarchon-rabbitmq", "repo", "anarchon_replica.py", ("beam.smp",),
              "amqp://guest:guest@127.0.0.1:5672/"),
         Spec("anarchon-nats", "repo", "anarchon_replica.py", ("nats-server",),
@@ -130,6 +133,18 @@ def proc_cpu(pid: int) -> float | None:
         return None
     f = stat[stat.rindex(")") + 2:].split()
     return (int(f[11]) + int(f[12])) / CLK_TCK
+
+
+def proc_hwm_mb(pid: int) -> float | None:
+    """A live process's peak RSS (VmHWM) in MB. Not `ru_maxrss` from wait4: on Linux that carries
+    over the RSS the parent (this script, after analysing a big run) had when it forked the child."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
 
 
 def store_cpu(names: tuple[str, ...]) -> float:
@@ -190,6 +205,7 @@ def one_run(spec: Spec, sc: Scenario, workdir: Path, run_id: str) -> dict[str, A
         usage[pid] = {"cpu_s": ru.ru_utime + ru.ru_stime, "rss_mb": ru.ru_maxrss / 1024}
 
     kill: Kill | None = None
+    hwm: dict[int, float | None] = {}  # each replica's peak RSS, read just before it is signalled
     log = workdir / "starts.jsonl"
     # Steady-state CPU: each replica's CPU between the end of start-up and the stop, per 45 s.
     time.sleep(max(0.0, t_launch + WARMUP_S - time.time()))
@@ -201,6 +217,7 @@ def one_run(spec: Spec, sc: Scenario, workdir: Path, run_id: str) -> dict[str, A
             now_ms = time.time_ns() // 1_000_000
             rec = tail_latest_start(log, set(procs), now_ms - int(sc.sleep * 1000 * 0.75))
             if rec is not None:
+                hwm[rec["pid"]] = proc_hwm_mb(rec["pid"])
                 os.kill(rec["pid"], signal.SIGKILL)
                 kill = Kill(rec["pid"], time.time_ns() // 1_000_000, rec["job"], rec["fire"])
                 reap(rec["pid"])
@@ -216,6 +233,7 @@ def one_run(spec: Spec, sc: Scenario, workdir: Path, run_id: str) -> dict[str, A
         if c0 is not None and c1 is not None:
             steady.append((c1 - c0) / (time.monotonic() - t0) * 45)
     for pid in live:
+        hwm[pid] = proc_hwm_mb(pid)
         os.kill(pid, signal.SIGTERM)
     deadline = time.time() + 15
     for pid in live:
@@ -244,7 +262,7 @@ def one_run(spec: Spec, sc: Scenario, workdir: Path, run_id: str) -> dict[str, A
         cpu_per_replica_s=statistics.mean(u["cpu_s"] for u in survivors) if survivors else None,
         cpu_replicas_s=[round(u["cpu_s"], 3) for u in survivors],
         steady_cpu_per_45s=statistics.mean(steady) if steady else None,
-        peak_rss_mb=max((u["rss_mb"] for u in usage.values() if u), default=None),
+        peak_rss_mb=max((v for v in hwm.values() if v is not None), default=None),
         store_cpu_s=round(cpu1 - cpu0, 3) if spec.store else None,
         backend_calls=calls or None,
         round_trips_per_slot=(round_trips / metrics["distinct_fires"]
