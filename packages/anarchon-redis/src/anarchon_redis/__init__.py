@@ -23,8 +23,9 @@ and `script`.
 Redis without persistence forgets every record on restart: see docs/backends/redis.md.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from anarchon.backends import lazy_exports
 
 if TYPE_CHECKING:
     from ._lease import RedisBackend, ValkeyBackend
@@ -44,16 +45,4 @@ _EXPORTS = {
 
 if not TYPE_CHECKING:
     # Hidden from type checkers, which would otherwise accept any name imported from this package.
-    def __getattr__(name: str) -> Any:
-        """Import a public name from its private module on first use."""
-        module = _EXPORTS.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-        globals()[name] = value
-        return value
-
-
-def __dir__() -> list[str]:
-    """The module's names, the ones not imported yet included."""
-    return sorted({*globals(), *__all__})
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

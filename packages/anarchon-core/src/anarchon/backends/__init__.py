@@ -1,6 +1,6 @@
 """Backend interfaces, result types, the claim decision, and the in-process reference backends."""
 
-from ._base import BackendBase, redact_url
+from ._base import BackendBase, lazy_exports, redact_url
 from ._decide import ClaimDecision, LeaseRecord, decide
 from ._memory import MemoryBackend, MemoryClaimBackend, MemoryStore
 from ._protocols import (
@@ -40,5 +40,6 @@ __all__ = [
     "ReleaseManyBackend",
     "ReleaseOutcome",
     "decide",
+    "lazy_exports",
     "redact_url",
 ]

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import ClassVar
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 from urllib.parse import urlsplit, urlunsplit
 
 from ._protocols import Capability, ClaimRequest, ClaimResult, ReleaseCallback
 
-__all__ = ["BackendBase", "redact_url"]
+__all__ = ["BackendBase", "lazy_exports", "redact_url"]
 
 
 def redact_url(url: str) -> str:
@@ -32,6 +34,26 @@ def redact_url(url: str) -> str:
             pieces.append(f"{key}=***" if sep and key.lower() in {"password", "pass", "pwd"} else piece)
         query = "&".join(pieces)
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def lazy_exports(
+    module: str, exports: dict[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """PEP 562 `__getattr__` and `__dir__` for a package whose public names (and client library) are
+    imported on first use: `exports` maps each name to the private submodule that defines it."""
+
+    def __getattr__(name: str) -> Any:
+        submodule = exports.get(name)
+        if submodule is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{module}.{submodule}"), name)
+        setattr(sys.modules[module], name, value)
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*vars(sys.modules[module]), *exports})
+
+    return __getattr__, __dir__
 
 
 class BackendBase:
