@@ -259,6 +259,15 @@ def _late_start_cluster(clock: VirtualClock) -> tuple[MemoryStore, _SlowAfterCla
     return store, slow, [first, backup]
 
 
+async def _run_for(schedulers: list[Scheduler[Any]], seconds: float) -> None:
+    """Start every scheduler, let `seconds` of virtual time pass, stop them all."""
+    for s in schedulers:
+        await s.start()
+    await asyncio.sleep(seconds)
+    for s in schedulers:
+        await s.stop()
+
+
 def test_a_run_whose_lease_ran_out_before_it_started_renews_first_and_runs_once() -> None:
     # The winner's loop was blocked for longer than the lease between the claim and the handler's
     # start. Nobody took the slot over yet, so a renewal succeeds and the run goes ahead, once; a
@@ -273,14 +282,7 @@ def test_a_run_whose_lease_ran_out_before_it_started_renews_first_and_runs_once(
 
         s.every("report", "1m", job, catch_up=0)
 
-    async def main() -> None:
-        for s in schedulers:
-            await s.start()
-        await asyncio.sleep(70)
-        for s in schedulers:
-            await s.stop()
-
-    clock.run(main())
+    clock.run(_run_for(schedulers, 70))
     # (The backup, 500 ms behind, also sees 10:00:00 as a boundary at start; only 10:01 is blocked.)
     assert [r for r in runs if r[1] == T0 + 60_000] == [("slow", T0 + 60_000, 1)], runs
 
@@ -304,14 +306,7 @@ def test_a_run_whose_lease_was_taken_over_before_it_started_does_not_start(caplo
 
     slow.meanwhile = takeover
 
-    async def main() -> None:
-        for s in schedulers:
-            await s.start()
-        await asyncio.sleep(70)
-        for s in schedulers:
-            await s.stop()
-
-    clock.run(main())
+    clock.run(_run_for(schedulers, 70))
     assert ("slow", T0 + 60_000, 1) not in runs, runs
     assert "not started: the claim is 3000 ms old" in caplog.text
 
