@@ -422,3 +422,41 @@ def test_a_claim_only_slot_won_during_stop_still_runs() -> None:
 
     clock.run(main())
     assert ran == [(T0 + 60_000, True)], ran
+
+
+class _SlowReleases(MemoryBackend):
+    """Releases wait `delay_s` in a queue before the store applies them; claims and renewals do not
+    (an overloaded store whose release batches queue behind other work)."""
+
+    def __init__(self, store: MemoryStore, delay_s: float) -> None:
+        super().__init__(store)
+        self.delay_s = delay_s
+
+    async def release_many(self, releases: Any) -> list[bool]:
+        await asyncio.sleep(self.delay_s)
+        return await super().release_many(releases)
+
+
+def test_a_finished_run_keeps_its_lease_while_its_release_is_slow(caplog: Any) -> None:
+    # The handler returns at once, but the store applies the release 5 s later (lease 2 s). The
+    # lease must be renewed until the release lands: once it ran out, the backup took the slot
+    # over as attempt 2 and ran a slot that had already completed.
+    clock = VirtualClock(START)
+    store = MemoryStore(clock)
+    schedulers = [Scheduler(_SlowReleases(store, 5), instance_id=f"i{k}", clock=clock, lease="2s",
+                            heartbeat="0.5s") for k in range(2)]
+    runs: list[tuple[str, int, int]] = []
+    for s in schedulers:
+        async def job(ctx: JobContext) -> None:
+            runs.append((ctx.instance_id, ctx.slot, ctx.attempt))
+
+        s.every("report", "1m", job, catch_up=0)
+
+    async def main() -> None:
+        await _run_for(schedulers, 70)
+        state = await MemoryBackend(store).inspect("anarchon", "report")
+        assert state is not None and state.status is JobStatus.DONE and state.attempt == 1, state
+
+    clock.run(main())
+    assert [r for r in runs if r[1] == T0 + 60_000] == [(runs[0][0], T0 + 60_000, 1)], runs
+    assert "lease lost" not in caplog.text

@@ -136,6 +136,8 @@ class _Run:
     heartbeat_timer: asyncio.TimerHandle | None = None
     in_handler: bool = False
     """True while `task` is awaiting an async handler in place (no handler task)."""
+    releasing: bool = False
+    """True once the handler is over and its outcome is being released (the lease still renewed)."""
     lost: bool = False
     deadline: float = 0.0
     """Loop time until which the lease is surely still ours (kept by the heartbeat)."""
@@ -788,16 +790,19 @@ class Scheduler(Generic[B]):
             outcome = ReleaseOutcome.HANDOVER
             raise
         finally:
+            if run.lost:
+                outcome = None
+            if outcome is not None and self.leases:
+                # The lease is renewed until the release lands: a release queued behind other work
+                # in a busy store must not let the lease run out, or a backup re-runs a finished slot.
+                run.releasing = True
+                await self._release(run, outcome)
             if run.heartbeat_timer is not None:
                 run.heartbeat_timer.cancel()
             if run.heartbeat is not None:
                 run.heartbeat.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await run.heartbeat
-            if run.lost:
-                outcome = None
-            if outcome is not None and self.leases:
-                await self._release(run, outcome)
             self._runs.discard(run)
             elapsed = int((time.monotonic() - started) * 1000)
             if outcome is ReleaseOutcome.DONE:
@@ -974,6 +979,9 @@ class Scheduler(Generic[B]):
             else:
                 await asyncio.sleep(max(0.0, min(interval, remaining)))
             sent = loop.time()
+            if run.releasing and (remaining <= interval or sent >= deadline):
+                self._unconfirmed_release(run)
+                return
             if remaining <= interval or sent >= deadline:
                 late = int((sent - deadline) * 1000)
                 why = ("the store did not confirm a renewal before the lease ended" if remaining <= interval
@@ -995,7 +1003,10 @@ class Scheduler(Generic[B]):
                     elif not renewal.cancelled():
                         renewal.exception()  # mark it seen: a failure as the run ends is no news
                 if not done:
-                    self._lose(run, "the store did not answer the renewal before the lease ended")
+                    if run.releasing:
+                        self._unconfirmed_release(run)
+                    else:
+                        self._lose(run, "the store did not answer the renewal before the lease ended")
                     return
                 renewed = renewal.result()
             except Exception as exc:
@@ -1003,10 +1014,16 @@ class Scheduler(Generic[B]):
                                  fmt_slot(run.lease.slot), _short(exc))
                 continue
             if renewed is None:
-                self._lose(run, "another instance took the slot over, or the record changed")
+                if not run.releasing:  # (while releasing: the release landed first)
+                    self._lose(run, "another instance took the slot over, or the record changed")
                 return
             run.lease = renewed
             deadline = run.deadline = sent + opts.lease_ms / 1000
+
+    def _unconfirmed_release(self, run: _Run) -> None:
+        self.log.warning("%s slot=%s attempt=%d: the store confirmed neither the release nor a renewal "
+                         "before the lease ended; a backup may run the slot again", run.job.name,
+                         fmt_slot(run.lease.slot), run.lease.attempt)
 
     def _lose(self, run: _Run, why: str) -> None:
         run.lost = True
