@@ -55,7 +55,7 @@ Tiers follow the capabilities the backend declares (`anarchon.Capability`):
 - `lease`: every row of the DESIGN §3 table, renew only by the owner, release as done, failed
   and handover, `max_attempts`, increasing tokens, namespaces, odd names, the store's clock,
   takeover races, and the model-based comparison with `MemoryBackend`;
-- `claim_many`, `release_many`, `inspect`, `notify`: their own contracts.
+- `claim_many`, `release_many`, `renew_many`, `inspect`, `notify`: their own contracts.
 
 A backend that does not declare a capability is skipped for that tier, with a reason saying it
 "does not declare" the capability; a declared capability that fails is a failure.

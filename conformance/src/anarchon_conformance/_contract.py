@@ -20,6 +20,7 @@ __all__ = [
     "TestLeaseContract",
     "TestNotifyContract",
     "TestReleaseManyContract",
+    "TestRenewManyContract",
 ]
 
 ODD_NAMES = [
@@ -502,6 +503,55 @@ class TestReleaseManyContract:
 
     async def test_empty_batch(self, anarchon_kit: Kit) -> None:
         assert list(await anarchon_kit.backend.release_many([])) == []
+
+
+class TestRenewManyContract:
+    """`renew_many`: a batch of renewals in one round trip, each judged as `renew` judges it."""
+
+    pytestmark = tier("renew_many")
+
+    async def test_each_renewal_is_judged_alone(self, anarchon_kit: Kit) -> None:
+        from dataclasses import replace
+
+        live = await anarchon_kit.won("live", "a", lease_ms=SHORT_LEASE_MS)
+        forged = await anarchon_kit.won("forged", "a")
+        released = await anarchon_kit.won("released", "a")
+        assert await anarchon_kit.release(released, ReleaseOutcome.DONE)
+        stale = await anarchon_kit.won("stale", "a", lease_ms=SHORT_LEASE_MS)
+        await anarchon_kit.expire()
+        other = await anarchon_kit.client()
+        taken = await anarchon_kit.claim("stale", "b", on=other)
+        assert taken.outcome is ClaimOutcome.WON and taken.lease is not None
+        live_ms = anarchon_kit.long_lease_ms
+        results = list(await anarchon_kit.backend.renew_many([
+            (live, live_ms),
+            (replace(forged, token=forged.token + 1), live_ms),
+            (released, live_ms),
+            (stale, live_ms),
+        ]))
+        assert len(results) == 4, results
+        renewed, *lost = results
+        assert lost == [None, None, None], f"only the owner's live lease renews: {results}"
+        assert renewed is not None, "the owner's renew in a batch must succeed (expired but untaken)"
+        assert (renewed.slot, renewed.token, renewed.owner, renewed.attempt) == (
+            live.slot, live.token, live.owner, live.attempt,
+        )
+        assert renewed.expires_at > live.expires_at
+        # The renewed lease holds past the short lease it replaced; the others changed nothing.
+        assert (await anarchon_kit.claim("live", "b", on=other)).outcome is ClaimOutcome.TAKEN
+        assert await anarchon_kit.renew(forged) is not None, "a forged renewal in a batch changed state"
+        assert (await anarchon_kit.claim("released", "b", on=other)).outcome is ClaimOutcome.DONE
+        assert await anarchon_kit.renew(taken.lease, on=other) is not None
+
+    async def test_a_renewed_lease_is_released_as_before(self, anarchon_kit: Kit) -> None:
+        lease = await anarchon_kit.won("job", "a")
+        [renewed] = await anarchon_kit.backend.renew_many([(lease, anarchon_kit.long_lease_ms)])
+        assert renewed is not None
+        assert await anarchon_kit.release(renewed, ReleaseOutcome.DONE)
+        assert list(await anarchon_kit.backend.renew_many([(lease, anarchon_kit.long_lease_ms)])) == [None]
+
+    async def test_empty_batch(self, anarchon_kit: Kit) -> None:
+        assert list(await anarchon_kit.backend.renew_many([])) == []
 
 
 class TestInspectContract:

@@ -10,6 +10,7 @@ from ._contract import (
     TestLeaseContract,
     TestNotifyContract,
     TestReleaseManyContract,
+    TestRenewManyContract,
 )
 from ._model import TestModel
 from ._races import TestExactCount, TestRaces
@@ -24,4 +25,5 @@ __all__ = [
     "TestNotifyContract",
     "TestRaces",
     "TestReleaseManyContract",
+    "TestRenewManyContract",
 ]

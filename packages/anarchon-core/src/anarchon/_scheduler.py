@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import Any, Generic, Self, TypeVar, Unpack, cast, overload
 
 from . import _options
+from ._batch import StepBatcher
 from ._clock import Clock, SystemClock
 from ._context import CancelSignal, JobContext
 from ._duration import Duration, parse_duration
@@ -41,6 +42,7 @@ from .backends import (
     Overlap,
     ReleaseManyBackend,
     ReleaseOutcome,
+    RenewManyBackend,
 )
 
 __all__ = ["Job", "Scheduler"]
@@ -238,8 +240,15 @@ class Scheduler(Generic[B]):
         self._rng = random.Random()
         self._slot_draws: dict[tuple[int, int], float] = {}
         self._horizon_ms: int | None = None
-        # Releases waiting to go out together in one `release_many` (with capability release_many).
-        self._releases: list[tuple[Lease, ReleaseOutcome, asyncio.Future[bool]]] = []
+        # Releases and renewals made in one loop step go out together where the backend batches them.
+        self._releases: StepBatcher[tuple[Lease, ReleaseOutcome], bool] | None = None
+        if Capability.RELEASE_MANY in self.backend.capabilities:
+            self._releases = StepBatcher(cast(ReleaseManyBackend, self.backend).release_many, self._spawn,
+                                         f"{self.backend!r}.release_many")
+        self._renewals: StepBatcher[tuple[Lease, int], Lease | None] | None = None
+        if Capability.RENEW_MANY in self.backend.capabilities:
+            self._renewals = StepBatcher(cast(RenewManyBackend, self.backend).renew_many, self._spawn,
+                                         f"{self.backend!r}.renew_many")
 
     @classmethod
     def from_url(cls, url: str, **settings: Any) -> Scheduler[Any]:
@@ -839,7 +848,7 @@ class Scheduler(Generic[B]):
             return True
         late = int((loop.time() - run.claimed_at) * 1000)
         sent = loop.time()
-        renewal = asyncio.ensure_future(cast(LeaseBackend, self.backend).renew(run.lease, opts.lease_ms))
+        renewal = asyncio.ensure_future(self._send_renew(run.lease, opts.lease_ms))
         try:
             done, _ = await asyncio.wait({renewal}, timeout=opts.lease_ms / 1000)
         finally:
@@ -926,36 +935,15 @@ class Scheduler(Generic[B]):
 
     def _send_release(self, lease: Lease, outcome: ReleaseOutcome) -> Awaitable[bool]:
         """Release one run; with `release_many`, together with the other runs ending now."""
-        if Capability.RELEASE_MANY not in self.backend.capabilities:
+        if self._releases is None:
             return cast(LeaseBackend, self.backend).release(lease, outcome)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[bool] = loop.create_future()
-        if not self._releases:
-            loop.call_soon(self._flush_releases)
-        self._releases.append((lease, outcome, future))
-        return future
+        return self._releases.submit((lease, outcome))
 
-    def _flush_releases(self) -> None:
-        batch, self._releases = self._releases, []
-        if batch:
-            self._spawn(self._release_batch(batch))
-
-    async def _release_batch(self, batch: list[tuple[Lease, ReleaseOutcome, asyncio.Future[bool]]]) -> None:
-        backend = cast(ReleaseManyBackend, self.backend)
-        try:
-            results = await backend.release_many([(lease, outcome) for lease, outcome, _ in batch])
-            if len(results) != len(batch):
-                raise AnarchonError(
-                    f"{backend!r}.release_many returned {len(results)} results for {len(batch)} releases"
-                )
-        except Exception as exc:  # each run's own retry loop decides what to do
-            for _, _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-            return
-        for (_, _, future), ok in zip(batch, results, strict=True):
-            if not future.done():
-                future.set_result(ok)
+    def _send_renew(self, lease: Lease, lease_ms: int) -> Awaitable[Lease | None]:
+        """Renew one lease; with `renew_many`, together with the other renewals made now."""
+        if self._renewals is None:
+            return cast(LeaseBackend, self.backend).renew(lease, lease_ms)
+        return self._renewals.submit((lease, lease_ms))
 
     def _start_heartbeat(self, run: _Run) -> None:
         run.heartbeat_timer = None
@@ -994,7 +982,7 @@ class Scheduler(Generic[B]):
                 # A renewal that hangs (a partition) must not outlast the lease: past the deadline
                 # a backup may already run the slot. (asyncio.wait, not wait_for: on Python 3.11
                 # wait_for can swallow a cancellation that arrives as the renewal completes.)
-                renewal = asyncio.ensure_future(backend.renew(run.lease, opts.lease_ms))
+                renewal = asyncio.ensure_future(self._send_renew(run.lease, opts.lease_ms))
                 try:
                     done, _ = await asyncio.wait({renewal}, timeout=deadline - sent)
                 finally:

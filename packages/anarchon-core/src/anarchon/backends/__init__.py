@@ -17,6 +17,7 @@ from ._protocols import (
     ReleaseCallback,
     ReleaseManyBackend,
     ReleaseOutcome,
+    RenewManyBackend,
 )
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "ReleaseCallback",
     "ReleaseManyBackend",
     "ReleaseOutcome",
+    "RenewManyBackend",
     "decide",
     "lazy_exports",
     "redact_url",

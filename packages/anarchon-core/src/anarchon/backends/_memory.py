@@ -98,7 +98,7 @@ class MemoryBackend(BackendBase):
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.CLAIM_MANY, Capability.INSPECT,
-         Capability.RELEASE_MANY}
+         Capability.RELEASE_MANY, Capability.RENEW_MANY}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("memory",)
 
@@ -180,16 +180,24 @@ class MemoryBackend(BackendBase):
 
     async def renew(self, lease: Lease, lease_ms: int) -> Lease | None:
         """Extend a lease still owned by its holder (see `LeaseBackend.renew`)."""
+        return (await self.renew_many([(lease, lease_ms)]))[0]
+
+    async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
+        """Extend a batch of leases in one call (see `RenewManyBackend.renew_many`)."""
+        results: list[Lease | None] = []
         with self.store.lock:
             self.store.calls += 1
-            rec = self._find(lease)
-            if rec is None or rec.status is not JobStatus.RUNNING:
-                return None
             now = self._now()
-            rec.expires_at = now + lease_ms
-            rec.updated_at = now
-            return Lease(lease.namespace, lease.job, lease.slot, lease.attempt, lease.token,
-                         lease.owner, rec.expires_at)
+            for lease, lease_ms in renewals:
+                rec = self._find(lease)
+                if rec is None or rec.status is not JobStatus.RUNNING:
+                    results.append(None)
+                    continue
+                rec.expires_at = now + lease_ms
+                rec.updated_at = now
+                results.append(Lease(lease.namespace, lease.job, lease.slot, lease.attempt, lease.token,
+                                     lease.owner, rec.expires_at))
+        return results
 
     async def release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
         """End a run (see `LeaseBackend.release`), and push it to subscribers."""

@@ -26,6 +26,7 @@ __all__ = [
     "ReleaseCallback",
     "ReleaseManyBackend",
     "ReleaseOutcome",
+    "RenewManyBackend",
 ]
 
 
@@ -44,6 +45,8 @@ class Capability(enum.StrEnum):
     """`inspect` and `jobs` read the stored records."""
     RELEASE_MANY = "release_many"
     """`release_many` ends a batch of runs in one store round trip (lease backends)."""
+    RENEW_MANY = "renew_many"
+    """`renew_many` extends a batch of leases in one store round trip (lease backends)."""
 
 
 class ClaimOutcome(enum.StrEnum):
@@ -296,5 +299,17 @@ class ReleaseManyBackend(LeaseBackend, Protocol):
 
         - Each item is judged on its own: a stale lease is ignored (False) and does not fail the rest.
         - Handovers are pushed as `release` pushes them.
+        """
+        ...
+
+
+@runtime_checkable
+class RenewManyBackend(LeaseBackend, Protocol):
+    """A lease backend that also extends a batch of leases at once (capability `renew_many`)."""
+
+    async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
+        """Renew each `(lease, lease_ms)` as `renew` would, in one round trip; results are in order.
+
+        - Each item is judged on its own: a lost lease is None and does not fail the rest.
         """
         ...

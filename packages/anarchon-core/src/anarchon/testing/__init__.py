@@ -29,6 +29,7 @@ from ..backends import (
     ReleaseCallback,
     ReleaseManyBackend,
     ReleaseOutcome,
+    RenewManyBackend,
 )
 
 if TYPE_CHECKING:
@@ -297,6 +298,11 @@ class FaultyBackend:
         """Release a batch, unless crashed or frozen (declared when the wrapped backend declares it)."""
         await self._gate()
         return await cast(ReleaseManyBackend, self.inner).release_many(releases)
+
+    async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
+        """Renew a batch, unless crashed or frozen (declared when the wrapped backend declares it)."""
+        await self._gate()
+        return await cast(RenewManyBackend, self.inner).renew_many(renewals)
 
     async def inspect(self, namespace: str, job: str) -> JobState | None:
         """Inspect through the wrapped backend."""
