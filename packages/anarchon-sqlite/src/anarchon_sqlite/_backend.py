@@ -136,7 +136,7 @@ class SqliteBackend(BackendBase):
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {Capability.CLAIM, Capability.LEASE, Capability.INSPECT, Capability.CLAIM_MANY,
-         Capability.RELEASE_MANY}
+         Capability.RELEASE_MANY, Capability.RENEW_MANY}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("sqlite",)
 
@@ -416,17 +416,26 @@ class SqliteBackend(BackendBase):
     async def renew(self, lease: Lease, lease_ms: int) -> Lease | None:
         """Extend a lease still held by its owner, in one UPDATE (see `LeaseBackend.renew`)."""
         db = self._connection("renew")
+        return await self._call(db, "renew", lambda conn: self._renew_one(conn, lease, lease_ms))
+
+    async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
+        """Extend a batch of leases in one `BEGIN IMMEDIATE` transaction; results in order."""
+        if not renewals:
+            return []
+        db = self._connection("renew")
+
+        def body(conn: Conn) -> list[Lease | None]:
+            return [self._renew_one(conn, lease, lease_ms) for lease, lease_ms in renewals]
+
+        return await self._call(db, "renew", _transaction(body))
+
+    def _renew_one(self, conn: Conn, lease: Lease, lease_ms: int) -> Lease | None:
         params = (lease_ms, lease.namespace, lease.job, lease.slot, lease.token, lease.owner)
-
-        def renew(conn: Conn) -> int | None:
-            found = conn.execute(self._sql_renew, params).fetchone()
-            return None if found is None else int(found[0])
-
-        expires_at = await self._call(db, "renew", renew)
-        if expires_at is None:
+        found = conn.execute(self._sql_renew, params).fetchone()
+        if found is None:
             return None
         return Lease(lease.namespace, lease.job, lease.slot, lease.attempt, lease.token, lease.owner,
-                     expires_at)
+                     int(found[0]))
 
     async def release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
         """End a run: done, failed or released for handover (see `LeaseBackend.release`)."""
