@@ -502,3 +502,40 @@ def test_renewals_made_together_go_out_in_one_renew_many() -> None:
     # One batch renews all 40 before they start; then each heartbeat renews the 40 together.
     assert backend.batches[0] == 40, backend.batches
     assert len(backend.batches) <= 6 and min(backend.batches) == 40, backend.batches
+
+
+def test_stop_called_from_a_handler_does_not_wait_for_that_handler() -> None:
+    # A job that shuts its own scheduler down (a one-off migration, a "drain" job): stop() used to
+    # wait for every run, the caller's own included, until stop_timeout, then cancel the caller and
+    # hand its slot over for a re-run. It now begins the stop and returns; the scheduler stops once
+    # the handler has returned, and the run is recorded done.
+    clock = VirtualClock(START)
+    store = MemoryStore(clock)
+    scheduler = Scheduler(MemoryBackend(store), clock=clock, stop_timeout="30s")
+    events: list[tuple[str, float]] = []
+
+    @scheduler.every("drain", "1m")
+    async def drain(ctx: JobContext) -> None:
+        events.append(("handler", clock.seconds))
+        await scheduler.stop()
+        events.append(("stop returned", clock.seconds))
+        assert ctx.cancelled  # the stop signals every run, this one too
+        await asyncio.sleep(1)
+        events.append(("handler ends", clock.seconds))
+
+    async def main() -> None:
+        await scheduler.start()
+        for _ in range(240):  # two minutes at most
+            if events and not scheduler.running:
+                break
+            await asyncio.sleep(0.5)
+        events.append(("stopped", clock.seconds))
+        state = await MemoryBackend(store).inspect("anarchon", "drain")
+        assert state is not None and state.status is JobStatus.DONE and state.attempt == 1, state
+
+    clock.run(main())
+    names = [name for name, _ in events]
+    assert names == ["handler", "stop returned", "handler ends", "stopped"], events
+    started = events[0][1]
+    assert events[1][1] - started < 0.1, events
+    assert events[3][1] - started < 3, f"the stop waited for its own caller: {events}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import heapq
 import inspect
 import logging
@@ -59,6 +60,9 @@ _BATCH_WINDOW_MS = 5
 # delay: few round trips, yet each replica wins about its share of every boundary.
 _JITTER_GROUPS = 4
 _STOP = "stop"
+# The scheduler whose run the current task (or a task it started) is executing.
+_IN_RUN: contextvars.ContextVar[Scheduler[Any] | None] = contextvars.ContextVar("anarchon_in_run",
+                                                                                 default=None)
 _LEASE_LOST = "lease lost"
 _TIMEOUT = "timeout"
 
@@ -233,6 +237,8 @@ class Scheduler(Generic[B]):
         self._wake: asyncio.Event | None = None
         self._main: asyncio.Task[None] | None = None
         self._lag: asyncio.Task[None] | None = None
+        self._stop_task: asyncio.Task[None] | None = None
+        """A stop begun from inside a handler (see `stop`)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running = False
         self._stopping = False
@@ -430,8 +436,18 @@ class Scheduler(Generic[B]):
 
     async def stop(self) -> None:
         """Stop gracefully: no new claims; running handlers are signalled, then cancelled after
-        `stop_timeout`; unfinished runs are released as handover so a backup takes them at once."""
+        `stop_timeout`; unfinished runs are released as handover so a backup takes them at once.
+
+        Called from one of this scheduler's handlers, it begins the stop and returns at once: the
+        stop completes after that handler has returned.
+        """
         if not self._running or self._stopping:
+            return
+        if _IN_RUN.get() is self:
+            # Waiting here would wait for the caller's own run: stop from a task of its own instead.
+            self._stop_task = asyncio.get_running_loop().create_task(
+                self.stop(), name="anarchon-stop", context=contextvars.Context())
+            await asyncio.sleep(0)  # let it begin: no new claims from here on
             return
         self._stopping = True
         for task in (self._main, self._lag):
@@ -750,6 +766,7 @@ class Scheduler(Generic[B]):
         run.task = self._spawn(self._run(run))
 
     async def _run(self, run: _Run) -> None:
+        _IN_RUN.set(self)  # this task's own context: stop() called from the handler must not wait for it
         job, ctx = run.job, run.ctx
         started = time.monotonic()
         outcome: ReleaseOutcome | None = ReleaseOutcome.DONE
