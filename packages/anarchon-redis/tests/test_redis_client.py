@@ -89,9 +89,17 @@ async def test_batches_larger_than_one_script_call_keep_their_order(redis_url: s
         assert [r.outcome for r in taken] == [ClaimOutcome.TAKEN] * n
         assert all(r.holder == "a" for r in taken)
         leases = [r.lease for r in won if r.lease is not None]
-        # Every other release is forged: each item is judged alone, across chunk boundaries.
+        # Two renewals in three and every other release are forged: each item is judged alone, across
+        # chunk boundaries.
         from dataclasses import replace
 
+        renewed = await backend.renew_many(
+            [(lease if i % 3 == 0 else replace(lease, token=lease.token + 1), 60_000)
+             for i, lease in enumerate(leases)]
+        )
+        assert [r is not None for r in renewed] == [i % 3 == 0 for i in range(n)]
+        assert [r.job for r in renewed if r is not None] == [f"job-{i}" for i in range(0, n, 3)]
+        assert all(r.expires_at > lease.expires_at for r, lease in zip(renewed, leases, strict=True) if r)
         batch = [(lease if i % 2 == 0 else replace(lease, owner="x"), ReleaseOutcome.DONE)
                  for i, lease in enumerate(leases)]
         assert await backend.release_many(batch) == [i % 2 == 0 for i in range(n)]

@@ -36,6 +36,9 @@ async def test_noscript_is_reloaded_for_single_calls_and_pipelines(
         assert lease is not None
         assert await backend.renew(lease, 10_000) is not None
         await raw.script_flush()
+        renewed = await backend.renew_many([(r.lease, 10_000) for r in results if r.lease is not None])
+        assert [r is not None for r in renewed] == [True] * 5
+        await raw.script_flush()
         assert await backend.release(lease, ReleaseOutcome.DONE)
         await raw.script_flush()
         assert [s.job for s in await backend.jobs("ns")] == [f"j{i}" for i in range(5)]

@@ -183,7 +183,7 @@ class RedisBackend(_ScriptedStore):
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.CLAIM_MANY, Capability.INSPECT,
-         Capability.RELEASE_MANY}
+         Capability.RELEASE_MANY, Capability.RENEW_MANY}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix")
     _schemes: ClassVar[dict[str, str]] = {"redis": "redis", "rediss": "rediss", "unix": "unix"}
@@ -197,6 +197,7 @@ class RedisBackend(_ScriptedStore):
         self._inspect_script = c.register_script(_scripts.INSPECT)
         self._claim_batch = c.register_script(_scripts.CLAIM_BATCH)
         self._release_batch = c.register_script(_scripts.RELEASE_BATCH)
+        self._renew_batch = c.register_script(_scripts.RENEW_BATCH)
         # A Cluster client routes each script call by its keys: there, one call per job.
         self._cluster = hasattr(c, "get_nodes")
         self._indexed: set[tuple[str, str]] = set()
@@ -218,7 +219,8 @@ class RedisBackend(_ScriptedStore):
         async with self._op("connecting"):
             await self._client.ping()
             for script in (self._claim_script, self._renew_script, self._release_script,
-                           self._inspect_script, self._claim_batch, self._release_batch):
+                           self._inspect_script, self._claim_batch, self._release_batch,
+                           self._renew_batch):
                 await self._client.script_load(script.script)
 
     async def close(self) -> None:
@@ -326,16 +328,32 @@ class RedisBackend(_ScriptedStore):
             fingerprint=_opt_s(reply[6]), record_slot=_opt_i(reply[7]),
         )
 
-    async def renew(self, lease: Lease, lease_ms: int) -> Lease | None:
-        """Extend a lease still owned by its holder (see `LeaseBackend.renew`)."""
-        expires = await self._eval(
-            self._renew_script, self._job_keys(lease.namespace, lease.job),
-            [lease.slot, lease.token, lease.owner, lease_ms], "renewing",
-        )
+    def _renew_call(self, lease: Lease, lease_ms: int) -> tuple[list[str], list[Any]]:
+        return (self._job_keys(lease.namespace, lease.job), [lease.slot, lease.token, lease.owner, lease_ms])
+
+    @staticmethod
+    def _renewed(lease: Lease, expires: Any) -> Lease | None:
         if expires is None:
             return None
         return Lease(lease.namespace, lease.job, lease.slot, lease.attempt, lease.token, lease.owner,
                      int(expires))
+
+    async def renew(self, lease: Lease, lease_ms: int) -> Lease | None:
+        """Extend a lease still owned by its holder (see `LeaseBackend.renew`)."""
+        keys, args = self._renew_call(lease, lease_ms)
+        return self._renewed(lease, await self._eval(self._renew_script, keys, args, "renewing"))
+
+    async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
+        """Extend a batch of leases in one round trip (see `RenewManyBackend.renew_many`): one script
+        call per lease on a Cluster client, else one script call per chunk of `BATCH` leases."""
+        if not renewals:
+            return []
+        calls = [self._renew_call(lease, lease_ms) for lease, lease_ms in renewals]
+        if self._cluster:
+            replies = await self._eval_many(self._renew_script, calls, "renewing")
+        else:
+            replies = await self._eval_batched(self._renew_batch, calls, "renewing")
+        return [self._renewed(lease, expires) for (lease, _), expires in zip(renewals, replies, strict=True)]
 
     def _release_call(self, lease: Lease, outcome: ReleaseOutcome) -> tuple[list[str], list[Any]]:
         return (self._job_keys(lease.namespace, lease.job),

@@ -12,7 +12,8 @@ Time is the server's: `TIME` is read once, at the top of each script.
 
 from __future__ import annotations
 
-__all__ = ["CLAIM", "CLAIM_BATCH", "INSPECT", "RELEASE", "RELEASE_BATCH", "RENEW", "STREAM_CLAIM"]
+__all__ = ["CLAIM", "CLAIM_BATCH", "INSPECT", "RELEASE", "RELEASE_BATCH", "RENEW", "RENEW_BATCH",
+           "STREAM_CLAIM"]
 
 _COMMON = r"""
 local t = redis.call('TIME')
@@ -141,7 +142,7 @@ return win_new(cur)
 """
 CLAIM = _COMMON + _CLAIM
 
-RENEW = _COMMON + r"""
+_RENEW = r"""
 -- ARGV: slot token owner lease_ms. Reply: the new expires_at, or false when the lease is lost.
 local r = find(tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3])
 if (not r) or r.status ~= 'running' then return false end
@@ -150,6 +151,7 @@ r.updated_at = now
 save(r)
 return r.expires_at
 """
+RENEW = _COMMON + _RENEW
 
 _RELEASE = r"""
 -- ARGV: slot token owner status channel job. Reply: 1 when released, 0 when ignored.
@@ -195,6 +197,7 @@ return out
 
 CLAIM_BATCH = _batch(_CLAIM, 7)
 RELEASE_BATCH = _batch(_RELEASE, 6)
+RENEW_BATCH = _batch(_RENEW, 4)
 
 INSPECT = _COMMON + r"""
 -- Reply: now, then the newest record's fields (or nothing when there is none).
