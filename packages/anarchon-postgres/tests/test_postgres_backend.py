@@ -545,3 +545,62 @@ async def test_batches_in_different_orders_do_not_deadlock(schema: str) -> None:
     finally:
         for backend in backends:
             await backend.close()
+
+
+@pytest.mark.parametrize("collation", ["default", "en-US-x-icu"])
+async def test_releases_and_claims_do_not_deadlock(schema: str, collation: str) -> None:
+    """A batch of claims, then a batch of releases given in reverse name order, on the same jobs,
+    both stuck behind a row locked in the middle: both lock rows in code-point order, whatever the
+    column's collation, so when the row is freed both finish and neither is aborted as a deadlock."""
+    holder, claimer = backends = [PostgresBackend(URL, schema=schema) for _ in range(2)]
+    for backend in backends:
+        await backend.open()
+    blocker = await asyncpg.connect(URL)
+    try:
+        if collation != "default":
+            if not await blocker.fetchval("SELECT count(*) FROM pg_collation WHERE collname = $1", collation):
+                pytest.skip(f"the server has no collation {collation!r} (built without ICU?)")
+            # As in a database created with that locale, where 'job-000' sorts before 'Job-001'.
+            await blocker.execute(
+                f'ALTER TABLE {holder.sql.qualified} ALTER COLUMN job TYPE text COLLATE "{collation}"'
+            )
+        base = (now_ms() // 10_000 - 3) * 10_000
+        # Mixed case: code-point order puts every 'Job-' before every 'job-', a locale interleaves them.
+        names = [f"{'Job' if i % 2 else 'job'}-{i:03d}" for i in range(200)]
+        won = await holder.claim_many([ClaimRequest("ns", name, base, "holder") for name in names])
+        leases = [r.lease for r in won if r.lease is not None]
+        assert len(leases) == 200
+
+        async def waiting_behind_blocker(count: int) -> None:
+            seen = 0
+            for _ in range(100):
+                seen = await blocker.fetchval(
+                    "WITH w AS (SELECT pid, pg_blocking_pids(pid) AS b FROM pg_stat_activity "
+                    "WHERE wait_event_type = 'Lock') "
+                    "SELECT count(*) FROM w WHERE pg_backend_pid() = ANY(w.b) OR EXISTS "
+                    "(SELECT 1 FROM w v WHERE v.pid = ANY(w.b) AND pg_backend_pid() = ANY(v.b))"
+                )
+                if seen == count:
+                    return
+                await asyncio.sleep(0.05)
+            raise AssertionError(f"{seen} statement(s) wait behind the locked row, expected {count}")
+
+        tx = blocker.transaction()
+        await tx.start()
+        await blocker.execute(
+            f"SELECT 1 FROM {holder.sql.qualified} WHERE namespace = 'ns' AND job = 'Job-101' FOR UPDATE"
+        )
+        # The claims go first and hold the rows before 'Job-101' in code-point order.
+        claims = asyncio.ensure_future(claimer.claim_many([ClaimRequest("ns", n, base, "b") for n in names]))
+        await waiting_behind_blocker(1)
+        releases = [(x, ReleaseOutcome.DONE) for x in reversed(leases)]
+        batch = asyncio.ensure_future(holder.release_many(releases))
+        await waiting_behind_blocker(2)
+        await tx.rollback()
+        claimed, done = await asyncio.wait_for(asyncio.gather(claims, batch), 30)
+        assert all(done), done
+        assert all(r.outcome in (ClaimOutcome.TAKEN, ClaimOutcome.DONE) for r in claimed), claimed
+    finally:
+        await blocker.close()
+        for backend in backends:
+            await backend.close()

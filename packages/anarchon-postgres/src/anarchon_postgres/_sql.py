@@ -250,9 +250,10 @@ LEFT JOIN LATERAL (
         """End a batch of runs and NOTIFY the handovers, in one statement.
 
         $1..$6 are arrays (namespace, job, slot, token, owner, status), each (namespace, job) once;
-        $7 is the channel. Rows are locked in (namespace, job) order first, the order claims lock
-        them in, so a batch of releases and a batch of claims cannot deadlock. Returns the ordinal
-        (1-based) of each release that matched its lease.
+        $7 is the channel. Rows are locked first in code-point (namespace, job) order (COLLATE "C",
+        whatever the database's collation), the order `claim_many` sends its batches in, so a batch
+        of releases and a batch of claims cannot deadlock. Returns the ordinal (1-based) of each
+        release that matched its lease.
         """
         t = self.qualified
         o = "t.others -> r.slot::text"
@@ -264,7 +265,7 @@ req AS (
 ),
 locked AS MATERIALIZED (
     SELECT c.namespace, c.job FROM {t} c JOIN req r ON c.namespace = r.namespace AND c.job = r.job
-    ORDER BY c.namespace, c.job
+    ORDER BY c.namespace COLLATE "C", c.job COLLATE "C"
     FOR UPDATE OF c
 ),
 u AS (
