@@ -545,3 +545,128 @@ async def test_batches_in_different_orders_do_not_deadlock(schema: str) -> None:
     finally:
         for backend in backends:
             await backend.close()
+
+
+async def test_renew_many_two_slots_of_one_job_and_names_in_reverse_in_one_statement(
+    pg: PostgresBackend,
+) -> None:
+    """One statement renews a job under two slots (overlap=allow), jobs given in reverse name order,
+    one lease twice, next to a lost lease; results keep the input order."""
+    base = (now_ms() // 10_000 - 3) * 10_000
+    claims = [
+        ClaimRequest("ns", "job", base, "a", 5_000, overlap=Overlap.ALLOW),
+        ClaimRequest("ns", "job", base + 10_000, "b", 5_000, overlap=Overlap.ALLOW),
+        ClaimRequest("ns", "z-job", base, "a", 5_000), ClaimRequest("ns", "m-job", base, "a", 5_000),
+        ClaimRequest("ns", "a-job", base, "a", 5_000),
+    ]
+    leases = []
+    for request in claims:
+        result = await pg.claim(request)
+        assert result.lease is not None, result
+        leases.append(result.lease)
+    old, new, z, m, a = leases
+    batch = [
+        (z, 60_000), (new, 70_000), (replace(m, token=m.token + 1), 60_000), (m, 60_000), (old, 80_000),
+        (a, 60_000), (old, 90_000),
+    ]
+    calls: list[str] = []
+    original = pg._fetch
+
+    async def counting(what: str, query: str, *args: Any) -> list[Any]:
+        calls.append(what)
+        return await original(what, query, *args)
+
+    pg._fetch = counting  # type: ignore[method-assign]
+    results = await pg.renew_many(batch)
+    assert calls == ["renew"], "a batch of renewals is one statement, duplicate jobs included"
+    assert results[2] is None, "a forged token does not renew"
+    renewed = [r for r in results if r is not None]
+    assert [(r.job, r.slot, r.token, r.owner) for r in renewed] == [
+        (x.job, x.slot, x.token, x.owner) for i, (x, _) in enumerate(batch) if i != 2
+    ]
+    # One server clock for the whole statement: each expiry is that instant plus its own lease_ms.
+    assert len({r.expires_at - ms for r, (_, ms) in zip(results, batch, strict=True) if r is not None}) == 1
+    row = await pg.pool.fetchrow(
+        f"SELECT expires_at, (others -> $1::text ->> 'expires_at')::bigint AS old_expires_at "
+        f"FROM {pg.sql.qualified} WHERE namespace = 'ns' AND job = 'job'", str(old.slot),
+    )
+    assert row is not None
+    assert results[1] is not None and row["expires_at"] == results[1].expires_at
+    assert results[6] is not None and row["old_expires_at"] == results[6].expires_at, (
+        "a lease renewed twice in a batch keeps the later renewal, as if renewed one after another"
+    )
+    for lease, got in zip([z, m, a], [results[0], results[3], results[5]], strict=True):
+        state = await pg.inspect("ns", lease.job)
+        assert state is not None and got is not None and state.expires_at == got.expires_at
+    # Both runs of the job still hold and still end normally.
+    assert (await pg.claim(ClaimRequest("ns", "job", base, "c", overlap=Overlap.ALLOW))).outcome is (
+        ClaimOutcome.TAKEN
+    )
+    assert await pg.release_many([(old, ReleaseOutcome.DONE), (new, ReleaseOutcome.DONE)]) == [True, True]
+    assert await pg.renew_many([(old, 1_000), (new, 1_000)]) == [None, None]
+
+
+@pytest.mark.parametrize("collation", ["default", "en-US-x-icu"])
+@pytest.mark.parametrize("kind", ["renew_many", "release_many"])
+async def test_lease_batches_and_claims_do_not_deadlock(schema: str, kind: str, collation: str) -> None:
+    """A batch of claims, then a batch of renewals (or releases) given in reverse name order, on the
+    same jobs, both stuck behind a row locked in the middle: both lock rows in code-point order,
+    whatever the column's collation, so when the row is freed both finish and neither is aborted
+    as a deadlock."""
+    holder, claimer = backends = [PostgresBackend(URL, schema=schema) for _ in range(2)]
+    for backend in backends:
+        await backend.open()
+    blocker = await asyncpg.connect(URL)
+    try:
+        if collation != "default":
+            if not await blocker.fetchval("SELECT count(*) FROM pg_collation WHERE collname = $1", collation):
+                pytest.skip(f"the server has no collation {collation!r} (built without ICU?)")
+            # As in a database created with that locale, where 'job-000' sorts before 'Job-001'.
+            await blocker.execute(
+                f'ALTER TABLE {holder.sql.qualified} ALTER COLUMN job TYPE text COLLATE "{collation}"'
+            )
+        base = (now_ms() // 10_000 - 3) * 10_000
+        # Mixed case: code-point order puts every 'Job-' before every 'job-', a locale interleaves them.
+        names = [f"{'Job' if i % 2 else 'job'}-{i:03d}" for i in range(200)]
+        won = await holder.claim_many([ClaimRequest("ns", name, base, "holder") for name in names])
+        leases = [r.lease for r in won if r.lease is not None]
+        assert len(leases) == 200
+
+        async def waiting_behind_blocker(count: int) -> None:
+            seen = 0
+            for _ in range(100):
+                seen = await blocker.fetchval(
+                    "WITH w AS (SELECT pid, pg_blocking_pids(pid) AS b FROM pg_stat_activity "
+                    "WHERE wait_event_type = 'Lock') "
+                    "SELECT count(*) FROM w WHERE pg_backend_pid() = ANY(w.b) OR EXISTS "
+                    "(SELECT 1 FROM w v WHERE v.pid = ANY(w.b) AND pg_backend_pid() = ANY(v.b))"
+                )
+                if seen == count:
+                    return
+                await asyncio.sleep(0.05)
+            raise AssertionError(f"{seen} statement(s) wait behind the locked row, expected {count}")
+
+        tx = blocker.transaction()
+        await tx.start()
+        await blocker.execute(
+            f"SELECT 1 FROM {holder.sql.qualified} WHERE namespace = 'ns' AND job = 'Job-101' FOR UPDATE"
+        )
+        # The claims go first and hold the rows before 'Job-101' in code-point order.
+        claims = asyncio.ensure_future(claimer.claim_many([ClaimRequest("ns", n, base, "b") for n in names]))
+        await waiting_behind_blocker(1)
+        batch: asyncio.Future[Any]
+        if kind == "renew_many":
+            batch = asyncio.ensure_future(holder.renew_many([(x, 60_000) for x in reversed(leases)]))
+        else:
+            batch = asyncio.ensure_future(
+                holder.release_many([(x, ReleaseOutcome.DONE) for x in reversed(leases)])
+            )
+        await waiting_behind_blocker(2)
+        await tx.rollback()
+        claimed, done = await asyncio.wait_for(asyncio.gather(claims, batch), 30)
+        assert all(done), done
+        assert all(r.outcome in (ClaimOutcome.TAKEN, ClaimOutcome.DONE) for r in claimed), claimed
+    finally:
+        await blocker.close()
+        for backend in backends:
+            await backend.close()

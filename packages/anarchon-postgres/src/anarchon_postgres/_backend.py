@@ -60,7 +60,7 @@ class PostgresBackend(BackendBase):
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.CLAIM_MANY, Capability.INSPECT,
-         Capability.RELEASE_MANY}
+         Capability.RELEASE_MANY, Capability.RENEW_MANY}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
 
@@ -287,6 +287,23 @@ class PostgresBackend(BackendBase):
             return None
         return Lease(lease.namespace, lease.job, lease.slot, lease.attempt, lease.token, lease.owner,
                      rows[0]["expires_at"])
+
+    async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
+        """Extend a batch of leases in one statement (see `anarchon.backends.RenewManyBackend`)."""
+        if not renewals:
+            return []
+        leases = [lease for lease, _ in renewals]
+        rows = await self._fetch(
+            "renew", self.sql.renew_many,
+            [x.namespace for x in leases], [x.job for x in leases], [x.slot for x in leases],
+            [x.token for x in leases], [x.owner for x in leases], [ms for _, ms in renewals],
+        )
+        results: list[Lease | None] = [None] * len(renewals)
+        for row in rows:
+            x = leases[row["ord"] - 1]
+            results[row["ord"] - 1] = Lease(x.namespace, x.job, x.slot, x.attempt, x.token, x.owner,
+                                            row["expires_at"])
+        return results
 
     async def release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
         """End a run and NOTIFY the release, in one statement (see `anarchon.LeaseBackend.release`)."""

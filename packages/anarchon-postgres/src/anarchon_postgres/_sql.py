@@ -223,6 +223,65 @@ RETURNING n.now + $6 AS expires_at
 """
 
     @property
+    def renew_many(self) -> str:
+        """Extend a batch of leases in one statement, each as `renew` would.
+
+        $1..$6 are arrays (namespace, job, slot, token, owner, lease_ms); a job may appear more than
+        once (slots under overlap=allow, or one lease twice). Rows are locked first in code-point
+        (namespace, job) order, the order `claim_many` sends its batches in, so a batch of renewals
+        and a batch of claims cannot deadlock. Every item is judged against the locked row; a
+        (job, slot) renewed twice keeps the batch's last expiry, as if renewed one after another.
+        Returns the ordinal (1-based) and new expiry of each renewal that matched its lease.
+        """
+        t = self.qualified
+        o = "l.others -> r.slot::text"
+        return f"""
+WITH n AS MATERIALIZED (SELECT {NOW_MS} AS now),
+req AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::bigint[])
+        WITH ORDINALITY AS r(namespace, job, slot, token, owner, lease_ms, ord)
+),
+locked AS MATERIALIZED (
+    SELECT c.namespace, c.job, c.slot, c.token, c.owner, c.status, c.others FROM {t} c
+    WHERE EXISTS (SELECT 1 FROM req r WHERE r.namespace = c.namespace AND r.job = c.job)
+    ORDER BY c.namespace COLLATE "C", c.job COLLATE "C"
+    FOR UPDATE OF c
+),
+ok AS MATERIALIZED (
+    SELECT r.ord, r.namespace, r.job, r.slot, r.lease_ms, r.slot = l.slot AS head,
+           {o} || jsonb_build_object('expires_at', n.now + r.lease_ms, 'updated_at', n.now) AS entry
+    FROM req r JOIN locked l ON l.namespace = r.namespace AND l.job = r.job CROSS JOIN n
+    WHERE (r.slot = l.slot AND r.token = l.token AND r.owner = l.owner AND l.status = 'running') OR
+          (r.slot <> l.slot AND ({o} ->> 'token')::bigint = r.token AND {o} ->> 'owner' = r.owner
+           AND {o} ->> 'status' = 'running')
+),
+last AS (
+    SELECT DISTINCT ON (namespace, job, slot) namespace, job, slot, lease_ms, head, entry
+    FROM ok ORDER BY namespace, job, slot, ord DESC
+),
+per_job AS (
+    -- One row per job: an UPDATE applies a single FROM row to each target row.
+    SELECT namespace, job, max(lease_ms) FILTER (WHERE head) AS head_ms,
+           jsonb_object_agg(slot::text, entry) FILTER (WHERE NOT head) AS patch
+    FROM last GROUP BY namespace, job
+),
+u AS (
+    UPDATE {t} AS t SET
+        expires_at = CASE WHEN p.head_ms IS NULL THEN t.expires_at ELSE n.now + p.head_ms END,
+        updated_at = CASE WHEN p.head_ms IS NULL THEN t.updated_at ELSE n.now END,
+        others = CASE WHEN p.patch IS NULL THEN t.others ELSE t.others || p.patch END
+    FROM per_job p CROSS JOIN n
+    WHERE t.namespace = p.namespace AND t.job = p.job
+    RETURNING 1
+)
+-- `u` runs to completion though nothing reads it, and it updates every row of `ok`: those rows
+-- are locked. (Joining `u` here made the planner, blind to its size, loop over it per renewal.)
+SELECT ok.ord, n.now + ok.lease_ms AS expires_at
+FROM ok CROSS JOIN n
+ORDER BY ok.ord
+"""
+
+    @property
     def release(self) -> str:
         """End a run with status $6 and NOTIFY the release, in one statement."""
         return f"""
@@ -250,9 +309,10 @@ LEFT JOIN LATERAL (
         """End a batch of runs and NOTIFY the handovers, in one statement.
 
         $1..$6 are arrays (namespace, job, slot, token, owner, status), each (namespace, job) once;
-        $7 is the channel. Rows are locked in (namespace, job) order first, the order claims lock
-        them in, so a batch of releases and a batch of claims cannot deadlock. Returns the ordinal
-        (1-based) of each release that matched its lease.
+        $7 is the channel. Rows are locked first in code-point (namespace, job) order (COLLATE "C",
+        whatever the database's collation), the order `claim_many` sends its batches in, so a batch
+        of releases and a batch of claims cannot deadlock. Returns the ordinal (1-based) of each
+        release that matched its lease.
         """
         t = self.qualified
         o = "t.others -> r.slot::text"
@@ -264,7 +324,7 @@ req AS (
 ),
 locked AS MATERIALIZED (
     SELECT c.namespace, c.job FROM {t} c JOIN req r ON c.namespace = r.namespace AND c.job = r.job
-    ORDER BY c.namespace, c.job
+    ORDER BY c.namespace COLLATE "C", c.job COLLATE "C"
     FOR UPDATE OF c
 ),
 u AS (
