@@ -21,7 +21,7 @@ from _log import StartLog
 
 from anarchon import Capability, JobContext, Scheduler, backend_for_url
 
-_COUNTED = ("claim", "claim_many", "renew", "release", "release_many", "inspect", "jobs")
+_COUNTED = ("claim", "claim_many", "renew", "renew_many", "release", "release_many", "inspect", "jobs")
 
 
 class CountingBackend:
@@ -40,7 +40,7 @@ class CountingBackend:
 
             async def counted(*args: Any, **kwargs: Any) -> Any:
                 counts[name] += 1
-                if name in ("claim_many", "release_many"):
+                if name in ("claim_many", "renew_many", "release_many"):
                     counts[f"{name}_items"] += len(args[0])
                 return await attr(*args, **kwargs)
             return counted
