@@ -213,10 +213,8 @@ async def test_scenarios_cover_every_outcome(pg: PostgresBackend) -> None:
     assert seen == set(ClaimOutcome)
 
 
-async def test_claim_many_matches_one_by_one_in_one_statement(pg: PostgresBackend) -> None:
-    base = (now_ms() // 10_000 - 3) * 10_000
-    requests = [ClaimRequest("ns", f"job-{i}", base, "a") for i in range(50)]
-    requests += [ClaimRequest("ns", "job-1", base, "b"), ClaimRequest("ns", "future", base + 600_000, "a")]
+def _count_statements(pg: PostgresBackend) -> list[str]:
+    """Record what each statement `pg` sends is for, from now on."""
     calls: list[str] = []
     original = pg._fetch
 
@@ -225,6 +223,14 @@ async def test_claim_many_matches_one_by_one_in_one_statement(pg: PostgresBacken
         return await original(what, query, *args)
 
     pg._fetch = counting  # type: ignore[method-assign]
+    return calls
+
+
+async def test_claim_many_matches_one_by_one_in_one_statement(pg: PostgresBackend) -> None:
+    base = (now_ms() // 10_000 - 3) * 10_000
+    requests = [ClaimRequest("ns", f"job-{i}", base, "a") for i in range(50)]
+    requests += [ClaimRequest("ns", "job-1", base, "b"), ClaimRequest("ns", "future", base + 600_000, "a")]
+    calls = _count_statements(pg)
     results = await pg.claim_many(requests)
     # The duplicate job-1 goes in a second statement, after the first one's claim.
     assert calls == ["claim", "claim"]
@@ -569,14 +575,7 @@ async def test_renew_many_two_slots_of_one_job_and_names_in_reverse_in_one_state
         (z, 60_000), (new, 70_000), (replace(m, token=m.token + 1), 60_000), (m, 60_000), (old, 80_000),
         (a, 60_000), (old, 90_000),
     ]
-    calls: list[str] = []
-    original = pg._fetch
-
-    async def counting(what: str, query: str, *args: Any) -> list[Any]:
-        calls.append(what)
-        return await original(what, query, *args)
-
-    pg._fetch = counting  # type: ignore[method-assign]
+    calls = _count_statements(pg)
     results = await pg.renew_many(batch)
     assert calls == ["renew"], "a batch of renewals is one statement, duplicate jobs included"
     assert results[2] is None, "a forged token does not renew"
