@@ -9,7 +9,7 @@ EMPTY :=
 SPACE := $(EMPTY) $(EMPTY)
 export MYPYPATH := $(subst $(SPACE),:,$(SRC_DIRS))
 
-.PHONY: test lint typecheck pytest docs install demo clean bench bench-quick bench-peers
+.PHONY: test lint typecheck pytest docs install demo clean bench bench-quick bench-peers chaos
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -48,6 +48,15 @@ test: lint typecheck pytest docs
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+
+# Chaos runs (never part of `make test`): on each store, three replicas are killed, frozen and stopped
+# at random for CHAOS_SECONDS, then every start is checked (python -m anarchon.testing.chaos --help).
+CHAOS_SECONDS ?= 60
+CHAOS_URLS ?= 'sqlite:///$(VENV)/anarchon-chaos.db' 'redis://127.0.0.1:6379/14' \
+	'postgresql://postgres@127.0.0.1:5432/test' 'nats-kv://127.0.0.1:4222?bucket=anarchon_chaos&lease=2s' \
+	'nats://127.0.0.1:4222' 'redis+stream://127.0.0.1:6379/14' 'amqp://guest:guest@127.0.0.1:5672/'
+chaos: install
+	@set -e; for url in $(CHAOS_URLS); do $(BIN)/python -m anarchon.testing.chaos "$$url" --seconds $(CHAOS_SECONDS); done
 
 # Benchmarks (never part of `make test`): peers come from PyPI into their own venvs, never vendored.
 # APScheduler 3 and 4 share a distribution name, so 4.0.0a6 gets a venv of its own.
