@@ -81,3 +81,12 @@ def test_a_long_gap_between_ticks_is_a_violation() -> None:
     assert any("without a start" in v for v in report.violations), report
     shorter = [e for e in ticks(10) if not (S0 + 2000 <= e.slot <= S0 + 4000)]
     assert judge(shorter) == []  # 3 s: within lease + heartbeat + 2 s
+
+
+def test_on_sqlite_a_freeze_may_lengthen_a_gap() -> None:
+    # A frozen SQLite replica can hold the write lock: every replica waits for it.
+    events = [e for e in ticks(10) if not (S0 + 2000 <= e.slot <= S0 + 7000)]
+    freeze = [Action(S0 / 1000 + 1.5, 3, "freeze", S0 / 1000 + 6.5)]
+    assert judge(events, freeze) != []  # elsewhere a frozen client holds no lock
+    assert check(events, freeze, leases=True, since_ms=S0, until_ms=S0 + 9000,
+                 freezes_block_store=True).violations == []
