@@ -220,6 +220,57 @@ class TestLeaseContract:
         assert again.outcome is ClaimOutcome.TAKEN, f"older slot under allow: {again!r}"
         assert await anarchon_kit.release(old, ReleaseOutcome.DONE) is True
 
+    async def test_row_older_slot_allow_handover_is_taken_over(self, anarchon_kit: Kit) -> None:
+        # Under allow each slot has its own record: an older slot handed over (a graceful stop, a
+        # retry) is judged by the same-slot rows, like the newest slot, while the newer run goes on.
+        try:
+            old = await anarchon_kit.won("job", "a", overlap=Overlap.ALLOW)
+        except ConfigError as exc:
+            pytest.skip(f"{type(anarchon_kit.backend).__name__} refuses overlap='allow' (ConfigError: {exc})")
+        new = await anarchon_kit.won("job", "b", anarchon_kit.slot + MINUTE, overlap=Overlap.ALLOW)
+        assert await anarchon_kit.release(old, ReleaseOutcome.HANDOVER) is True
+        assert await anarchon_kit.renew(old) is None, "a released lease must not renew"
+        other = await anarchon_kit.client()
+        result = await anarchon_kit.claim("job", "c", on=other, overlap=Overlap.ALLOW)
+        assert result.outcome is ClaimOutcome.WON, f"older slot handed over under allow: {result!r}"
+        assert result.lease is not None, result
+        assert (result.lease.slot, result.lease.attempt) == (old.slot, 2), result
+        assert result.lease.token > new.token, result
+        assert result.previous_status in (None, JobStatus.RELEASED), result
+        assert await anarchon_kit.renew(new) is not None, "the newer run keeps its lease"
+        assert await anarchon_kit.renew(result.lease, on=other) is not None
+        again = await anarchon_kit.claim("job", "d", overlap=Overlap.ALLOW)
+        assert again.outcome is ClaimOutcome.TAKEN, f"older slot taken over: {again!r}"
+        assert await anarchon_kit.release(result.lease, ReleaseOutcome.DONE, on=other) is True
+        ended = await anarchon_kit.claim("job", "d", overlap=Overlap.ALLOW)
+        assert ended.outcome in (ClaimOutcome.DONE, ClaimOutcome.STALE), f"older slot done: {ended!r}"
+
+    async def test_row_older_slot_allow_handover_exhausted(self, anarchon_kit: Kit) -> None:
+        try:
+            old = await anarchon_kit.won("job", "a", overlap=Overlap.ALLOW, max_attempts=1)
+        except ConfigError as exc:
+            pytest.skip(f"{type(anarchon_kit.backend).__name__} refuses overlap='allow' (ConfigError: {exc})")
+        await anarchon_kit.won("job", "b", anarchon_kit.slot + MINUTE, overlap=Overlap.ALLOW, max_attempts=1)
+        assert await anarchon_kit.release(old, ReleaseOutcome.HANDOVER) is True
+        result = await anarchon_kit.claim("job", "c", overlap=Overlap.ALLOW, max_attempts=1)
+        assert result.outcome is ClaimOutcome.EXHAUSTED, f"max_attempts=1, older slot handed over: {result!r}"
+
+    async def test_row_older_slot_allow_handover_superseded_by_a_newer_slot(self, anarchon_kit: Kit) -> None:
+        # A released record is superseded when a newer slot starts (the "older slot, any other
+        # state" row), the newest record as well as an older one kept under allow: a handover not
+        # taken over before then is dropped, and only running records stay.
+        try:
+            old = await anarchon_kit.won("job", "a", overlap=Overlap.ALLOW)
+        except ConfigError as exc:
+            pytest.skip(f"{type(anarchon_kit.backend).__name__} refuses overlap='allow' (ConfigError: {exc})")
+        mid = await anarchon_kit.won("job", "b", anarchon_kit.slot + MINUTE, overlap=Overlap.ALLOW)
+        assert await anarchon_kit.release(old, ReleaseOutcome.HANDOVER) is True
+        newest = await anarchon_kit.won("job", "b", anarchon_kit.slot + 2 * MINUTE, overlap=Overlap.ALLOW)
+        result = await anarchon_kit.claim("job", "c", overlap=Overlap.ALLOW)
+        assert result.outcome is ClaimOutcome.STALE, f"handed-over slot after a newer slot began: {result!r}"
+        assert await anarchon_kit.renew(mid) is not None, "a running older slot stays"
+        assert await anarchon_kit.renew(newest) is not None
+
     # -- row: older slot, any other state -------------------------------------------------------------
 
     @pytest.mark.parametrize("state", ["done", "failed", "released", "expired"])
@@ -501,6 +552,22 @@ class TestReleaseManyContract:
         newer = await anarchon_kit.claim("job", "c", anarchon_kit.slot + MINUTE, overlap=Overlap.ALLOW)
         assert newer.outcome is ClaimOutcome.DONE, newer
 
+    async def test_handover_of_both_slots_under_allow(self, anarchon_kit: Kit) -> None:
+        try:
+            old = await anarchon_kit.won("job", "a", overlap=Overlap.ALLOW)
+        except ConfigError as exc:
+            pytest.skip(f"{type(anarchon_kit.backend).__name__} refuses overlap='allow' (ConfigError: {exc})")
+        new = await anarchon_kit.won("job", "b", anarchon_kit.slot + MINUTE, overlap=Overlap.ALLOW)
+        results = await anarchon_kit.backend.release_many(
+            [(old, ReleaseOutcome.HANDOVER), (new, ReleaseOutcome.HANDOVER)]
+        )
+        assert list(results) == [True, True], results
+        other = await anarchon_kit.client()
+        for lease in (old, new):
+            result = await anarchon_kit.claim("job", "c", lease.slot, on=other, overlap=Overlap.ALLOW)
+            assert result.outcome is ClaimOutcome.WON, f"slot {lease.slot} handed over in a batch: {result!r}"
+            assert result.lease is not None and result.lease.attempt == 2, result
+
     async def test_empty_batch(self, anarchon_kit: Kit) -> None:
         assert list(await anarchon_kit.backend.release_many([])) == []
 
@@ -605,6 +672,19 @@ class TestNotifyContract:
         assert await anarchon_kit.release(lease, ReleaseOutcome.HANDOVER)
         job, slot = await asyncio.wait_for(got.get(), timeout=5)
         assert (job, slot) == ("job", lease.slot)
+
+    async def test_handover_of_an_older_slot_under_allow_is_pushed(self, anarchon_kit: Kit) -> None:
+        listener = await anarchon_kit.client()
+        got: asyncio.Queue[tuple[str, int]] = asyncio.Queue()
+        await listener.subscribe(anarchon_kit.namespace, lambda job, slot: got.put_nowait((job, slot)))
+        await asyncio.sleep(0.1)
+        try:
+            old = await anarchon_kit.won("job", "a", overlap=Overlap.ALLOW)
+        except ConfigError as exc:
+            pytest.skip(f"{type(anarchon_kit.backend).__name__} refuses overlap='allow' (ConfigError: {exc})")
+        await anarchon_kit.won("job", "b", anarchon_kit.slot + MINUTE, overlap=Overlap.ALLOW)
+        assert await anarchon_kit.release(old, ReleaseOutcome.HANDOVER)
+        assert await asyncio.wait_for(got.get(), timeout=5) == ("job", old.slot)
 
     async def test_other_namespaces_are_not_pushed(self, anarchon_kit: Kit) -> None:
         listener = await anarchon_kit.client()

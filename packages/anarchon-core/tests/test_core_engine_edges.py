@@ -195,6 +195,67 @@ def test_overlap_allow_takes_over_an_older_run_after_a_newer_slot_was_claimed() 
     assert retaken and retaken[0] <= 22 + 6 + 1 + 0.05, starts
 
 
+def test_overlap_allow_takes_over_an_older_slot_handed_over_at_a_graceful_stop() -> None:
+    # Under overlap="allow" the slot a stopping instance runs may be older than the job's newest
+    # slot. Its handover must keep the slot's record (released), as for the newest slot, so that
+    # the backup's re-claim takes it over as attempt 2 instead of finding nothing (stale).
+    clock = VirtualClock(START)
+    schedulers = cluster(clock, 2, lease="6s", heartbeat="1s", stop_timeout="2s")
+    starts: list[tuple[int, int, str, float]] = []
+    for s in schedulers:
+        async def long(ctx: JobContext) -> None:
+            starts.append(((ctx.slot - T0) // 1000, ctx.attempt, ctx.instance_id, clock.seconds))
+            await ctx.sleep(25)
+
+        s.every("long", "10s", long, catch_up=0, overlap="allow")
+
+    async def main() -> tuple[str, str, float]:
+        for s in schedulers:
+            await s.start()
+        await asyncio.sleep(22)  # slot 10 runs, and slot 20, the job's newest, runs as well
+        holder = next(s for s in schedulers if any(c.slot == T0 + 10_000 for c in s.active_runs))
+        other = next(s for s in schedulers if s is not holder)
+        stopped = clock.seconds
+        await holder.stop()
+        await asyncio.sleep(3)
+        await other.stop()
+        return holder.instance_id, other.instance_id, stopped
+
+    holder_id, other_id, stopped = clock.run(main())
+    assert any(slot == 20 for slot, _, _, _ in starts), starts
+    retaken = [(who, at) for slot, attempt, who, at in starts if slot == 10 and attempt == 2]
+    assert retaken, f"the older slot handed over at the stop was never taken over: {starts}"
+    who, at = retaken[0]
+    assert who == other_id != holder_id, starts
+    assert at <= stopped + 1.1, starts  # pushed: at once, not after the lease
+
+
+def test_overlap_allow_retries_an_older_slot_after_a_handler_error() -> None:
+    # `retry` hands the failed slot over and claims it again: under overlap="allow" that slot may be
+    # older than the job's newest one by then, and its attempt 2 must still run.
+    clock = VirtualClock(START)
+    backend = MemoryBackend(clock=clock)
+    scheduler = Scheduler(backend, clock=clock, lease="6s", heartbeat="1s")
+    starts: list[tuple[int, int, float]] = []
+
+    async def flaky(ctx: JobContext) -> None:
+        starts.append(((ctx.slot - T0) // 1000, ctx.attempt, clock.seconds))
+        await ctx.sleep(15)
+        if ctx.attempt == 1:
+            raise RuntimeError("flaky")
+
+    scheduler.every("flaky", "10s", flaky, catch_up=0, overlap="allow", retry="1s", max_attempts=3)
+
+    async def main() -> None:
+        await scheduler.start()
+        await asyncio.sleep(28)  # slot 10 fails at 25, after slot 20 began; its retry is due at 26
+        await scheduler.stop()
+
+    clock.run(main())
+    retried = [at for slot, attempt, at in starts if slot == 10 and attempt == 2]
+    assert retried and retried[0] <= 26 + 1.1, starts
+
+
 def test_a_class_whose_instances_are_async_callables_is_a_plain_handler() -> None:
     # The class itself is called (a constructor, not a coroutine function); its async __call__
     # describes its instances. Treated as async, every run failed: "can't be used in 'await'".

@@ -88,8 +88,16 @@ SCENARIOS: dict[str, tuple[list[Step], list[str | bool | None]]] = {
         [(C, "a", 0, "A", {"overlap": Overlap.ALLOW}), (C, "b", 1000, "B", {"overlap": Overlap.ALLOW}),
          ("renew", "a", 0), (C, "c", 0, "C", {"overlap": Overlap.ALLOW}), ("renew", "a", LIVE),
          ("renew", "c", LIVE), ("release", "c", ReleaseOutcome.HANDOVER),
-         (C, "d", 0, "D", {"overlap": Overlap.ALLOW, "max_attempts": 2})],
-        ["won", "won", "lease", "won", None, "lease", True, "stale"],
+         # The handed-over older slot keeps its record (released, attempt 2), judged as the newest.
+         (C, "d", 0, "D", {"overlap": Overlap.ALLOW, "max_attempts": 2}),
+         (C, "e", 0, "E", {"overlap": Overlap.ALLOW, "max_attempts": 3}), ("renew", "b", LIVE)],
+        ["won", "won", "lease", "won", None, "lease", True, "exhausted", "won", "lease"],
+    ),
+    "allow-older-handover-superseded-by-newer-slot": (
+        [(C, "a", 0, "A", {"overlap": Overlap.ALLOW}), (C, "b", 1000, "B", {"overlap": Overlap.ALLOW}),
+         ("release", "a", ReleaseOutcome.HANDOVER), (C, "c", 2000, "C", {"overlap": Overlap.ALLOW}),
+         (C, "d", 0, "D", {"overlap": Overlap.ALLOW}), ("renew", "b", LIVE)],
+        ["won", "won", True, "won", "stale", "lease"],
     ),
     "allow-others-pruned-after-end": (
         [(C, "a", 0, "A", {"overlap": Overlap.ALLOW}), (C, "b", 1000, "B", {"overlap": Overlap.ALLOW}),

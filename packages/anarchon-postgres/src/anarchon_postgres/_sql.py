@@ -47,6 +47,26 @@ def _judge_same(status: str, expires_at: str, attempt: str, now: str, max_attemp
     )
 
 
+def _running_only(others: str) -> str:
+    """`others` without the records that no longer run (released for handover and not taken over):
+    what a new slot keeps of the older slots. Cheap when there are none, the usual case."""
+    return (
+        f"CASE WHEN {others} = '{{}}'::jsonb THEN {others} ELSE (SELECT coalesce(jsonb_object_agg("
+        f"e.key, e.value), '{{}}'::jsonb) FROM jsonb_each({others}) AS e WHERE e.value ->> 'status' = "
+        "'running') END"
+    )
+
+
+def _release_other(others: str, slot: str, status: str, now: str) -> str:
+    """`others` after the release of its older slot `slot` with `status`: a handover stays
+    (`released`, for a backup to take over until a newer slot starts); a run that is over goes."""
+    return (
+        f"CASE WHEN {status} = 'released' THEN jsonb_set({others}, ARRAY[{slot}::text], "
+        f"({others} -> {slot}::text) || jsonb_build_object('status', {status}, 'updated_at', {now})) "
+        f"ELSE {others} - {slot}::text END"
+    )
+
+
 def _other(rec: str, slot: str, field: str, cast: str = "") -> str:
     expr = f"({rec}.others -> ({slot})::text ->> '{field}')"
     return f"{expr}::{cast}" if cast else expr
@@ -169,7 +189,8 @@ up AS (
         others = CASE
             WHEN {ex}.slot < t.slot THEN jsonb_set(t.others, ARRAY[{ex}.slot::text], {new_other})
             WHEN {ex}.slot > t.slot AND {ex}.overlap = 'allow' AND {_live("t", f"{ex}.updated_at")}
-                THEN t.others || jsonb_build_object(t.slot::text, {t_as_json})
+                THEN {_running_only("t.others")} || jsonb_build_object(t.slot::text, {t_as_json})
+            WHEN {ex}.slot > t.slot THEN {_running_only("t.others")}
             ELSE t.others END,
         prev_slot = LEAST(t.slot, {ex}.slot),
         prev_status = CASE WHEN {ex}.slot = t.slot THEN t.status
@@ -290,7 +311,8 @@ u AS (
     UPDATE {self.qualified} AS t SET
         status = CASE WHEN t.slot = $3 THEN $6 ELSE t.status END,
         updated_at = CASE WHEN t.slot = $3 THEN n.now ELSE t.updated_at END,
-        others = CASE WHEN t.slot = $3 THEN t.others ELSE t.others - $3::text END
+        others = CASE WHEN t.slot = $3 THEN t.others
+                      ELSE {_release_other("t.others", "$3", "$6::text", "n.now")} END
     FROM n
     WHERE {self._match()}
     RETURNING t.namespace
@@ -331,7 +353,8 @@ u AS (
     UPDATE {t} AS t SET
         status = CASE WHEN t.slot = r.slot THEN r.status ELSE t.status END,
         updated_at = CASE WHEN t.slot = r.slot THEN n.now ELSE t.updated_at END,
-        others = CASE WHEN t.slot = r.slot THEN t.others ELSE t.others - r.slot::text END
+        others = CASE WHEN t.slot = r.slot THEN t.others
+                      ELSE {_release_other("t.others", "r.slot", "r.status", "n.now")} END
     FROM locked l JOIN req r ON r.namespace = l.namespace AND r.job = l.job CROSS JOIN n
     WHERE t.namespace = l.namespace AND t.job = l.job AND (
         (t.slot = r.slot AND t.token = r.token AND t.owner = r.owner AND t.status = 'running') OR

@@ -4,8 +4,8 @@ Keys of one job (all hash-tagged `{prefix:namespace:job}`, so they live in one C
 
 - KEYS[1] `{…}`: a hash with the job's fencing counter `seq` and its newest record
   (`slot attempt token owner status expires_at fingerprint updated_at`);
-- KEYS[2] `{…}:others`: a hash slot → JSON record of older slots still running under
-  `overlap="allow"` (empty otherwise).
+- KEYS[2] `{…}:others`: a hash slot → JSON record of older slots still running, or released for
+  handover and not yet taken over, under `overlap="allow"` (empty otherwise).
 
 Time is the server's: `TIME` is read once, at the top of each script.
 """
@@ -158,7 +158,9 @@ _RELEASE = r"""
 local slot = tonumber(ARGV[1])
 local r = find(slot, tonumber(ARGV[2]), ARGV[3])
 if (not r) or r.status ~= 'running' then return 0 end
-if r.other then
+if r.other and ARGV[4] ~= 'released' then
+  -- An older slot kept under overlap=allow that is over: forget it. One handed over stays
+  -- (released) for a backup to take over, until a newer slot starts (win_new drops it).
   redis.call('HDEL', KEYS[2], string.format('%d', slot))
 else
   r.status = ARGV[4]

@@ -390,7 +390,9 @@ class SqliteBackend(BackendBase):
         found = conn.execute(self._sql_release, (status.value, *key, lease.token, lease.owner)).fetchone()
         if found is None:
             return False
-        if not found[0]:  # an older slot kept under overlap=allow: it is over, so forget it
+        if not found[0] and status is not JobStatus.RELEASED:
+            # An older slot kept under overlap=allow that is over: forget it. One handed over stays
+            # (released) for a backup to take over, until a newer slot starts (`_sql_prune`).
             conn.execute(self._sql_delete, key)
         return True
 

@@ -46,7 +46,9 @@ class ClaimDecision:
     the newest record, or of an older one kept under overlap=allow)."""
     new_slot: bool = False
     """`write` starts a slot newer than every stored one: it becomes the job's newest record, and
-    older records that are no longer running are deleted."""
+    older records that are no longer running are deleted (an older slot released for handover and
+    not yet taken over included: the newer slot supersedes it, as it supersedes a released newest
+    record)."""
     keep_previous: bool = False
     """With `new_slot`: the previous newest record still runs under overlap=allow, so keep it as an
     older record (renewable, judged by the same-slot rows); otherwise delete it, which revokes its
@@ -63,8 +65,8 @@ def decide(
     - `token`: the job's token counter, the largest token any claim of the job was given (equal to
       `head.token` unless overlap=allow took over an older slot; 0 for a new job).
     - `kept`: the record of `request.slot` when that slot is older than `head` and still kept under
-      overlap=allow; read it whenever `request.slot < head.slot`. It counts only for a request with
-      overlap=allow.
+      overlap=allow (running, or released for handover); read it whenever `request.slot < head.slot`.
+      It counts only for a request with overlap=allow.
 
     Nothing is mutated; the caller stores `ClaimDecision.write` as its flags say.
     """

@@ -65,7 +65,8 @@ class _Record:
 class _Job:
     token: int = 0
     current: _Record | None = None
-    # Older slots still running under overlap="allow": kept so they can be renewed or taken over.
+    # Older slots under overlap="allow" still running, or released for handover: kept so they can
+    # be renewed or taken over. A new slot drops those no longer running.
     others: dict[int, _Record] = field(default_factory=dict)
 
 
@@ -218,7 +219,9 @@ class MemoryBackend(BackendBase):
                 rec.status = _ENDED[outcome]
                 rec.updated_at = now
                 job = self.store.jobs[(lease.namespace, lease.job)]
-                if rec is not job.current:
+                if rec is not job.current and outcome is not ReleaseOutcome.HANDOVER:
+                    # An older slot kept under overlap=allow that is over: forget it. One handed
+                    # over stays (released) for a backup to take over, until a newer slot starts.
                     del job.others[rec.slot]
                 results.append(True)
                 if outcome is ReleaseOutcome.HANDOVER:

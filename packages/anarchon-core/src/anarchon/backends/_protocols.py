@@ -252,6 +252,9 @@ class LeaseBackend(ClaimBackend, Protocol):
 
         With `overlap=allow` there is one record per (job, slot), judged by the same-slot rows; a slot
         with no record that is older than the job's newest slot is **STALE**. The token is per job.
+        An older slot released as done or failed loses its record at once; one released as handover
+        keeps it (`released`, taken over as above) until a newer slot is won: a new slot drops every
+        older record that is no longer `running`.
         """
         ...
 
@@ -268,6 +271,8 @@ class LeaseBackend(ClaimBackend, Protocol):
         """End the run: status `done`, `failed` or `released` (handover). Pushes a handover if `notify`.
 
         - Ignored (returns False) unless the record's slot, token and owner equal the lease's.
+        - A handover keeps the record for a claim of the same slot to take over, also for an older
+          slot kept under `overlap=allow`.
         """
         ...
 
