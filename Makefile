@@ -52,9 +52,11 @@ clean:
 # Chaos runs (never part of `make test`): on each store, three replicas are killed, frozen and stopped
 # at random for CHAOS_SECONDS, then every start is checked (python -m anarchon.testing.chaos --help).
 CHAOS_SECONDS ?= 60
+# Each store gets its own database, bucket or stream: a chaos run must not leave state another user trips on.
 CHAOS_URLS ?= 'sqlite:///$(VENV)/anarchon-chaos.db' 'redis://127.0.0.1:6379/14' \
 	'postgresql://postgres@127.0.0.1:5432/test' 'nats-kv://127.0.0.1:4222?bucket=anarchon_chaos&lease=2s' \
-	'nats://127.0.0.1:4222' 'redis+stream://127.0.0.1:6379/14' 'amqp://guest:guest@127.0.0.1:5672/'
+	'nats://127.0.0.1:4222?stream=ANARCHON_CHAOS&prefix=anarchon_chaos' \
+	'redis+stream://127.0.0.1:6379/14' 'amqp://guest:guest@127.0.0.1:5672/'
 chaos: install
 	@set -e; for url in $(CHAOS_URLS); do $(BIN)/python -m anarchon.testing.chaos "$$url" --seconds $(CHAOS_SECONDS); done
 

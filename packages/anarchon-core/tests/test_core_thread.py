@@ -119,3 +119,20 @@ def test_a_scheduler_built_before_a_fork_gets_its_own_instance_id_in_the_child()
 
     child_id = _in_child(child)
     assert child_id != parent_id and f":{os.getpid()}:" in parent_id and f":{os.getpid()}:" not in child_id
+
+
+def test_a_handler_that_stops_its_scheduler_ends_the_thread() -> None:
+    # A one-off job that shuts its scheduler down: the thread ends as well, instead of idling until
+    # stop_thread(), and the run that asked is recorded done.
+    store = MemoryStore()
+    scheduler = Scheduler(backend=MemoryBackend(store), lease="2s", heartbeat="0.5s", stop_timeout="30s")
+
+    async def last(ctx: JobContext) -> None:
+        await scheduler.stop()
+
+    scheduler.every("last", "100ms", last, jitter=0, catch_up=0)
+    thread = scheduler.start_in_thread()
+    assert wait_until(lambda: not thread.is_alive(), timeout=10), "the thread still runs"
+    assert not scheduler.running
+    state = asyncio.run(MemoryBackend(store).inspect("anarchon", "last"))
+    assert state is not None and state.status is JobStatus.DONE and state.attempt == 1, state

@@ -239,6 +239,8 @@ class Scheduler(Generic[B]):
         self._lag: asyncio.Task[None] | None = None
         self._stop_task: asyncio.Task[None] | None = None
         """A stop begun from inside a handler (see `stop`)."""
+        self._stopped: asyncio.Event | None = None
+        """Set when a stop completes, whoever began it."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running = False
         self._stopping = False
@@ -423,6 +425,7 @@ class Scheduler(Generic[B]):
             raise BackendUnavailable(f"cannot open {self.backend.url}: {exc}") from exc
         self._horizon_ms = self.backend.horizon_ms  # known once the backend is open
         self._wake = asyncio.Event()
+        self._stopped = asyncio.Event()
         self._stopping = False
         self._running = True
         if self.leases and Capability.NOTIFY in self.backend.capabilities:
@@ -479,6 +482,8 @@ class Scheduler(Generic[B]):
         finally:
             self._running = False
             self._heap.clear()
+            if self._stopped is not None:
+                self._stopped.set()
             self.log.debug("stopped %s", self.instance_id)
 
     def run(self) -> None:
@@ -495,11 +500,23 @@ class Scheduler(Generic[B]):
                 installed.append(sig)
         try:
             async with self:
-                await done.wait()
-                self.log.info("%s stopping (signal)", self.instance_id)
+                if await self._wait_for_stop_or(done):
+                    self.log.info("%s stopping (signal)", self.instance_id)
         finally:
             for sig in installed:
                 loop.remove_signal_handler(sig)
+
+    async def _wait_for_stop_or(self, event: asyncio.Event) -> bool:
+        """Wait until `event` is set, or until this scheduler has stopped by itself (a handler
+        called `stop()`); True if `event` came first."""
+        assert self._stopped is not None, "not started"
+        waiters = {asyncio.ensure_future(event.wait()), asyncio.ensure_future(self._stopped.wait())}
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        return event.is_set()
 
     # -- planning -------------------------------------------------------------------------------
 

@@ -119,7 +119,8 @@ class SchedulerThread:
             return
         self._ready.set()
         try:
-            await self._stop.wait()
+            # Until stop_thread(), or until a handler stopped the scheduler: then the thread ends too.
+            await self.scheduler._wait_for_stop_or(self._stop)
         finally:
             await self.scheduler.stop()
 
