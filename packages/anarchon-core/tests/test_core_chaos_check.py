@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from anarchon.testing.chaos import Action, check
+from anarchon.testing.chaos import Action, check, main
 from anarchon.testing.cluster import Event
 
 T0 = 1_800_000_000.0  # wall seconds
@@ -90,3 +91,8 @@ def test_on_sqlite_a_freeze_may_lengthen_a_gap() -> None:
     assert judge(events, freeze) != []  # elsewhere a frozen client holds no lock
     assert check(events, freeze, leases=True, since_ms=S0, until_ms=S0 + 9000,
                  freezes_block_store=True).violations == []
+
+
+def test_the_command_refuses_an_unknown_store_before_starting_anything(capsys: Any) -> None:
+    assert main(["bogus://x", "--seconds", "1"]) == 2
+    assert "no installed backend handles 'bogus'" in capsys.readouterr().err

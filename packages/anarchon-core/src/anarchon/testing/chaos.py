@@ -32,8 +32,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .._errors import AnarchonError
 from .._plugins import backend_for_url
-from ..backends import Capability
+from ..backends import Capability, redact_url
 from .cluster import Cluster, Event
 
 __all__ = ["Action", "ChaosReport", "check", "main", "run"]
@@ -232,7 +233,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="anarchon-chaos-"))
-    print(f"chaos on {backend_for_url(args.url).url} for {args.seconds:.0f} s, seed {seed}, "
+    try:
+        backend_for_url(args.url)  # an unknown scheme or a bad option fails here, before any replica starts
+    except AnarchonError as exc:
+        print(f"chaos: {exc}", file=sys.stderr)
+        return 2
+    print(f"chaos on {redact_url(args.url)} for {args.seconds:.0f} s, seed {seed}, "
           f"logs in {workdir}", flush=True)
     report = run(args.url, workdir, seconds=args.seconds, replicas=args.replicas, seed=seed)
     print(report.summary())
