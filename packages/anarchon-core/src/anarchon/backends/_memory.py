@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from .._clock import Clock, SystemClock
@@ -40,34 +40,19 @@ _ENDED = {
 
 
 @dataclass(slots=True)
-class _Record:
-    # Mutable, unlike `LeaseRecord`: renew and release update it in place.
-    slot: int
-    attempt: int
-    token: int
-    owner: str
-    status: JobStatus
-    expires_at: int
-    fingerprint: str
-    updated_at: int
-
-    @classmethod
-    def of(cls, rec: LeaseRecord) -> _Record:
-        return cls(rec.slot, rec.attempt, rec.token, rec.owner, rec.status, rec.expires_at,
-                   rec.fingerprint, rec.updated_at)
-
-    def view(self) -> LeaseRecord:
-        return LeaseRecord(self.slot, self.attempt, self.token, self.owner, self.status, self.expires_at,
-                           self.fingerprint, self.updated_at)
-
-
-@dataclass(slots=True)
 class _Job:
     token: int = 0
-    current: _Record | None = None
+    current: LeaseRecord | None = None
     # Older slots under overlap="allow" still running, or released for handover: kept so they can
     # be renewed or taken over. A new slot drops those no longer running.
-    others: dict[int, _Record] = field(default_factory=dict)
+    others: dict[int, LeaseRecord] = field(default_factory=dict)
+
+    def put(self, rec: LeaseRecord) -> None:
+        """Store `rec` in place of the record of its slot (the newest one, or an older one)."""
+        if self.current is not None and self.current.slot == rec.slot:
+            self.current = rec
+        else:
+            self.others[rec.slot] = rec
 
 
 @dataclass(slots=True)
@@ -136,35 +121,31 @@ class MemoryBackend(BackendBase):
         job = store.jobs.get(key)
         head = None if job is None else job.current
         kept = None if job is None else job.others.get(r.slot)
-        decision = decide(
-            None if head is None else head.view(), r, now, token=0 if job is None else job.token,
-            kept=None if kept is None else kept.view(),
-        )
+        decision = decide(head, r, now, token=0 if job is None else job.token, kept=kept)
         write = decision.write
         if write is None:
             return decision.result
         job = store.jobs.setdefault(key, _Job())
         job.token = write.token
-        rec = _Record.of(write)
         if decision.new_slot:
             job.others = {s: o for s, o in job.others.items() if o.status is JobStatus.RUNNING}
             if decision.keep_previous and head is not None:
                 job.others[head.slot] = head
-            job.current = rec
-        elif head is not None and write.slot == head.slot:
-            job.current = rec
+            job.current = write
         else:
-            job.others[write.slot] = rec
+            job.put(write)
         return decision.result
 
-    def _find(self, lease: Lease) -> _Record | None:
+    def _find(self, lease: Lease) -> tuple[_Job, LeaseRecord] | None:
+        """The job and the running record `lease` still holds, if it does."""
         job = self.store.jobs.get((lease.namespace, lease.job))
         if job is None:
             return None
         rec = job.current if job.current and job.current.slot == lease.slot else job.others.get(lease.slot)
-        if rec is None or rec.token != lease.token or rec.owner != lease.owner:
+        if (rec is None or rec.token != lease.token or rec.owner != lease.owner
+                or rec.status is not JobStatus.RUNNING):
             return None
-        return rec
+        return job, rec
 
     # -- the protocol --------------------------------------------------------------------------
 
@@ -190,14 +171,14 @@ class MemoryBackend(BackendBase):
             self.store.calls += 1
             now = self._now()
             for lease, lease_ms in renewals:
-                rec = self._find(lease)
-                if rec is None or rec.status is not JobStatus.RUNNING:
+                found = self._find(lease)
+                if found is None:
                     results.append(None)
                     continue
-                rec.expires_at = now + lease_ms
-                rec.updated_at = now
+                job, rec = found
+                job.put(replace(rec, expires_at=now + lease_ms, updated_at=now))
                 results.append(Lease(lease.namespace, lease.job, lease.slot, lease.attempt, lease.token,
-                                     lease.owner, rec.expires_at))
+                                     lease.owner, now + lease_ms))
         return results
 
     async def release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
@@ -212,17 +193,17 @@ class MemoryBackend(BackendBase):
             self.store.calls += 1
             now = self._now()
             for lease, outcome in releases:
-                rec = self._find(lease)
-                if rec is None or rec.status is not JobStatus.RUNNING:
+                found = self._find(lease)
+                if found is None:
                     results.append(False)
                     continue
-                rec.status = _ENDED[outcome]
-                rec.updated_at = now
-                job = self.store.jobs[(lease.namespace, lease.job)]
+                job, rec = found
                 if rec is not job.current and outcome is not ReleaseOutcome.HANDOVER:
                     # An older slot kept under overlap=allow that is over: forget it. One handed
                     # over stays (released) for a backup to take over, until a newer slot starts.
                     del job.others[rec.slot]
+                else:
+                    job.put(replace(rec, status=_ENDED[outcome], updated_at=now))
                 results.append(True)
                 if outcome is ReleaseOutcome.HANDOVER:
                     pushed.append(lease)
@@ -253,7 +234,7 @@ class MemoryBackend(BackendBase):
                 if ns == namespace and entry.current is not None
             ]
 
-    def _state(self, namespace: str, job: str, rec: _Record) -> JobState:
+    def _state(self, namespace: str, job: str, rec: LeaseRecord) -> JobState:
         return JobState(
             namespace, job, rec.slot, rec.attempt, rec.token, rec.owner, rec.status,
             rec.expires_at, rec.fingerprint, rec.updated_at, self._now(),
