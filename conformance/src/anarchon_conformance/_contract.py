@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from anarchon import ConfigError
-from anarchon.backends import ClaimOutcome, JobStatus, Overlap, ReleaseOutcome
+from anarchon.backends import ClaimOutcome, JobStatus, Lease, Overlap, ReleaseOutcome
 
 from ._kit import LONG_LEASE_MS, SHORT_LEASE_MS, Kit
 
@@ -46,6 +46,14 @@ async def finish(kit: Kit, result: Any) -> None:
     """End a won run where the backend has leases, so the next slot may start."""
     if result.lease is not None and "lease" in kit.capabilities:
         assert await kit.release(result.lease, ReleaseOutcome.DONE)
+
+
+async def won_allowing_overlap(kit: Kit, **kw: Any) -> Lease:
+    """Win ("job", "a") under overlap="allow", or skip the test where the backend refuses that policy."""
+    try:
+        return await kit.won("job", "a", overlap=Overlap.ALLOW, **kw)
+    except ConfigError as exc:
+        pytest.skip(f"{type(kit.backend).__name__} refuses overlap='allow' (ConfigError: {exc})")
 
 
 class TestClaimContract:
@@ -223,10 +231,7 @@ class TestLeaseContract:
     async def test_row_older_slot_allow_handover_is_taken_over(self, anarchon_kit: Kit) -> None:
         # Under allow each slot has its own record: an older slot handed over (a graceful stop, a
         # retry) is judged by the same-slot rows, like the newest slot, while the newer run goes on.
-        try:
-            old = await anarchon_kit.won("job", "a", overlap=Overlap.ALLOW)
-        except ConfigError as exc:
-            pytest.skip(f"{type(anarchon_kit.backend).__name__} refuses overlap='allow' (ConfigError: {exc})")
+        old = await won_allowing_overlap(anarchon_kit)
         new = await anarchon_kit.won("job", "b", anarchon_kit.slot + MINUTE, overlap=Overlap.ALLOW)
         assert await anarchon_kit.release(old, ReleaseOutcome.HANDOVER) is True
         assert await anarchon_kit.renew(old) is None, "a released lease must not renew"
@@ -246,10 +251,7 @@ class TestLeaseContract:
         assert ended.outcome in (ClaimOutcome.DONE, ClaimOutcome.STALE), f"older slot done: {ended!r}"
 
     async def test_row_older_slot_allow_handover_exhausted(self, anarchon_kit: Kit) -> None:
-        try:
-            old = await anarchon_kit.won("job", "a", overlap=Overlap.ALLOW, max_attempts=1)
-        except ConfigError as exc:
-            pytest.skip(f"{type(anarchon_kit.backend).__name__} refuses overlap='allow' (ConfigError: {exc})")
+        old = await won_allowing_overlap(anarchon_kit, max_attempts=1)
         await anarchon_kit.won("job", "b", anarchon_kit.slot + MINUTE, overlap=Overlap.ALLOW, max_attempts=1)
         assert await anarchon_kit.release(old, ReleaseOutcome.HANDOVER) is True
         result = await anarchon_kit.claim("job", "c", overlap=Overlap.ALLOW, max_attempts=1)
@@ -259,10 +261,7 @@ class TestLeaseContract:
         # A released record is superseded when a newer slot starts (the "older slot, any other
         # state" row), the newest record as well as an older one kept under allow: a handover not
         # taken over before then is dropped, and only running records stay.
-        try:
-            old = await anarchon_kit.won("job", "a", overlap=Overlap.ALLOW)
-        except ConfigError as exc:
-            pytest.skip(f"{type(anarchon_kit.backend).__name__} refuses overlap='allow' (ConfigError: {exc})")
+        old = await won_allowing_overlap(anarchon_kit)
         mid = await anarchon_kit.won("job", "b", anarchon_kit.slot + MINUTE, overlap=Overlap.ALLOW)
         assert await anarchon_kit.release(old, ReleaseOutcome.HANDOVER) is True
         newest = await anarchon_kit.won("job", "b", anarchon_kit.slot + 2 * MINUTE, overlap=Overlap.ALLOW)
@@ -538,10 +537,7 @@ class TestReleaseManyContract:
         assert (await anarchon_kit.claim("job", "b")).outcome is ClaimOutcome.DONE
 
     async def test_two_slots_of_one_job_under_allow(self, anarchon_kit: Kit) -> None:
-        try:
-            old = await anarchon_kit.won("job", "a", overlap=Overlap.ALLOW)
-        except ConfigError as exc:
-            pytest.skip(f"{type(anarchon_kit.backend).__name__} refuses overlap='allow' (ConfigError: {exc})")
+        old = await won_allowing_overlap(anarchon_kit)
         new = await anarchon_kit.won("job", "b", anarchon_kit.slot + MINUTE, overlap=Overlap.ALLOW)
         results = await anarchon_kit.backend.release_many(
             [(new, ReleaseOutcome.DONE), (old, ReleaseOutcome.DONE)]
@@ -553,10 +549,7 @@ class TestReleaseManyContract:
         assert newer.outcome is ClaimOutcome.DONE, newer
 
     async def test_handover_of_both_slots_under_allow(self, anarchon_kit: Kit) -> None:
-        try:
-            old = await anarchon_kit.won("job", "a", overlap=Overlap.ALLOW)
-        except ConfigError as exc:
-            pytest.skip(f"{type(anarchon_kit.backend).__name__} refuses overlap='allow' (ConfigError: {exc})")
+        old = await won_allowing_overlap(anarchon_kit)
         new = await anarchon_kit.won("job", "b", anarchon_kit.slot + MINUTE, overlap=Overlap.ALLOW)
         results = await anarchon_kit.backend.release_many(
             [(old, ReleaseOutcome.HANDOVER), (new, ReleaseOutcome.HANDOVER)]
@@ -678,10 +671,7 @@ class TestNotifyContract:
         got: asyncio.Queue[tuple[str, int]] = asyncio.Queue()
         await listener.subscribe(anarchon_kit.namespace, lambda job, slot: got.put_nowait((job, slot)))
         await asyncio.sleep(0.1)
-        try:
-            old = await anarchon_kit.won("job", "a", overlap=Overlap.ALLOW)
-        except ConfigError as exc:
-            pytest.skip(f"{type(anarchon_kit.backend).__name__} refuses overlap='allow' (ConfigError: {exc})")
+        old = await won_allowing_overlap(anarchon_kit)
         await anarchon_kit.won("job", "b", anarchon_kit.slot + MINUTE, overlap=Overlap.ALLOW)
         assert await anarchon_kit.release(old, ReleaseOutcome.HANDOVER)
         assert await asyncio.wait_for(got.get(), timeout=5) == ("job", old.slot)
