@@ -36,8 +36,9 @@ class NonOwnerRenewBackend(MemoryBackend):
             rec = job.current if job else None
             if rec is None or rec.slot != lease.slot or rec.status is not JobStatus.RUNNING:
                 return None
-            rec.expires_at = self.store.clock.now_ms() + lease_ms
-            return replace(lease, expires_at=rec.expires_at)
+            assert job is not None
+            job.current = replace(rec, expires_at=self.store.clock.now_ms() + lease_ms)
+            return replace(lease, expires_at=job.current.expires_at)
 
 
 class IgnoresMaxAttemptsBackend(MemoryBackend):
