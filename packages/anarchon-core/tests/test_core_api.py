@@ -109,6 +109,8 @@ def test_observer_hooks_see_claims_and_runs() -> None:
     ("postgresql://app:s3cret@db/test?sslmode=require", "postgresql://app:***@db/test?sslmode=require"),
     ("amqp://guest@host/", "amqp://guest@host/"),
     ("nats://host:4222?password=s3cret", "nats://host:4222?password=***"),
+    # Nothing to hide: shown exactly as given (no normalising of an empty host away).
+    ("sqlite:///relative/jobs.db", "sqlite:///relative/jobs.db"),
 ])
 def test_redact_url(url: str, shown: str) -> None:
     assert redact_url(url) == shown

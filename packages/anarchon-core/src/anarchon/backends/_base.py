@@ -33,6 +33,8 @@ def redact_url(url: str) -> str:
             key, sep, _value = piece.partition("=")
             pieces.append(f"{key}=***" if sep and key.lower() in {"password", "pass", "pwd"} else piece)
         query = "&".join(pieces)
+    if netloc == parts.netloc and query == parts.query:
+        return url  # nothing to hide: as given (urlunsplit would drop the empty host of sqlite:///x)
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
