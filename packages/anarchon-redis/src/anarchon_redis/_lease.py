@@ -267,10 +267,8 @@ class RedisBackend(_ScriptedStore):
             for ns, names in fresh.items():
                 pipe.sadd(self.keys.index(ns), *sorted(names))
 
-        if self._cluster:
-            replies = await self._eval_many(self._claim_script, calls, "claiming", extra=index)
-        else:
-            replies = await self._eval_batched(self._claim_batch, calls, "claiming", extra=index)
+        replies = await self._eval_calls(self._claim_script, self._claim_batch, calls, "claiming",
+                                         extra=index)
         return [self._result(r, reply) for r, reply in zip(requests, replies, strict=True)]
 
     def _unindexed(self, requests: Sequence[ClaimRequest]) -> dict[str, set[str]]:
@@ -290,6 +288,16 @@ class RedisBackend(_ScriptedStore):
                 self._indexed.add(key)
                 fresh.setdefault(r.namespace, set()).add(r.job)
         return fresh
+
+    async def _eval_calls(
+        self, script: Any, batch_script: Any, calls: Sequence[tuple[list[str], list[Any]]], doing: str,
+        extra: Callable[[Any], None] | None = None,
+    ) -> list[Any]:
+        """One reply per call, in one round trip: `script` once per call on a Cluster client (each
+        call routed by its keys), else `batch_script` (the same body in a loop) per chunk of calls."""
+        if self._cluster:
+            return await self._eval_many(script, calls, doing, extra=extra)
+        return await self._eval_batched(batch_script, calls, doing, extra=extra)
 
     async def _eval_batched(
         self, script: Any, calls: Sequence[tuple[list[str], list[Any]]], doing: str,
@@ -349,10 +357,7 @@ class RedisBackend(_ScriptedStore):
         if not renewals:
             return []
         calls = [self._renew_call(lease, lease_ms) for lease, lease_ms in renewals]
-        if self._cluster:
-            replies = await self._eval_many(self._renew_script, calls, "renewing")
-        else:
-            replies = await self._eval_batched(self._renew_batch, calls, "renewing")
+        replies = await self._eval_calls(self._renew_script, self._renew_batch, calls, "renewing")
         return [self._renewed(lease, expires) for (lease, _), expires in zip(renewals, replies, strict=True)]
 
     def _release_call(self, lease: Lease, outcome: ReleaseOutcome) -> tuple[list[str], list[Any]]:
@@ -367,14 +372,12 @@ class RedisBackend(_ScriptedStore):
         return bool(int(done))
 
     async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
-        """End a batch of runs in one round trip: a pipeline of one script call per release."""
+        """End a batch of runs in one round trip (see `ReleaseManyBackend.release_many`): one script
+        call per release on a Cluster client, else one script call per chunk of `BATCH` releases."""
         if not releases:
             return []
         calls = [self._release_call(lease, outcome) for lease, outcome in releases]
-        if self._cluster:
-            replies = await self._eval_many(self._release_script, calls, "releasing")
-        else:
-            replies = await self._eval_batched(self._release_batch, calls, "releasing")
+        replies = await self._eval_calls(self._release_script, self._release_batch, calls, "releasing")
         return [bool(int(done)) for done in replies]
 
     # -- inspection ------------------------------------------------------------------------------
