@@ -32,6 +32,10 @@ def quote_ident(value: str) -> str:
 
 
 NOW_MS = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+# How a batch statement locks the rows (alias `c`) of its jobs: in code-point (namespace, job) order,
+# whatever the database's collation, the order `claim_many` sends its batches in. Every batch that
+# locks several rows takes them in this one order, so no two batches can deadlock.
+_LOCK_IN_CLAIM_ORDER = 'ORDER BY c.namespace COLLATE "C", c.job COLLATE "C" FOR UPDATE OF c'
 
 
 def _live(rec: str, now: str) -> str:
@@ -265,8 +269,7 @@ req AS (
 locked AS MATERIALIZED (
     SELECT c.namespace, c.job, c.slot, c.token, c.owner, c.status, c.others FROM {t} c
     WHERE EXISTS (SELECT 1 FROM req r WHERE r.namespace = c.namespace AND r.job = c.job)
-    ORDER BY c.namespace COLLATE "C", c.job COLLATE "C"
-    FOR UPDATE OF c
+    {_LOCK_IN_CLAIM_ORDER}
 ),
 ok AS MATERIALIZED (
     SELECT r.ord, r.namespace, r.job, r.slot, r.lease_ms, r.slot = l.slot AS head,
@@ -346,8 +349,7 @@ req AS (
 ),
 locked AS MATERIALIZED (
     SELECT c.namespace, c.job FROM {t} c JOIN req r ON c.namespace = r.namespace AND c.job = r.job
-    ORDER BY c.namespace COLLATE "C", c.job COLLATE "C"
-    FOR UPDATE OF c
+    {_LOCK_IN_CLAIM_ORDER}
 ),
 u AS (
     UPDATE {t} AS t SET
