@@ -6,7 +6,16 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
-from anarchon import JobContext, JobStatus, MemoryBackend, MemoryClaimBackend, MemoryStore, Scheduler, to_ms
+from anarchon import (
+    ClaimRequest,
+    JobContext,
+    JobStatus,
+    MemoryBackend,
+    MemoryClaimBackend,
+    MemoryStore,
+    Scheduler,
+    to_ms,
+)
 from anarchon.testing import FaultyBackend, SkewedClock, VirtualClock, crash
 
 START = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
@@ -361,7 +370,8 @@ def test_a_run_whose_lease_was_taken_over_before_it_started_does_not_start(caplo
         s.every("report", "1m", job, catch_up=0)
 
     async def takeover() -> None:
-        request = schedulers[1]._request(schedulers[1].jobs["report"], T0 + 60_000)
+        request = ClaimRequest("anarchon", "report", T0 + 60_000, "backup", lease_ms=2000,
+                               fingerprint="every:60000+0")
         result = await MemoryBackend(store).claim(request)
         assert result.won and result.lease is not None and result.lease.attempt == 2, result
 

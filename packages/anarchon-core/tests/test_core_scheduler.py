@@ -16,6 +16,7 @@ from anarchon import (
     ConfigError,
     DuplicateJobError,
     JobContext,
+    JobNameError,
     JobStatus,
     MemoryBackend,
     MemoryClaimBackend,
@@ -509,8 +510,15 @@ def test_duplicate_name_names_the_first_handler(scheduler: Scheduler[MemoryBacke
 
 @pytest.mark.parametrize("name", ["", "   ", "x" * 201, "bad\nname"])
 def test_bad_names(scheduler: Scheduler[MemoryBackend], name: str) -> None:
-    with pytest.raises(ConfigError, match="invalid job name"):
+    # A string that cannot be a name is a value error; only a name that is no string is a type error.
+    with pytest.raises(JobNameError, match="invalid job name") as info:
         scheduler.every(name, "1s", lambda: None)
+    assert isinstance(info.value, ValueError) and not isinstance(info.value, TypeError)
+
+
+def test_a_name_that_is_not_a_string_is_a_type_error(scheduler: Scheduler[MemoryBackend]) -> None:
+    with pytest.raises(ConfigError, match="invalid job name 42"):
+        scheduler.every(42, "1s", lambda: None)  # type: ignore[call-overload]
 
 
 def test_handler_not_callable(scheduler: Scheduler[MemoryBackend]) -> None:

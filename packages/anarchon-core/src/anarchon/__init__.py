@@ -48,15 +48,17 @@ from ._errors import (
     BackendUnavailable,
     ConfigError,
     DuplicateJobError,
+    JobNameError,
     LeaseLost,
     OptionError,
     RunCancelled,
     ScheduleError,
     SchemaMismatch,
 )
+from ._job import Job
 from ._options import ClaimJobOptions, LeaseJobOptions
 from ._plugins import backend_classes, backend_for_url, plugin_manager
-from ._scheduler import Job, Scheduler
+from ._scheduler import Scheduler
 from ._schedules import At, Cron, Every, Schedule, from_ms, to_ms
 from .backends import (
     Capability,
@@ -99,6 +101,7 @@ __all__ = [
     "Every",
     "Job",
     "JobContext",
+    "JobNameError",
     "JobState",
     "JobStatus",
     "Lease",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Generic, TypeVar
 
 from ._errors import AnarchonError
@@ -21,7 +21,7 @@ class StepBatcher(Generic[T, R]):
     """
 
     def __init__(self, send: Callable[[list[T]], Awaitable[Sequence[R]]],
-                 spawn: Callable[[Awaitable[None]], Any], what: str) -> None:
+                 spawn: Callable[[Coroutine[Any, Any, None]], Any], what: str) -> None:
         self._send = send
         self._spawn = spawn
         self._what = what

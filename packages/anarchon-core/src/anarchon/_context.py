@@ -113,7 +113,10 @@ class JobContext:
         """Sleep; return early and raise `RunCancelled` if the run is asked to end meanwhile."""
         self.signal.raise_if_cancelled()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.signal.wait(), seconds)
+            # Not asyncio.wait_for: on Python 3.11 it can swallow a cancellation (a stop after
+            # stop_timeout) that arrives as the sleep ends.
+            async with asyncio.timeout(seconds):
+                await self.signal.wait()
         self.signal.raise_if_cancelled()
 
     def sleep_sync(self, seconds: float) -> None:

@@ -19,18 +19,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, Unpack
+from typing import Any, Literal, Protocol, TypeVar, Unpack
 
 from . import _options
 from ._duration import Duration
 from ._errors import AnarchonError, ConfigError, DuplicateJobError
+from ._job import Job, check_name
 from ._options import LeaseJobOptions
 from ._schedules import At, Cron, DstFold, DstGap, Every, Schedule
 
-if TYPE_CHECKING:
-    from ._scheduler import Scheduler
-
-__all__ = ["Declaration", "at", "cron", "declarations", "every", "register"]
+__all__ = ["Declaration", "Registry", "at", "cron", "declarations", "every", "register"]
 
 H = TypeVar("H", bound=Callable[..., Any])
 
@@ -68,8 +66,7 @@ def _declare(decl: Declaration) -> Callable[[H], H]:
     # Unknown option names fail at once, where the typo is; lease-only options are judged at
     # register(), when the backend is known.
     _options.check_names(decl.kind, decl.options, frozenset(), lease_backend=True, backend=None)
-    if not isinstance(decl.name, str) or not decl.name.strip():
-        raise ConfigError(f"invalid job name {decl.name!r}: use a non-empty string")
+    check_name(decl.name)
     decl.schedule()
 
     def decorator(func: H) -> H:
@@ -151,7 +148,18 @@ def _collect(obj: object) -> list[_Found]:
     return found
 
 
-def register(scheduler: Scheduler[Any], obj: object) -> None:
+class Registry(Protocol):
+    """What `register` needs of a scheduler: its jobs, its defaults, and `every`, `cron` and `at`."""
+
+    jobs: dict[str, Job]
+    lease_ms: int
+    heartbeat_ms: int
+
+    def _check_options(self, method: str, options: dict[str, Any], extra: frozenset[str]) -> None:
+        """Refuse options unknown to `method` or to the backend."""
+
+
+def register(scheduler: Registry, obj: object) -> None:
     """Turn every job declared on `obj` (an instance, a module or a function) into a job of `scheduler`.
 
     All or nothing: every declaration is checked before the first job is added.
@@ -187,7 +195,7 @@ def register(scheduler: Scheduler[Any], obj: object) -> None:
         sources[d.name] = f.source
 
 
-def _check(scheduler: Scheduler[Any], f: _Found) -> None:
+def _check(scheduler: Registry, f: _Found) -> None:
     d = f.decl
     scheduler._check_options(d.kind, dict(d.options), frozenset())
     _options.resolve(d.options, lease_ms=scheduler.lease_ms, heartbeat_ms=scheduler.heartbeat_ms)

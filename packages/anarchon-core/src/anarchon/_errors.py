@@ -9,6 +9,7 @@ __all__ = [
     "BackendUnavailable",
     "ConfigError",
     "DuplicateJobError",
+    "JobNameError",
     "LeaseLost",
     "OptionError",
     "RunCancelled",
@@ -35,6 +36,10 @@ class OptionError(AnarchonError, ValueError):
 
 class DuplicateJobError(AnarchonError, ValueError):
     """A job name registered twice in one scheduler."""
+
+
+class JobNameError(AnarchonError, ValueError):
+    """A job name that is empty, longer than 200 characters or holds a control character."""
 
 
 class BackendNotFound(AnarchonError, LookupError):

@@ -81,8 +81,11 @@ def check_names(
             )
 
 
-def resolve(options: Mapping[str, Any], *, lease_ms: int, heartbeat_ms: int) -> ResolvedOptions:
-    """Check option values and fill in defaults from the scheduler's settings."""
+def resolve(
+    options: Mapping[str, Any], *, lease_ms: int, heartbeat_ms: int, leases: bool = True
+) -> ResolvedOptions:
+    """Check option values and fill in defaults from the scheduler's settings (on a claim-only
+    backend, `leases=False`: no catch-up)."""
     timeout = options.get("timeout")
     jitter = options.get("jitter")
     overlap_value = options.get("overlap", Overlap.SKIP)
@@ -112,7 +115,8 @@ def resolve(options: Mapping[str, Any], *, lease_ms: int, heartbeat_ms: int) -> 
         jitter_ms=None if jitter is None else parse_duration(jitter, name="jitter", allow_zero=True),
         overlap=overlap,
         max_attempts=max_attempts,
-        catch_up_ms=parse_duration(options.get("catch_up", "5m"), name="catch_up", allow_zero=True),
+        catch_up_ms=(parse_duration(options.get("catch_up", "5m"), name="catch_up", allow_zero=True)
+                     if leases else 0),
         lease_ms=job_lease,
         heartbeat_ms=job_heartbeat,
         retry_ms=retry_ms,

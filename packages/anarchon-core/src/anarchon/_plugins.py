@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import threading
+import weakref
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -14,10 +16,12 @@ from . import hookspecs
 from ._errors import BackendNotFound
 from .backends import MemoryBackend, MemoryClaimBackend, redact_url
 
-__all__ = ["backend_classes", "backend_for_url", "plugin_manager"]
+__all__ = ["backend_classes", "backend_for_url", "plugin_manager", "url_of"]
 
 _lock = threading.Lock()
 _manager: pluggy.PluginManager | None = None
+_urls: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+"""The URL each backend that `backend_for_url` built was built from (never logged: it may hold a password)."""
 
 
 class _Builtin:
@@ -64,6 +68,21 @@ def backend_classes() -> list[type[Any]]:
 
 def backend_for_url(url: str) -> Any:
     """Build the backend whose `url_schemes` include `url`'s scheme."""
+    backend = _build(url)
+    with contextlib.suppress(TypeError):  # a backend that cannot be weakly referenced is not remembered
+        _urls[backend] = url
+    return backend
+
+
+def url_of(backend: object) -> str | None:
+    """The URL `backend_for_url` built `backend` from, if it did."""
+    try:
+        return _urls.get(backend)
+    except TypeError:
+        return None
+
+
+def _build(url: str) -> Any:
     scheme = urlsplit(url).scheme.lower()
     pm = plugin_manager()
     mapped = _scheme_paths(pm)

@@ -15,12 +15,11 @@ import socket
 import sys
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from ._scheduler import Scheduler
+from ._engine import default_instance_id
 
-__all__ = ["SchedulerThread", "fork_message"]
+__all__ = ["Runnable", "SchedulerThread", "fork_message"]
 
 logger = logging.getLogger("anarchon")
 
@@ -55,11 +54,24 @@ def _install_fork_hook() -> None:
             _hook_installed = True
 
 
-def _fresh_instance_id(scheduler: Scheduler[Any]) -> None:
+class Runnable(Protocol):
+    """What the thread needs of a scheduler."""
+
+    instance_id: str
+
+    async def start(self) -> None:
+        """Start scheduling."""
+
+    async def stop(self) -> None:
+        """Stop gracefully."""
+
+    async def _wait_for_stop_or(self, event: asyncio.Event) -> bool:
+        """Wait for `event` or a stop begun elsewhere; True if `event` came first."""
+
+
+def _fresh_instance_id(scheduler: Runnable) -> None:
     """A default id (`host:pid:hex`) made in another process, e.g. gunicorn's master with --preload,
     would make every worker claim under one name: give this process its own."""
-    from ._scheduler import default_instance_id
-
     match = re.fullmatch(rf"{re.escape(socket.gethostname())}:(\d+):[0-9a-f]{{4}}", scheduler.instance_id)
     if match and int(match.group(1)) != os.getpid():
         scheduler.instance_id = default_instance_id()
@@ -68,7 +80,7 @@ def _fresh_instance_id(scheduler: Scheduler[Any]) -> None:
 class SchedulerThread:
     """Runs one scheduler on a private event loop in a daemon thread."""
 
-    def __init__(self, scheduler: Scheduler[Any]) -> None:
+    def __init__(self, scheduler: Runnable) -> None:
         self.scheduler = scheduler
         self.pid = os.getpid()
         self.thread: threading.Thread | None = None

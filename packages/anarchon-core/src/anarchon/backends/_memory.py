@@ -103,6 +103,10 @@ class MemoryBackend(BackendBase):
         """`memory://` gives a fresh, private store."""
         return cls()
 
+    def sibling(self) -> MemoryBackend:
+        """A new backend on the same store: a second connection, for a lease keeper in another thread."""
+        return MemoryBackend(self.store, notify=self.notify)
+
     @property
     def url(self) -> str:
         """A memory store has no address."""

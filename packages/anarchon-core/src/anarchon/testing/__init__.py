@@ -331,9 +331,6 @@ async def crash(scheduler: Scheduler[Any]) -> None:
     if not isinstance(backend, FaultyBackend):
         raise TypeError("crash() needs a scheduler whose backend is a FaultyBackend")
     backend.crash()
-    tasks = [t for t in (*scheduler._tasks, scheduler._main, scheduler._lag) if t is not None]
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    scheduler._running = False
-    scheduler._runs.clear()
+    engine, scheduler._engine = scheduler._engine, None
+    if engine is not None:
+        await engine.crash()

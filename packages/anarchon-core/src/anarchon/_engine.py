@@ -1,0 +1,171 @@
+"""The engine: how do the planner, the claims, the runs and the keeper work together while a scheduler runs?
+
+One slot's path: the planner hands the claims due now over in a batch; the engine sends them in one
+`claim_many`; for each result, `react` says what it means; the planner updates its watches, the run
+supervisor starts a run, or the keeper hands the slot back. The run's lease is the keeper's from then on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import cast
+
+from ._clock import Clock
+from ._job import Job
+from ._keeper import Keeper
+from ._keeper_thread import Sibling, open_keeper
+from ._logs import fmt_slot, short
+from ._outcomes import Facts, Step, react
+from ._planner import Due, Planner
+from ._runs import Hook, Runs
+from ._tasks import Tasks
+from .backends import Capability, ClaimBackend, ClaimRequest, ClaimResult, LeaseBackend
+
+__all__ = ["Engine", "EngineConfig", "default_instance_id"]
+
+
+def default_instance_id() -> str:
+    """`host:pid:random`, unique per process start."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """A scheduler's settings, as the engine needs them."""
+
+    namespace: str
+    instance_id: str
+    heartbeat_ms: int
+    jitter_ms: int | None
+    stop_timeout_ms: int
+    max_skew_ms: int
+    block_limit_ms: int
+    clock: Clock
+    log: logging.Logger
+
+
+class Engine:
+    """One start of a scheduler, until its stop: every claim, run and lease in between."""
+
+    def __init__(self, backend: ClaimBackend, config: EngineConfig, keeper: Keeper, *, hook: Hook,
+                 owner: object) -> None:
+        self._backend = backend
+        self._config = config
+        self._log = config.log
+        self._hook = hook
+        self.keeper = keeper
+        self.tasks = Tasks(config.log)
+        self.planner = Planner(config.clock, config.log, jitter_ms=config.jitter_ms,
+                               horizon_ms=backend.horizon_ms)
+        self.runs = Runs(owner=owner, keeper=keeper, tasks=self.tasks, log=config.log, hook=hook,
+                         namespace=config.namespace, instance_id=config.instance_id,
+                         on_handover=self.planner.watch)
+        caps = backend.capabilities
+        self._facts = Facts(config.instance_id, leases=Capability.LEASE in caps,
+                            notify=Capability.NOTIFY in caps)
+        self._stopping = False
+        self._warned: set[str] = set()
+        """Jobs whose schedule differs from the store's, warned about once."""
+
+    @classmethod
+    async def start(cls, backend: ClaimBackend, config: EngineConfig, jobs: Iterable[Job], *, hook: Hook,
+                    owner: object, sibling: Sibling) -> Engine:
+        """Start a keeper (beside the loop when `sibling` gives a second connection), then plan `jobs`."""
+        engine: Engine | None = None
+
+        def running() -> list[str]:
+            return engine.runs.names() if engine is not None else []
+
+        keeper = await open_keeper(backend, sibling, config.log, heartbeat_ms=config.heartbeat_ms,
+                                   block_limit_ms=config.block_limit_ms, running=running)
+        engine = cls(backend, config, keeper, hook=hook, owner=owner)
+        if Capability.NOTIFY in backend.capabilities:
+            await cast(LeaseBackend, backend).subscribe(config.namespace, engine.planner.on_release)
+        for job in jobs:
+            engine.planner.add(job)
+        engine.tasks.spawn(engine.planner.run(engine._claim), "ticks", name="anarchon-ticks")
+        return engine
+
+    def add(self, job: Job) -> None:
+        """Plan a job registered while running."""
+        self.planner.add(job)
+
+    async def stop(self) -> None:
+        """No new claims; let claims in flight finish; stop the runs; then the keeper."""
+        self._stopping = True
+        self.runs.stopping()
+        self.planner.close()
+        self.tasks.cancel("ticks")
+        # Claims in flight finish, so a slot won just now is handed over, not stranded.
+        await self.tasks.wait("claim", within=5)
+        await self.runs.stop(self._config.stop_timeout_ms / 1000)
+        await self.keeper.stop()
+        await self.tasks.wait(within=5)
+
+    async def crash(self) -> None:
+        """Vanish like a killed process: every task ends, nothing is released."""
+        await self.keeper.crash()
+        self.tasks.cancel()
+        await self.tasks.wait(within=5)
+
+    # -- claims -----------------------------------------------------------------------------------
+
+    def _claim(self, batch: list[Due]) -> None:
+        self.tasks.spawn(self._claim_batch(batch), "claim")
+
+    def _request(self, entry: Due) -> ClaimRequest:
+        o, c = entry.plan.job.options, self._config
+        return ClaimRequest(c.namespace, entry.plan.job.name, entry.slot, c.instance_id, o.lease_ms,
+                            o.max_attempts, o.overlap, entry.plan.fingerprint, c.max_skew_ms)
+
+    async def _claim_batch(self, batch: list[Due]) -> None:
+        requests = [self._request(e) for e in batch]
+        backend = self._backend
+        sent = self.keeper.now()
+        try:
+            if len(requests) == 1:
+                results = [await backend.claim(requests[0])]
+            else:
+                results = await backend.claim_many(requests)
+        except Exception as exc:  # the store failed: retry, never lose the slot or die
+            retry_ms = min(1000, self._config.heartbeat_ms)
+            self._log.warning(
+                "claim of %d slot(s) failed on %s: %s; retrying in %d ms",
+                len(batch), backend.url, short(exc), retry_ms,
+            )
+            self.planner.retry(batch, retry_ms)
+            return
+        for entry, request, result in zip(batch, requests, results, strict=True):
+            self._hook("anarchon_claim", request=request, result=result)
+            try:
+                self._apply(entry, result, sent)
+            except Exception:  # one bad result must not lose the rest of the batch
+                self._log.exception("%s slot=%s: handling the claim's result failed", entry.plan.job.name,
+                                    fmt_slot(entry.slot))
+
+    def _apply(self, entry: Due, result: ClaimResult, sent: float) -> None:
+        job = entry.plan.job
+        self._check_fingerprint(entry.plan.fingerprint, job, result)
+        action = react(job, result, watching=entry.kind == "watch", stopping=self._stopping,
+                       facts=self._facts)
+        self._log.log(action.level, action.message, *action.args)
+        self.planner.settle(entry.plan, action)
+        if result.lease is not None:
+            if action.step is Step.RUN:
+                self.runs.start(job, result.lease, sent)
+            elif action.step is Step.HAND_BACK:
+                # Won as the instance stops: hand it over at once (batched).
+                self.keeper.hand_back(result.lease)
+
+    def _check_fingerprint(self, fingerprint: str, job: Job, result: ClaimResult) -> None:
+        if result.fingerprint and result.fingerprint != fingerprint and job.name not in self._warned:
+            self._warned.add(job.name)
+            self._log.warning(
+                "%s: the store holds schedule %r but this instance has %r (a rolling deploy?)",
+                job.name, result.fingerprint, fingerprint,
+            )

@@ -1,0 +1,310 @@
+"""The keeper beside the loop: who renews the leases while a handler blocks the event loop?
+
+An `async def` handler that blocks the loop (`time.sleep`, a CPU loop, a synchronous driver call) would
+stop every renewal of its process, and a backup would start attempt 2 beside it. When the store can be
+opened a second time, the lease keeper runs in a thread of its own, with its own event loop and its own
+connection, and renews every held lease whether or not the scheduler's loop answers. It asks that loop
+for a sign of life every quarter second; once the loop has not answered for `block_limit`, the process
+counts as hung: its leases are no longer renewed, so another instance takes the runs over.
+
+The scheduler's loop and the thread talk through two mailboxes, one each way: a message goes out at
+once (a handler may block the loop right after its run was handed to the keeper), and a burst of
+messages costs one wake-up of the other loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import collections
+import concurrent.futures
+import contextlib
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable, Coroutine
+from typing import Any, cast
+
+from ._job import Job
+from ._keeper import Held, Keeper, LeaseKeeper, NullKeeper, hold, job_names
+from ._logs import short
+from .backends import Capability, ClaimBackend, Lease, LeaseBackend, ReleaseOutcome
+
+__all__ = ["KeeperThread", "Sibling", "open_keeper"]
+
+Sibling = Callable[[], tuple[LeaseBackend | None, str]]
+"""Returns a new, unopened backend on the same store with a connection of its own, or None and why not."""
+
+_PING_S = 0.25
+"""How often the thread asks the scheduler's loop for a sign of life."""
+
+
+async def open_keeper(backend: ClaimBackend, sibling: Sibling, log: logging.Logger, *, heartbeat_ms: int,
+                      block_limit_ms: int, running: Callable[[], list[str]]) -> Keeper:
+    """Start the keeper `backend` calls for: none for a claim-only backend; in a thread of its own when
+    a second connection can be opened; otherwise on the scheduler's loop, saying why once."""
+    keeper: Keeper
+    if Capability.LEASE not in backend.capabilities:
+        keeper = NullKeeper(log, heartbeat_ms=heartbeat_ms)
+    else:
+        second, why = sibling()
+        level = logging.INFO
+        if second is not None:
+            thread = KeeperThread(second, log, heartbeat_ms=heartbeat_ms, block_limit_ms=block_limit_ms)
+            try:
+                await thread.start(running)
+                return thread
+            except Exception as exc:
+                level, why = logging.WARNING, f"its second connection did not open: {short(exc)}"
+        log.log(level, "leases on %s are renewed on the scheduler's event loop, not beside it: %s; a handler "
+                "that blocks the loop for longer than the lease loses its lease", backend.url, why)
+        keeper = LeaseKeeper(cast(LeaseBackend, backend), log, heartbeat_ms=heartbeat_ms)
+    await keeper.start(running)
+    return keeper
+
+
+class _Mailbox:
+    """Calls posted from any thread, run in order on `target`'s loop; a burst costs one wake-up."""
+
+    def __init__(self, target: asyncio.AbstractEventLoop, log: logging.Logger) -> None:
+        self._target = target
+        self._log = log
+        self._items: collections.deque[tuple[Callable[..., Any], tuple[Any, ...]]] = collections.deque()
+        self._scheduled = False
+
+    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run `fn(*args)` on the target loop, after what was posted before."""
+        self._items.append((fn, args))
+        if not self._scheduled:
+            self._scheduled = True
+            with contextlib.suppress(RuntimeError):  # the target loop has closed: nobody listens
+                self._target.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        # Cleared first: a call posted while this drains either is run here or schedules a new drain.
+        self._scheduled = False
+        items = self._items
+        while items:
+            fn, args = items.popleft()
+            try:
+                fn(*args)
+            except Exception:
+                self._log.exception("keeper message %r failed", fn)
+
+
+class KeeperThread:
+    """A `LeaseKeeper` in a thread of its own, on a second connection to the store."""
+
+    def __init__(self, backend: LeaseBackend, log: logging.Logger, *, heartbeat_ms: int,
+                 block_limit_ms: int) -> None:
+        self._backend = backend
+        self._log = log
+        self._heartbeat_ms = heartbeat_ms
+        self._block_limit_s = block_limit_ms / 1000
+        self._core = LeaseKeeper(backend, log, heartbeat_ms=heartbeat_ms, watch_loop=False)
+        self._thread: threading.Thread | None = None
+        self._main: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._to_thread: _Mailbox | None = None
+        self._to_main: _Mailbox | None = None
+        self._closing: asyncio.Event | None = None
+        self._ended: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._crashed = False
+        self._running: Callable[[], list[str]] = list
+        self._asked: float | None = None
+        """When the unanswered sign-of-life request was sent (None: answered)."""
+        self._given_up = False
+
+    def now(self) -> float:
+        """The thread loop's clock: the monotonic clock."""
+        return time.monotonic()
+
+    async def start(self, running: Callable[[], list[str]]) -> None:
+        """Start the thread, open the second connection there; raise what opening it raised."""
+        self._main = asyncio.get_running_loop()
+        self._to_main = _Mailbox(self._main, self._log)
+        self._running = running
+        ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._serve_in_thread, args=(ready,), name="anarchon-keeper",
+                                        daemon=True)
+        self._thread.start()
+        try:
+            await asyncio.wrap_future(ready)
+        except BaseException:
+            await asyncio.wrap_future(self._ended)
+            self._thread.join()
+            raise
+        _live.add(self)
+        _stop_at_exit()
+
+    def hold(self, lease: Lease, job: Job, sent: float, on_lost: Callable[[str], None]) -> Held:
+        """Hand `lease` to the thread; `on_lost` is called back on this loop."""
+        assert self._to_main is not None
+        to_main = self._to_main
+        held = hold(lease, job, sent, self.now(), lambda why: to_main.post(on_lost, why))
+        self._post(self._core.keep, held)
+        return held
+
+    async def confirm(self, held: Held) -> bool:
+        """Renew a late lease from the thread (see `Keeper.confirm`)."""
+        return bool(await self._ask(self._core.confirm(held)))
+
+    async def release(self, held: Held, outcome: ReleaseOutcome) -> None:
+        """Release through the thread's connection, renewing until confirmed (see `Keeper.release`)."""
+        await self._ask(self._core.release(held, outcome))
+
+    def drop(self, held: Held) -> None:
+        """Have the thread forget `held`."""
+        self._post(self._core.drop, held)
+
+    def hand_back(self, lease: Lease) -> None:
+        """Have the thread release `lease` as a handover."""
+        self._post(self._core.hand_back, lease)
+
+    async def stop(self) -> None:
+        """Let the thread send what is queued, close its connection and end; wait for that."""
+        await self._end()
+
+    async def crash(self) -> None:
+        """End the thread at once, sending nothing more."""
+        self._crashed = True
+        await self._end()
+
+    # -- the scheduler's side ---------------------------------------------------------------------
+
+    def _post(self, fn: Callable[..., Any], *args: Any) -> None:
+        assert self._to_thread is not None, "not started"
+        self._to_thread.post(fn, *args)
+
+    async def _ask(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """Run `coro` on the thread's loop; its result comes back on this one."""
+        assert self._main is not None
+        future = self._main.create_future()
+        self._post(self._start_call, coro, future)
+        return await future
+
+    async def _end(self) -> None:
+        self._shut()
+        await asyncio.wrap_future(self._ended)
+        if self._thread is not None:
+            self._thread.join()
+        _live.discard(self)
+
+    def _shut(self) -> None:
+        loop, closing = self._loop, self._closing
+        if loop is not None and closing is not None:
+            with contextlib.suppress(RuntimeError):  # the thread's loop has ended already
+                loop.call_soon_threadsafe(closing.set)
+
+    def _answer(self, asked: float) -> None:
+        """On the scheduler's loop: the sign of life the thread asked for."""
+        lag = time.monotonic() - asked
+        given_up, self._given_up = self._given_up, False
+        self._asked = None
+        if given_up:
+            self._log.warning("event loop blocked for %d ms (running jobs: %s), beyond block_limit (%d ms): "
+                              "their leases were let go", int(lag * 1000), job_names(self._running()),
+                              int(self._block_limit_s * 1000))
+        elif lag > max(0.1, min(self._heartbeat_ms / 1000 / 2, 1.0)):
+            self._log.warning("event loop blocked for %d ms (running jobs: %s); their leases were renewed "
+                              "beside it", int(lag * 1000), job_names(self._running()))
+
+    # -- the thread's side ------------------------------------------------------------------------
+
+    def _serve_in_thread(self, ready: concurrent.futures.Future[None]) -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(self._serve(ready))
+        finally:
+            loop.close()
+            self._ended.set_result(None)
+
+    async def _serve(self, ready: concurrent.futures.Future[None]) -> None:
+        try:
+            await self._backend.open()
+        except BaseException as exc:
+            ready.set_exception(exc)
+            return
+        self._loop = asyncio.get_running_loop()
+        self._closing = asyncio.Event()
+        self._to_thread = _Mailbox(self._loop, self._log)
+        await self._core.start(self._running)
+        watch = asyncio.create_task(self._watch_main(), name="anarchon-keeper-watch")
+        ready.set_result(None)
+        try:
+            await self._closing.wait()
+        finally:
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
+            if self._crashed:
+                await self._core.crash()
+            else:
+                await self._core.stop()
+            with contextlib.suppress(Exception):
+                await self._backend.close()
+
+    def _start_call(self, coro: Coroutine[Any, Any, Any], future: asyncio.Future[Any]) -> None:
+        assert self._to_main is not None
+        to_main = self._to_main
+        task = self._core.tasks.spawn(coro, "call")
+        task.add_done_callback(lambda t: to_main.post(_settle, future, t))
+
+    async def _watch_main(self) -> None:
+        """Ask the scheduler's loop for a sign of life; give the leases up once it has been silent
+        for `block_limit`."""
+        assert self._main is not None
+        while True:
+            await asyncio.sleep(_PING_S)
+            now = time.monotonic()
+            asked = self._asked
+            if asked is None:
+                self._asked = now
+                try:
+                    self._main.call_soon_threadsafe(self._answer, now)
+                except RuntimeError:  # the scheduler's loop has closed: nothing is left to keep
+                    self._core.abandon("the scheduler's event loop has closed")
+                    return
+            elif now - asked >= self._block_limit_s and not self._given_up:
+                self._given_up = True
+                self._core.abandon(
+                    f"the event loop has not answered for {int((now - asked) * 1000)} ms, beyond "
+                    f"block_limit ({int(self._block_limit_s * 1000)} ms): renewals stop, so that another "
+                    "instance takes the run over"
+                )
+
+
+def _settle(future: asyncio.Future[Any], task: asyncio.Task[Any]) -> None:
+    if future.done():
+        return
+    if task.cancelled():
+        future.cancel()
+    elif task.exception() is not None:
+        future.set_exception(cast(BaseException, task.exception()))
+    else:
+        future.set_result(task.result())
+
+
+_live: weakref.WeakSet[KeeperThread] = weakref.WeakSet()
+_exit_lock = threading.Lock()
+_exit_hooked = False
+
+
+def _stop_at_exit() -> None:
+    """At interpreter exit, end every keeper thread still running: its process is going away, so it
+    renews nothing more and its leases expire for the backups."""
+    global _exit_hooked
+    with _exit_lock:
+        if not _exit_hooked:
+            atexit.register(_end_all)
+            _exit_hooked = True
+
+
+def _end_all() -> None:
+    for keeper in list(_live):
+        keeper._crashed = True
+        keeper._shut()
+    for keeper in list(_live):
+        if keeper._thread is not None:
+            keeper._thread.join(2)

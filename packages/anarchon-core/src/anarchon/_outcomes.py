@@ -1,0 +1,148 @@
+"""Claim outcomes: what does the store's answer to one claim mean for that slot?
+
+`react` is a pure function, like `decide` on the store's side: the same job, result and facts always
+give the same `Action`, so every row of the table below is tested on its own.
+
+| outcome | when | step | slot watched or dropped |
+| --- | --- | --- | --- |
+| won | the instance stops, lease backend | hand back (release as handover at once) | the slot |
+| won | otherwise | run (a claim-only slot won while stopping runs, its signal set) | the slot |
+| taken | lease backend | watch: at the holder's expiry, within a heartbeat without push | the slot |
+| taken | claim-only | drop | the slot |
+| skipped | `overlap="buffer_one"` | watch: poll every heartbeat for the older run's end | the slot |
+| skipped | another holds the older run | watch it: take it over if its holder dies | the older slot |
+| skipped | otherwise | drop | the slot |
+| early | | watch: once the store's clock has reached the slot | the slot |
+| exhausted, done, stale | | drop | the slot |
+
+Every outcome but skipped and early also supersedes the watches of older slots (a newer slot's claim
+settles them), except under `overlap="allow"`, where each slot keeps a record of its own.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass
+
+from ._errors import BackendError
+from ._job import Job
+from ._logs import SlotText
+from .backends import ClaimOutcome, ClaimResult, JobStatus, Overlap
+
+__all__ = ["Action", "Facts", "Step", "react"]
+
+
+class Step(enum.Enum):
+    """What the engine does next with a claimed slot."""
+
+    RUN = "run"
+    """Start a run on `result.lease`."""
+    HAND_BACK = "hand back"
+    """Won as the instance stops: release the slot as a handover at once, for a backup to run."""
+    WATCH = "watch"
+    """Claim `Action.slot` again after `Action.delay_ms` plus the job's jitter."""
+    DROP = "drop"
+    """Stop watching `Action.slot`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What a claim's meaning depends on besides the claim: the instance and its backend."""
+
+    instance_id: str
+    leases: bool
+    """The backend keeps leases (takeover, backups); claim-only backends do not."""
+    notify: bool
+    """The backend pushes handovers, so a backup need not poll for them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """What to do with one claim's result, and the log line that says so."""
+
+    step: Step
+    slot: int
+    """The slot to run, hand back, watch or drop (for a skipped claim, possibly the older slot)."""
+    delay_ms: int = 0
+    """For WATCH: how long until the claim is due again, before jitter."""
+    backup: bool = False
+    """For WATCH: a backup's watch, which the job's next boundary may settle first."""
+    supersedes: bool = False
+    """Watches of slots older than the result's slot are settled by it and dropped."""
+    level: int = logging.DEBUG
+    message: str = ""
+    args: tuple[object, ...] = ()
+
+
+def react(job: Job, result: ClaimResult, *, watching: bool, stopping: bool, facts: Facts) -> Action:
+    """The action for `result`, the answer to a claim of `job` (`watching`: a backup's re-claim).
+
+    Raises `BackendError` for a won result without a lease: a backend bug, reported per result.
+    """
+    outcome = result.outcome
+    slot = SlotText(result.slot)
+    supersedes = job.options.overlap is not Overlap.ALLOW and outcome not in _KEEP_OLDER
+    if outcome is ClaimOutcome.WON:
+        lease = result.lease
+        if lease is None:
+            raise BackendError(f"{result!r}: a won claim carries no lease")
+        if lease.attempt > 1:
+            how = "handover" if result.previous_status == JobStatus.RELEASED else "takeover"
+            line: tuple[str, tuple[object, ...]] = (
+                "%s slot=%s %s attempt=%d (%s)", (job.name, slot, how, lease.attempt, facts.instance_id))
+        else:
+            line = ("%s slot=%s won attempt=%d (%s)", (job.name, slot, lease.attempt, facts.instance_id))
+        # A claim-only slot won as the instance stops has no handover (the others were told `taken`):
+        # it runs, its signal already set.
+        step = Step.HAND_BACK if stopping and facts.leases else Step.RUN
+        return Action(step, result.slot, supersedes=supersedes, level=logging.INFO, message=line[0],
+                      args=line[1])
+    if outcome is ClaimOutcome.TAKEN:
+        level = logging.DEBUG if watching else logging.INFO
+        taken: tuple[object, ...] = (job.name, slot, result.holder or "another instance")
+        if not facts.leases:
+            return Action(Step.DROP, result.slot, supersedes=supersedes, level=level,
+                          message="%s slot=%s taken by %s", args=taken)
+        return Action(Step.WATCH, result.slot, _backup_delay(job, result, facts), backup=True,
+                      supersedes=supersedes, level=level, message="%s slot=%s taken by %s", args=taken)
+    if outcome is ClaimOutcome.SKIPPED:
+        older = SlotText(result.record_slot) if result.record_slot else "?"
+        message = "%s slot=%s skipped (overlap): slot %s still runs on %s"
+        args: tuple[object, ...] = (job.name, slot, older, result.holder)
+        if job.options.overlap is Overlap.BUFFER_ONE:
+            # The older run's normal end is not pushed: poll for it every heartbeat.
+            return Action(Step.WATCH, result.slot, _backup_delay(job, result, facts, poll=True),
+                          backup=True, level=logging.INFO, message=message, args=args)
+        if result.record_slot is not None and facts.leases and result.holder != facts.instance_id:
+            # Keep an eye on the older run: if its holder dies, it is taken over as attempt 2.
+            return Action(Step.WATCH, result.record_slot, _backup_delay(job, result, facts), backup=True,
+                          level=logging.INFO, message=message, args=args)
+        return Action(Step.DROP, result.slot, level=logging.INFO, message=message, args=args)
+    if outcome is ClaimOutcome.EARLY:
+        ahead = result.slot - (result.now or result.slot)
+        return Action(Step.WATCH, result.slot, ahead, level=logging.WARNING, message=(
+            "%s slot=%s early: this instance's clock runs %d ms ahead of the store's; waiting"),
+            args=(job.name, slot, ahead))
+    if outcome is ClaimOutcome.EXHAUSTED:
+        return Action(Step.DROP, result.slot, supersedes=supersedes, level=logging.WARNING,
+                      message="%s slot=%s exhausted: %d attempt(s) used, max_attempts=%d",
+                      args=(job.name, slot, result.attempt, job.options.max_attempts))
+    return Action(Step.DROP, result.slot, supersedes=supersedes, message="%s slot=%s %s",
+                  args=(job.name, slot, outcome.value))
+
+
+_KEEP_OLDER = frozenset({ClaimOutcome.SKIPPED, ClaimOutcome.EARLY})
+"""Outcomes that leave older watched slots alone: the older run is still live, or nothing was decided."""
+
+
+def _backup_delay(job: Job, result: ClaimResult, facts: Facts, *, poll: bool = False) -> int:
+    """When a backup should look again: at the holder's expiry (by the store's clock), and no later
+    than one heartbeat where the backend does not push handovers (or with `poll`)."""
+    if result.expires_at is not None and result.now is not None:
+        delay = result.expires_at - result.now
+    else:
+        delay = job.options.lease_ms
+    if poll or not facts.notify:
+        delay = min(delay, job.options.heartbeat_ms)
+    return delay

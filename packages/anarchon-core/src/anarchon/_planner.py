@@ -1,0 +1,275 @@
+"""The planner: when is each job's next claim due?
+
+One heap of (due time, job, slot) for every job. A boundary entry is due at `slot + jitter`; popping
+it pushes the job's next slot, so no slot is lost while a claim is in flight. A backup's watch is an
+entry too, due when the holder's lease expires (or at once on a pushed handover). Catch-up at start
+is one entry for the latest missed slot, when that slot is worth the run (see `_plan_first`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+import random
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ._clock import Clock
+from ._job import Job
+from ._logs import fmt_slot
+from ._outcomes import Action, Step
+from ._schedules import At
+from .backends import Overlap
+
+__all__ = ["Due", "Plan", "Planner"]
+
+_BATCH_WINDOW_MS = 5
+# Jobs due at one moment are claimed in this many batches per instance, each with its own random
+# delay: few round trips, yet each replica wins about its share of every boundary.
+_JITTER_GROUPS = 4
+
+
+@dataclass(eq=False, slots=True)
+class Plan:
+    """One job's planning state."""
+
+    job: Job
+    jitter_ms: int
+    group: int
+    """Which of the jitter groups the job's claims are batched in."""
+    fingerprint: str
+    """The schedule's fingerprint, computed once."""
+    # The slots this instance watches as a backup (taken or buffered), each with the generation
+    # of its live heap entry so that stale entries are recognised. One slot at most, except under
+    # overlap="allow", where every slot has its own record and each running one may need a takeover.
+    watches: dict[int, int] = field(default_factory=dict)
+    watch_gen: int = 0
+    latest_slot: int | None = None
+    """The newest slot claimed from a boundary or a catch-up."""
+    next_due: int | None = None
+    """When the job's next boundary entry is due (its slot plus jitter)."""
+
+
+@dataclass(slots=True)
+class Due:
+    """A claim that is due: one slot of one job."""
+
+    due: int
+    plan: Plan
+    slot: int
+    kind: str
+    """"slot" (a boundary), "watch" (a backup's re-claim) or "catchup"."""
+    gen: int = 0
+
+
+class Planner:
+    """The timer heap of every job's next claim, and the loop that hands due claims over in batches."""
+
+    def __init__(self, clock: Clock, log: logging.Logger, *, jitter_ms: int | None,
+                 horizon_ms: int | None) -> None:
+        self._clock = clock
+        self._log = log
+        self._default_jitter_ms = jitter_ms
+        self._horizon_ms = horizon_ms
+        # (due, sequence, entry): tuples compare in C, and the sequence keeps ties in push order.
+        self._heap: list[tuple[int, int, Due]] = []
+        self._seq = 0
+        self._wake = asyncio.Event()
+        self._rng = random.Random()
+        self._slot_draws: dict[tuple[int, int], float] = {}
+        self._plans: dict[str, Plan] = {}
+        self._closed = False
+
+    def add(self, job: Job) -> None:
+        """Plan `job` from now on: its next boundary, and a catch-up of the slot it missed."""
+        jitter = job.options.jitter_ms
+        if jitter is None:
+            jitter = self._default_jitter_ms
+        if jitter is None:
+            interval = job.schedule.min_interval_ms
+            jitter = 50 if interval is None else min(50, interval // 10)
+        plan = Plan(job, jitter, zlib.crc32(job.name.encode()) % _JITTER_GROUPS, job.schedule.fingerprint)
+        self._plans[job.name] = plan
+        self._plan_first(plan, self._clock.now_ms())
+
+    def close(self) -> None:
+        """Plan nothing more: pushed handovers and new watches are ignored from now on."""
+        self._closed = True
+        self._heap.clear()
+
+    async def run(self, claim: Callable[[list[Due]], None]) -> None:
+        """Hand every claim to `claim` when it is due, those due within a few ms in one batch."""
+        heap = self._heap
+        while True:
+            if not heap:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            now = self._clock.now_ms()
+            delay = heap[0][0] - now
+            if delay > 0:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay / 1000):
+                        await self._wake.wait()
+                continue
+            batch: list[Due] = []
+            limit = now + _BATCH_WINDOW_MS
+            while heap and (heap[0][0] <= now or (heap[0][0] <= limit and heap[0][2].slot <= now)):
+                entry = heapq.heappop(heap)[2]
+                if self._accept(entry, now):
+                    batch.append(entry)
+            if batch:
+                claim(batch)
+
+    # -- what follows a claim -----------------------------------------------------------------
+
+    def settle(self, plan: Plan, action: Action) -> None:
+        """Update the job's watches after a claim's result: watch a slot again, or stop watching it."""
+        watches = plan.watches
+        if action.supersedes and watches:
+            for older in [w for w in watches if w < action.slot]:
+                del watches[older]  # a newer slot superseded the older one this instance watched
+        if action.step is Step.WATCH:
+            self._watch(plan, action.slot, action.delay_ms + self.jitter(plan), backup=action.backup)
+        else:
+            watches.pop(action.slot, None)
+
+    def retry(self, batch: list[Due], delay_ms: int) -> None:
+        """Claim the slots of a failed batch again after `delay_ms` (plus jitter), unless newer ones
+        took their place meanwhile."""
+        for entry in batch:
+            plan = entry.plan
+            if plan.latest_slot == entry.slot or entry.kind == "watch":
+                self._watch(plan, entry.slot, delay_ms + self.jitter(plan))
+
+    def watch(self, job: Job, slot: int) -> None:
+        """Claim `slot` of `job` again at once: a run handed over for a retry."""
+        plan = self._plans.get(job.name)
+        if plan is not None:
+            self._watch(plan, slot, 0)
+
+    def on_release(self, job_name: str, slot: int) -> None:
+        """A pushed handover: a backup watching that job re-claims at once."""
+        plan = self._plans.get(job_name)
+        if plan is None or not plan.watches or self._closed:
+            return
+        if slot in plan.watches:
+            self._watch(plan, slot, self.jitter(plan))
+        elif plan.job.options.overlap is Overlap.BUFFER_ONE:
+            self._watch(plan, max(plan.watches), self.jitter(plan))
+
+    def jitter(self, plan: Plan) -> int:
+        """A fresh random delay within the job's jitter."""
+        return int(self._rng.random() * (plan.jitter_ms + 1)) if plan.jitter_ms > 0 else 0
+
+    # -- the heap -------------------------------------------------------------------------------
+
+    def _push(self, due: int, plan: Plan, slot: int, kind: str, gen: int = 0) -> None:
+        if self._closed:
+            return
+        self._seq += 1
+        heapq.heappush(self._heap, (due, self._seq, Due(due, plan, slot, kind, gen)))
+        if self._heap[0][1] == self._seq:
+            self._wake.set()
+
+    def _slot_jitter(self, plan: Plan, slot: int) -> int:
+        """The job's jitter for `slot`: one draw per (instance, slot, group of jobs).
+
+        Jobs due together share a draw with the other jobs of their group, so they go in one
+        claim_many; the groups (a stable hash of the name) keep a boundary's wins spread over the
+        replicas, so one crashed replica holds about 1/replicas of the jobs in flight, not all.
+        """
+        if plan.jitter_ms <= 0:
+            return 0
+        key = (slot, plan.group)
+        draw = self._slot_draws.get(key)
+        if draw is None:
+            if len(self._slot_draws) > 4096:
+                self._slot_draws.clear()
+            draw = self._slot_draws[key] = self._rng.random()
+        return int(draw * plan.jitter_ms)
+
+    def _plan_first(self, plan: Plan, now: int) -> None:
+        """The job's next boundary, and the latest missed slot when catching it up is worth it.
+
+        A missed slot is caught up only while it is nearer than the next slot (and within
+        `catch_up`): a catch-up run then has at least half the interval before the next slot comes,
+        as much as an on-time run has, so it does not make the next on-time slot skip (overlap)
+        unless it lasts longer than that. Past the middle of the interval the next slot, due sooner
+        than the missed one is late, is the first run instead.
+        """
+        job = plan.job
+        opts = job.options
+        prev = job.schedule.prev_slot(now)
+        if prev is not None:
+            late = now - prev
+            nxt = job.schedule.next_slot(now)
+            if opts.catch_up_ms > 0 and late <= opts.catch_up_ms:
+                if nxt is None or late < nxt - now:
+                    self._push(now + self.jitter(plan), plan, prev, "catchup")
+                else:
+                    self._log.debug("%s slot=%s not caught up: the next slot is due in %d ms, sooner than "
+                                    "this one is late (%d ms)", job.name, fmt_slot(prev), nxt - now, late)
+            elif isinstance(job.schedule, At):
+                why = "catch_up is off" if opts.catch_up_ms == 0 else (
+                    f"it is {late} ms in the past, beyond catch_up={opts.catch_up_ms} ms")
+                self._log.warning("%s slot=%s will not run: %s", job.name, fmt_slot(prev), why)
+        slot = job.schedule.next_slot(now)
+        if slot is not None:
+            plan.next_due = slot + self._slot_jitter(plan, slot)
+            self._push(plan.next_due, plan, slot, "slot")
+
+    def _watch(self, plan: Plan, slot: int, delay_ms: int, *, backup: bool = False) -> None:
+        allow = plan.job.options.overlap is Overlap.ALLOW
+        if not allow:
+            plan.watches.clear()
+        plan.watch_gen += 1
+        plan.watches[slot] = plan.watch_gen
+        due = self._clock.now_ms() + max(0, delay_ms)
+        if backup and plan.next_due is not None and due >= plan.next_due and not allow:
+            # The job's next boundary comes first and settles the slot: a newer claim either
+            # supersedes it or is skipped, which watches it again. Queueing nothing keeps the heap
+            # small with thousands of jobs; a pushed handover still finds the watch. (Not under
+            # overlap="allow": there a newer slot neither supersedes nor skips an older one.)
+            return
+        self._push(due, plan, slot, "watch", plan.watch_gen)
+
+    def _accept(self, entry: Due, now: int) -> bool:
+        """Plan what follows a popped entry, and say whether it still needs a claim."""
+        plan = entry.plan
+        job = plan.job
+        if entry.kind == "watch":
+            return plan.watches.get(entry.slot) == entry.gen
+        following = job.schedule.next_slot(entry.slot)
+        if entry.kind == "slot":
+            nxt = following
+            if nxt is not None and nxt <= now:
+                # This instance is late (a blocked loop, a suspended host): jump to the newest due
+                # slot instead of claiming every one it missed.
+                nxt = max(nxt, job.schedule.prev_slot(now) or nxt)
+            if nxt is not None:
+                plan.next_due = nxt + self._slot_jitter(plan, nxt)
+                self._push(plan.next_due, plan, nxt, "slot")
+            if following is not None and following + plan.jitter_ms <= now:
+                # ... and not this one either: a newer slot is due (its entry is claimed with or
+                # just after this batch), and winning this stale slot would make it skip the newer.
+                self._log.info("%s slot=%s missed: this instance is %d ms late", job.name,
+                               fmt_slot(entry.slot), now - entry.slot)
+                return False
+        elif entry.kind == "catchup" and following is not None and following <= now:
+            return False  # the next boundary is due already: its entry claims the newer slot
+        if plan.latest_slot is not None and entry.slot < plan.latest_slot:
+            return False  # a newer slot was claimed already (e.g. catch-up raced a boundary)
+        horizon = self._horizon_ms
+        if horizon is not None and now - entry.slot > horizon // 2:
+            self._log.warning(
+                "%s slot=%s missed: %d ms late, beyond half the backend's dedupe horizon (%d ms)",
+                job.name, fmt_slot(entry.slot), now - entry.slot, horizon,
+            )
+            return False
+        plan.latest_slot = entry.slot
+        return True

@@ -1,0 +1,245 @@
+"""The run supervisor: how does a won slot run, end and get released?
+
+Each run is one task: it confirms a late lease, calls the handler (an `async def` on the loop, a plain
+function in a worker thread), applies `timeout`, turns the handler's end into an outcome (done, failed,
+handover, or nothing when the lease was lost), retries after an error when asked, and has the keeper
+release the run. `stop` signals every run, waits `stop_timeout`, then cancels the handlers still running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import inspect
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ._context import CancelSignal, JobContext
+from ._errors import RunCancelled
+from ._job import Job
+from ._keeper import Held, Keeper
+from ._logs import SlotText, fmt_slot, short
+from ._tasks import Tasks
+from .backends import Lease, ReleaseOutcome
+
+__all__ = ["LEASE_LOST", "STOP", "TIMEOUT", "Hook", "Runs", "running_for"]
+
+STOP = "stop"
+LEASE_LOST = "lease lost"
+TIMEOUT = "timeout"
+
+Hook = Callable[..., None]
+"""Calls an observer hook by name with keyword arguments; a plugin's failure is logged, never raised."""
+
+# The owner (a scheduler) whose run the current task, or a task it started, is executing.
+_OWNER: contextvars.ContextVar[object | None] = contextvars.ContextVar("anarchon_in_run", default=None)
+
+
+def running_for() -> object | None:
+    """The scheduler whose handler is running in this task, if any."""
+    return _OWNER.get()
+
+
+@dataclass(eq=False, slots=True)
+class _Run:
+    job: Job
+    ctx: JobContext
+    held: Held
+    task: asyncio.Task[None] | None = None
+    in_handler: bool = False
+    """True while the task is in the handler: what a stop after `stop_timeout` cancels."""
+    lost: bool = False
+
+
+class Runs:
+    """Every run of one scheduler while it is started."""
+
+    def __init__(self, *, owner: object, keeper: Keeper, tasks: Tasks, log: logging.Logger, hook: Hook,
+                 namespace: str, instance_id: str, on_handover: Callable[[Job, int], None]) -> None:
+        self._owner = owner
+        self._keeper = keeper
+        self._tasks = tasks
+        self._log = log
+        self._hook = hook
+        self._namespace = namespace
+        self._instance_id = instance_id
+        self._on_handover = on_handover
+        self._runs: set[_Run] = set()
+        self._loggers: dict[str, logging.Logger] = {}
+        self._stopping = False
+
+    @property
+    def active(self) -> list[JobContext]:
+        """Contexts of the runs in progress."""
+        return [r.ctx for r in self._runs]
+
+    def names(self) -> list[str]:
+        """The names of the jobs running now."""
+        return [r.job.name for r in self._runs]
+
+    def start(self, job: Job, lease: Lease, sent: float) -> None:
+        """Run `job` for the slot `lease` won, by a claim sent at `sent` (keeper clock)."""
+        logger = self._loggers.get(job.name)
+        if logger is None:
+            logger = self._loggers[job.name] = logging.getLogger(f"anarchon.job.{job.name}")
+        ctx = JobContext(
+            name=job.name, slot=lease.slot, attempt=lease.attempt, token=lease.token,
+            instance_id=self._instance_id, namespace=self._namespace,
+            signal=CancelSignal(asyncio.get_running_loop()), logger=logger,
+        )
+        run = _Run(job, ctx, self._keeper.hold(lease, job, sent, lambda why: self._lost(run, why)))
+        if self._stopping:
+            ctx.signal.set(STOP)
+        self._runs.add(run)
+        run.task = self._tasks.spawn(self._run(run), "run")
+
+    def stopping(self) -> None:
+        """The scheduler stops: a run that starts from now on has its signal set at once, and a run
+        handed over after an error is not claimed again."""
+        self._stopping = True
+
+    async def stop(self, timeout_s: float) -> None:
+        """Signal every run; after `timeout_s`, cancel the handlers still running; wait for the ends."""
+        self._stopping = True
+        runs = list(self._runs)
+        for run in runs:
+            run.ctx.signal.set(STOP)
+        pending = [r.task for r in runs if r.task is not None]
+        if not pending:
+            return
+        _done, still = await asyncio.wait(pending, timeout=timeout_s)
+        for run in runs:
+            if run.task in still and run.in_handler:
+                run.task.cancel()
+        if still:
+            await asyncio.wait(still, timeout=5)
+
+    def _lost(self, run: _Run, why: str) -> None:
+        run.lost = True
+        run.ctx.signal.set(LEASE_LOST)
+        self._hook("anarchon_lease_lost", ctx=run.ctx, reason=why)
+
+    async def _run(self, run: _Run) -> None:
+        # This task's own context: stop() called from the handler must not wait for it.
+        _OWNER.set(self._owner)
+        job, ctx = run.job, run.ctx
+        started = time.monotonic()
+        outcome: ReleaseOutcome | None = ReleaseOutcome.DONE
+        error: BaseException | None = None
+        try:
+            if run.held.late and not await self._keeper.confirm(run.held):
+                return
+            self._hook("anarchon_run_started", ctx=ctx)
+            try:
+                run.in_handler = True
+                try:
+                    await self._call(job, ctx)
+                finally:
+                    run.in_handler = False
+            except asyncio.CancelledError as exc:  # stop() cancelled the handler after stop_timeout
+                _uncancel()
+                error, outcome = exc, ReleaseOutcome.HANDOVER
+            except RunCancelled as exc:
+                error, outcome = exc, self._cancel_outcome(run)
+            except Exception as exc:
+                error, outcome = exc, ReleaseOutcome.FAILED
+                if ctx.signal.reason != TIMEOUT:
+                    self._log.error("%s slot=%s attempt=%d failed: %s", job.name, fmt_slot(ctx.slot),
+                                    ctx.attempt, short(exc), exc_info=exc)
+                    outcome = await self._maybe_retry(run)
+            if ctx.signal.reason == TIMEOUT:
+                outcome = ReleaseOutcome.FAILED
+                self._log.warning("%s slot=%s failed: timeout after %d ms", job.name, fmt_slot(ctx.slot),
+                                  job.options.timeout_ms)
+        except asyncio.CancelledError as exc:  # the scheduler itself is going away
+            error, outcome = exc, ReleaseOutcome.HANDOVER
+        except BaseException as exc:  # SystemExit or KeyboardInterrupt from the handler: unfinished
+            error, outcome = exc, ReleaseOutcome.HANDOVER
+            raise
+        finally:
+            if run.lost:
+                outcome = None
+            if outcome is None:
+                self._keeper.drop(run.held)
+            else:
+                # The lease is renewed until the release lands: a release queued behind other work
+                # in a busy store must not let the lease run out, or a backup re-runs a finished slot.
+                await self._keeper.release(run.held, outcome)
+                if run.lost:
+                    outcome = None
+            self._runs.discard(run)
+            self._finished(run, outcome, error, started)
+
+    async def _call(self, job: Job, ctx: JobContext) -> None:
+        """Call the handler in this task; with `timeout`, cancel it once that has passed."""
+        timeout = job.options.timeout_ms
+        if timeout is None:
+            await _invoke(job, ctx)
+            return
+        async with asyncio.timeout(None) as limit:
+            # Not asyncio.timeout(seconds) alone: the signal must be set before the cancellation
+            # reaches the handler, so its cleanup sees why. The timer sets it, then ends the limit.
+            timer = asyncio.get_running_loop().call_later(timeout / 1000, _expire, ctx.signal, limit)
+            try:
+                await _invoke(job, ctx)
+            finally:
+                timer.cancel()
+
+    def _finished(self, run: _Run, outcome: ReleaseOutcome | None, error: BaseException | None,
+                  started: float) -> None:
+        job, ctx = run.job, run.ctx
+        elapsed = int((time.monotonic() - started) * 1000)
+        if outcome is ReleaseOutcome.DONE:
+            self._log.debug("%s slot=%s done in %d ms", job.name, SlotText(ctx.slot), elapsed)
+        elif outcome is ReleaseOutcome.HANDOVER:
+            self._log.info("%s slot=%s released for handover attempt=%d", job.name, fmt_slot(ctx.slot),
+                           ctx.attempt)
+        self._hook("anarchon_run_finished", ctx=ctx, outcome=outcome, error=error)
+        if outcome is ReleaseOutcome.HANDOVER and job.options.retry_ms is not None and not self._stopping:
+            self._on_handover(job, ctx.slot)
+
+    async def _maybe_retry(self, run: _Run) -> ReleaseOutcome:
+        """After a handler error: wait the backoff, then hand the slot over for another attempt."""
+        retry, attempt = run.job.options.retry_ms, run.ctx.attempt
+        if retry is None or attempt >= run.job.options.max_attempts or run.lost:
+            return ReleaseOutcome.FAILED
+        backoff = retry * 2 ** (attempt - 1)
+        self._log.info("%s slot=%s retry in %d ms", run.job.name, fmt_slot(run.ctx.slot), backoff)
+        with contextlib.suppress(RunCancelled):
+            await run.ctx.sleep(backoff / 1000)
+        return ReleaseOutcome.HANDOVER
+
+    @staticmethod
+    def _cancel_outcome(run: _Run) -> ReleaseOutcome | None:
+        reason = run.ctx.signal.reason
+        if run.lost or reason == LEASE_LOST:
+            return None
+        if reason == TIMEOUT:
+            return ReleaseOutcome.FAILED
+        return ReleaseOutcome.HANDOVER
+
+
+async def _invoke(job: Job, ctx: JobContext) -> None:
+    args = (ctx,) if job.takes_ctx else ()
+    if job.is_async:
+        await job.handler(*args)
+        return
+    result = await asyncio.get_running_loop().run_in_executor(None, lambda: job.handler(*args))
+    if inspect.isawaitable(result):
+        await result
+
+
+def _expire(signal: CancelSignal, limit: asyncio.Timeout) -> None:
+    signal.set(TIMEOUT)
+    limit.reschedule(asyncio.get_running_loop().time())
+
+
+def _uncancel() -> None:
+    """A cancellation this task handled (a stop, not the scheduler going away) is over: later
+    `asyncio.timeout`s in the task must not mistake it for theirs."""
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()

@@ -1,0 +1,58 @@
+"""Task ownership: which tasks has the scheduler started, and are they over?"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine, Iterable
+from typing import Any, TypeVar
+
+__all__ = ["Tasks"]
+
+T = TypeVar("T")
+
+
+class Tasks:
+    """Owns every task started on one event loop for one scheduler, each under a role ("claim",
+    "run", …), so a stop can wait for or cancel one role without looking inside the tasks.
+
+    Unlike `asyncio.TaskGroup`, one task's failure cancels nothing: it is logged, and the scheduler
+    keeps going.
+    """
+
+    def __init__(self, log: logging.Logger) -> None:
+        self._log = log
+        self._roles: dict[str, set[asyncio.Task[Any]]] = {}
+
+    def spawn(self, coro: Coroutine[Any, Any, T], role: str, name: str | None = None) -> asyncio.Task[T]:
+        """Start `coro` as a task owned under `role`."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        tasks = self._roles.setdefault(role, set())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        task.add_done_callback(self._report)
+        return task
+
+    def of(self, *roles: str) -> list[asyncio.Task[Any]]:
+        """The tasks still running under `roles` (every role when none is named)."""
+        picked: Iterable[set[asyncio.Task[Any]]] = (
+            (self._roles.get(r, set()) for r in roles) if roles else self._roles.values())
+        return [t for tasks in picked for t in tasks]
+
+    def cancel(self, *roles: str) -> list[asyncio.Task[Any]]:
+        """Cancel the tasks under `roles` (every role when none is named); return them."""
+        tasks = self.of(*roles)
+        for task in tasks:
+            task.cancel()
+        return tasks
+
+    async def wait(self, *roles: str, within: float | None = None) -> bool:
+        """Wait up to `within` s for the tasks under `roles` to end; True when none is left."""
+        tasks = self.of(*roles)
+        if tasks:
+            await asyncio.wait(tasks, timeout=within)
+        return not self.of(*roles)
+
+    def _report(self, task: asyncio.Task[Any]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self._log.error("task %s failed", task.get_name(), exc_info=task.exception())
