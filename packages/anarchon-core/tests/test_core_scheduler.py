@@ -271,6 +271,50 @@ def test_catch_up_runs_the_latest_missed_slot_only(clock: VirtualClock) -> None:
     assert ran == [T0]
 
 
+@pytest.mark.parametrize("offset_ms", [0, 1, 120, 260, 380, 450, 499, 500, 501, 620, 777, 880, 949, 951, 999])
+def test_a_job_started_at_any_moment_runs_every_on_time_slot_after_its_first(
+    offset_ms: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A 1 s job whose runs take 400 ms, started anywhere in a second, catch-up on (the default).
+    # Before the rule, a start past the middle caught up the slot that had just passed, ran it
+    # late, and the next on-time slot was skipped (overlap) behind it.
+    clock = VirtualClock(T0 + offset_ms)
+    scheduler = Scheduler(MemoryBackend(clock=clock), clock=clock)
+    ran: list[int] = []
+
+    @scheduler.every("tick", "1s")
+    async def tick(ctx: JobContext) -> None:
+        ran.append((ctx.slot - T0) // 1000)
+        await asyncio.sleep(0.4)
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(6 - offset_ms / 1000)  # until 10:00:06
+
+    run(clock, main())
+    caught_up = offset_ms <= 500  # the missed slot (10:00:00) is nearer than the next one
+    assert ran == list(range(0 if caught_up else 1, 6)), ran
+    assert "skipped" not in caplog.text
+
+
+def test_a_long_interval_job_is_caught_up_long_after_its_slot() -> None:
+    # A daily job 3 hours late, within catch_up: its next slot is 21 hours away, so the missed one
+    # runs now (for long intervals the room the rule asks for is 5 minutes, not half the interval).
+    start = VirtualClock(T0 + 3 * 3_600_000)  # 13:00; the job's slots are at 10:00
+    scheduler = Scheduler(MemoryBackend(clock=start), clock=start)
+    ran: list[int] = []
+    scheduler.every("daily", "1d", lambda ctx: ran.append(ctx.slot), offset="10h", catch_up="24h")
+    near = Scheduler(MemoryBackend(clock=start), clock=start)
+    near.every("daily", "1d", lambda ctx: ran.append(-ctx.slot), offset="13h3m", catch_up="24h")
+
+    async def main() -> None:
+        async with scheduler, near:  # `near`'s next slot is 3 minutes away: no catch-up
+            await asyncio.sleep(1)
+
+    run(start, main())
+    assert ran == [T0]
+
+
 def test_at_in_the_past_beyond_catch_up_never_runs_and_says_why(
     clock: VirtualClock, caplog: pytest.LogCaptureFixture
 ) -> None:

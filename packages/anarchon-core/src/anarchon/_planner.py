@@ -30,6 +30,8 @@ _BATCH_WINDOW_MS = 5
 # Jobs due at one moment are claimed in this many batches per instance, each with its own random
 # delay: few round trips, yet each replica wins about its share of every boundary.
 _JITTER_GROUPS = 4
+# A missed slot is caught up when the next slot is at least half an interval away, or this far.
+_CATCH_UP_ROOM_MS = 300_000
 
 
 @dataclass(eq=False, slots=True)
@@ -196,11 +198,11 @@ class Planner:
     def _plan_first(self, plan: Plan, now: int) -> None:
         """The job's next boundary, and the latest missed slot when catching it up is worth it.
 
-        A missed slot is caught up only while it is nearer than the next slot (and within
-        `catch_up`): a catch-up run then has at least half the interval before the next slot comes,
-        as much as an on-time run has, so it does not make the next on-time slot skip (overlap)
-        unless it lasts longer than that. Past the middle of the interval the next slot, due sooner
-        than the missed one is late, is the first run instead.
+        A missed slot within `catch_up` is caught up only when the next slot is at least half an
+        interval away (at most 5 minutes away for long intervals): the catch-up run then has as
+        much time before the next slot as an on-time run of a short job has, so it does not make the
+        next on-time slot skip (overlap) unless it lasts that long. Otherwise the next slot, due
+        soon, is the job's first run.
         """
         job = plan.job
         opts = job.options
@@ -209,11 +211,11 @@ class Planner:
             late = now - prev
             nxt = job.schedule.next_slot(now)
             if opts.catch_up_ms > 0 and late <= opts.catch_up_ms:
-                if nxt is None or late < nxt - now:
+                if nxt is None or nxt - now >= min((nxt - prev) // 2, _CATCH_UP_ROOM_MS):
                     self._push(now + self.jitter(plan), plan, prev, "catchup")
                 else:
-                    self._log.debug("%s slot=%s not caught up: the next slot is due in %d ms, sooner than "
-                                    "this one is late (%d ms)", job.name, fmt_slot(prev), nxt - now, late)
+                    self._log.debug("%s slot=%s not caught up: the next slot is due in %d ms", job.name,
+                                    fmt_slot(prev), nxt - now)
             elif isinstance(job.schedule, At):
                 why = "catch_up is off" if opts.catch_up_ms == 0 else (
                     f"it is {late} ms in the past, beyond catch_up={opts.catch_up_ms} ms")
