@@ -610,3 +610,33 @@ def test_stop_called_from_a_handler_does_not_wait_for_that_handler() -> None:
     started = events[0][1]
     assert events[1][1] - started < 0.1, events
     assert events[3][1] - started < 3, f"the stop waited for its own caller: {events}"
+
+
+def test_a_crashed_run_of_an_at_job_is_taken_over() -> None:
+    # A one-off job has no next boundary. Its backups' watches were dropped as if one were about to
+    # settle the slot (the boundary of the run's own slot, long past), so a crashed holder's slot was
+    # never taken over.
+    clock = VirtualClock(START)
+    schedulers = cluster(clock, 2, lease="6s", heartbeat="1s")
+    starts: list[tuple[int, str, float]] = []
+    for s in schedulers:
+        async def migrate(ctx: JobContext) -> None:
+            starts.append((ctx.attempt, ctx.instance_id, clock.seconds))
+            await ctx.sleep(30)
+
+        s.at("migrate", (T0 + 60_000) / 1000, migrate)
+
+    async def main() -> None:
+        for s in schedulers:
+            await s.start()
+        await asyncio.sleep(61)
+        holder = next(s for s in schedulers if s.active_runs)
+        await crash(holder)
+        await asyncio.sleep(10)
+        for s in schedulers:
+            if s is not holder:
+                await s.stop()
+
+    clock.run(main())
+    assert [a for a, _, _ in starts] == [1, 2], starts
+    assert starts[1][1] != starts[0][1] and starts[1][2] <= 61 + 6 + 1 + 0.05, starts

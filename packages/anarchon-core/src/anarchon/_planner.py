@@ -253,6 +253,8 @@ class Planner:
                 # This instance is late (a blocked loop, a suspended host): jump to the newest due
                 # slot instead of claiming every one it missed.
                 nxt = max(nxt, job.schedule.prev_slot(now) or nxt)
+            # (None for a job with no next slot, an `at` job: no boundary will settle its watches.)
+            plan.next_due = None
             if nxt is not None:
                 plan.next_due = nxt + self._slot_jitter(plan, nxt)
                 self._push(plan.next_due, plan, nxt, "slot")
