@@ -1,0 +1,332 @@
+"""The lease keeper: renewal timing (virtual time), and the keeper thread beside a blocked loop.
+
+The keeper-thread tests run in real time, a few seconds each: what they show is that a thread keeps
+renewing while the scheduler's loop is blocked by `time.sleep`, which virtual time cannot show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+import pytest
+
+from anarchon import (
+    JobContext,
+    JobStatus,
+    Lease,
+    MemoryBackend,
+    MemoryClaimBackend,
+    MemoryStore,
+    ScheduleError,
+    Scheduler,
+    hookimpl,
+    plugin_manager,
+    to_ms,
+)
+from anarchon.testing import VirtualClock
+
+START = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
+T0 = to_ms(START)
+
+
+def keeper_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "anarchon-keeper"]
+
+
+# -- renewal timing (virtual time) ------------------------------------------------------------------
+
+
+class _SlowRenewals(MemoryBackend):
+    """Each renewal reaches the store `delay_s` after it was sent; records when each was sent."""
+
+    def __init__(self, store: MemoryStore, delay_s: float) -> None:
+        super().__init__(store)
+        self.delay_s = delay_s
+        self.sent: list[float] = []
+
+    async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
+        self.sent.append(asyncio.get_running_loop().time())
+        await asyncio.sleep(self.delay_s)
+        return await super().renew_many(renewals)
+
+
+def test_a_renewal_slower_than_the_heartbeat_neither_delays_the_next_nor_loses_the_lease(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Each renewal takes 1.2 s, more than the 1 s heartbeat. Sending the next one a heartbeat after
+    # the last *answer* put two round trips (2.4 s) plus a heartbeat inside the 3 s lease, and the
+    # lease was lost. Renewals go out every heartbeat from their send times instead.
+    clock = VirtualClock(START)
+    store = MemoryStore(clock)
+    slow = _SlowRenewals(store, 1.2)
+    schedulers: list[Scheduler[MemoryBackend]] = [
+        Scheduler(slow, instance_id="holder", clock=clock, lease="3s", heartbeat="1s", jitter=0),
+        Scheduler(MemoryBackend(store), instance_id="backup", clock=clock, lease="3s", heartbeat="1s",
+                  jitter="100ms"),
+    ]
+    starts: list[tuple[str, int]] = []
+    for s in schedulers:
+        async def long(ctx: JobContext) -> None:
+            starts.append((ctx.instance_id, ctx.attempt))
+            await ctx.sleep(10)
+
+        s.every("long", "1m", long, catch_up=0)
+
+    async def main() -> None:
+        for s in schedulers:
+            await s.start()
+        await asyncio.sleep(75)
+        for s in schedulers:
+            await s.stop()
+        state = await MemoryBackend(store).inspect("anarchon", "long")
+        assert state is not None and state.status is JobStatus.DONE and state.attempt == 1, state
+
+    clock.run(main())
+    assert starts == [("holder", 1)], starts
+    assert "lease lost" not in caplog.text
+    gaps = [round(b - a, 3) for a, b in zip(slow.sent, slow.sent[1:], strict=False)]
+    assert gaps and all(g == 1.0 for g in gaps), gaps
+
+
+# -- the keeper thread (real time) ------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_keeper_left() -> Iterator[None]:
+    before = set(keeper_threads())
+    yield
+    deadline = time.monotonic() + 5
+    while set(keeper_threads()) - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not set(keeper_threads()) - before, "a keeper thread outlived its scheduler"
+
+
+def _pair(
+    store: MemoryStore, handler: Any, **settings: Any
+) -> tuple[Scheduler[MemoryBackend], Scheduler[MemoryBackend]]:
+    """The blocker (claims first, on the test's loop) and a backup (its own thread, claims later)."""
+    when = time.time() + 0.6
+    blocker = Scheduler(MemoryBackend(store), instance_id="blocker", **settings)
+    backup = Scheduler(MemoryBackend(store), instance_id="backup", **settings)
+    blocker.at("block", when, handler, jitter=0)
+    backup.at("block", when, handler, jitter="300ms")
+    return blocker, backup
+
+
+@pytest.mark.usefixtures("no_keeper_left")
+def test_an_async_handler_that_blocks_its_loop_for_three_leases_finishes_as_attempt_1() -> None:
+    store = MemoryStore()
+    starts: list[tuple[str, int]] = []
+
+    async def block(ctx: JobContext) -> None:
+        starts.append((ctx.instance_id, ctx.attempt))
+        if ctx.instance_id == "blocker":
+            time.sleep(3)  # noqa: ASYNC251 - three leases: the loop cannot renew, the keeper thread does
+
+    blocker, backup = _pair(store, block, lease="1s", heartbeat="0.3s")
+
+    async def main() -> None:
+        await blocker.start()
+        assert len(keeper_threads()) == 1
+        backup.start_in_thread()
+        try:
+            await asyncio.sleep(5)
+        finally:
+            await blocker.stop()
+            assert backup.stop_thread(timeout=5)
+        state = await MemoryBackend(store).inspect("anarchon", "block")
+        assert state is not None and state.status is JobStatus.DONE and state.attempt == 1, state
+
+    asyncio.run(main())
+    assert starts == [("blocker", 1)], starts
+
+
+@pytest.mark.usefixtures("no_keeper_left")
+def test_a_handler_that_blocks_its_loop_beyond_block_limit_is_taken_over(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = MemoryStore()
+    starts: list[tuple[str, int, float]] = []
+    ends: list[tuple[str, str | None]] = []
+
+    async def block(ctx: JobContext) -> None:
+        starts.append((ctx.instance_id, ctx.attempt, time.monotonic()))
+        if ctx.instance_id == "blocker":
+            time.sleep(4.5)  # noqa: ASYNC251 - "for good", as far as this test can wait
+            await asyncio.sleep(0.1)  # the loop is back: the lost lease reaches the run
+        ends.append((ctx.instance_id, ctx.signal.reason))
+
+    blocker, backup = _pair(store, block, lease="1s", heartbeat="0.3s", block_limit="1.5s")
+
+    async def main() -> None:
+        await blocker.start()
+        backup.start_in_thread()
+        try:
+            await asyncio.sleep(6)
+        finally:
+            await blocker.stop()
+            assert backup.stop_thread(timeout=5)
+
+    asyncio.run(main())
+    assert [(who, attempt) for who, attempt, _ in starts] == [("blocker", 1), ("backup", 2)], starts
+    took = starts[1][2] - starts[0][2]
+    # block_limit + lease + heartbeat, plus the quarter second between the thread's checks and the
+    # backup's jitter.
+    assert took <= 1.5 + 1 + 0.3 + 0.25 + 0.3 + 0.2, took
+    assert took >= 1.5, f"taken over after {took:.2f} s, before block_limit"
+    assert ("blocker", "lease lost") in ends, ends
+    assert "beyond block_limit (1500 ms)" in caplog.text
+
+
+def test_the_keeper_thread_ends_with_stop_thread_and_with_the_interpreter() -> None:
+    scheduler = Scheduler(MemoryBackend(), lease="2s", heartbeat="0.5s")
+    scheduler.every("tick", "100ms", lambda: None, catch_up=0)
+    scheduler.start_in_thread()
+    assert len(keeper_threads()) == 1
+    assert scheduler.stop_thread(timeout=5)
+    assert keeper_threads() == []
+
+    # A process that exits without stopping its scheduler: the keeper thread is ended at exit.
+    script = textwrap.dedent("""
+        import atexit, threading, time
+        from anarchon import MemoryBackend, Scheduler
+
+        # Registered first, so it runs last: after anarchon's own exit hook.
+        atexit.register(lambda: print("left:", [t.name for t in threading.enumerate()
+                                                 if t.name == "anarchon-keeper"], flush=True))
+        scheduler = Scheduler(MemoryBackend(), lease="2s", heartbeat="0.5s")
+        scheduler.every("tick", "100ms", lambda: None, catch_up=0)
+        scheduler.start_in_thread()
+        time.sleep(0.5)
+        print("running:", [t.name for t in threading.enumerate() if t.name == "anarchon-keeper"], flush=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["running: ['anarchon-keeper']", "left: []"], done.stdout
+    assert "Fatal" not in done.stderr, done.stderr
+
+
+# -- where no second connection can be opened -----------------------------------------------------
+
+
+class _GivenClient(MemoryBackend):
+    """Stands for a backend given a client object it does not own."""
+
+    def sibling(self) -> None:  # type: ignore[override]
+        return None
+
+
+class _NoSibling(MemoryBackend):
+    """A third-party backend that knows no way to open a second connection."""
+
+    sibling = None  # type: ignore[assignment]
+
+
+class _SiblingFailsToOpen(MemoryBackend):
+    def sibling(self) -> MemoryBackend:
+        class Down(MemoryBackend):
+            async def open(self) -> None:
+                raise ConnectionRefusedError("second connection refused")
+
+        return Down(self.store)
+
+
+@pytest.mark.parametrize(("backend", "level", "why"), [
+    (_GivenClient(), logging.INFO, "given a client object that it does not own"),
+    (_NoSibling(), logging.INFO, "_NoSibling has no sibling() to open a second connection with"),
+    (_SiblingFailsToOpen(), logging.WARNING, "its second connection did not open: ConnectionRefusedError"),
+])
+@pytest.mark.usefixtures("no_keeper_left")
+def test_without_a_second_connection_the_loop_renews_and_the_log_says_why_once(
+    backend: MemoryBackend, level: int, why: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="anarchon")
+    scheduler = Scheduler(backend, lease="1s", heartbeat="0.3s")
+    ran: list[int] = []
+
+    async def long(ctx: JobContext) -> None:
+        ran.append(ctx.attempt)
+        await ctx.sleep(1.5)  # longer than the lease: renewed on the loop
+
+    scheduler.at("long", time.time() + 0.2, long, jitter=0)
+
+    async def main() -> None:
+        async with scheduler:
+            assert keeper_threads() == []
+            await asyncio.sleep(2)
+        state = await backend.inspect("anarchon", "long")
+        assert state is not None and state.status is JobStatus.DONE, state
+
+    asyncio.run(main())
+    assert ran == [1]
+    lines = [r for r in caplog.records if "renewed on the scheduler's event loop" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].levelno == level and why in lines[0].getMessage(), caplog.text
+    assert "lease lost" not in caplog.text
+
+
+def test_a_virtual_time_scheduler_keeps_its_keeper_on_its_loop(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="anarchon")
+    clock = VirtualClock(START)
+    scheduler = Scheduler(MemoryBackend(clock=clock), clock=clock)
+
+    async def main() -> None:
+        async with scheduler:
+            assert keeper_threads() == []
+
+    clock.run(main())
+    assert "runs on an injected clock" in caplog.text
+
+
+_SHARED: dict[str, MemoryStore] = {}
+
+
+class _NamedStoreBackend(MemoryBackend):
+    """`named-memory://name`: a store shared by name; no sibling(), so a second connection can only
+    come from its URL."""
+
+    url_schemes: ClassVar[tuple[str, ...]] = ("named-memory",)
+    sibling = None  # type: ignore[assignment]
+
+    @classmethod
+    def from_url(cls, url: str) -> _NamedStoreBackend:
+        return cls(_SHARED.setdefault(url.partition("://")[2], MemoryStore()))
+
+
+class _NamedStorePlugin:
+    @hookimpl
+    def anarchon_backends(self) -> list[type[Any]]:
+        return [_NamedStoreBackend]
+
+
+@pytest.mark.usefixtures("no_keeper_left")
+def test_a_scheduler_made_from_a_url_opens_its_second_connection_from_that_url() -> None:
+    plugin = _NamedStorePlugin()
+    plugin_manager().register(plugin, name="named-memory-test")
+    try:
+        scheduler = Scheduler.from_url("named-memory://keeper-test", lease="1s", heartbeat="0.3s")
+
+        async def main() -> None:
+            async with scheduler:
+                assert len(keeper_threads()) == 1
+
+        asyncio.run(main())
+    finally:
+        plugin_manager().unregister(plugin)
+
+
+def test_block_limit_is_a_lease_backend_option() -> None:
+    assert Scheduler(MemoryBackend(), block_limit="90s").block_limit_ms == 90_000
+    assert Scheduler(MemoryBackend()).block_limit_ms == 60_000
+    with pytest.raises(TypeError, match="'block_limit' needs a lease backend"):
+        Scheduler(MemoryClaimBackend(), block_limit="1m")  # type: ignore[call-overload]
+    with pytest.raises(ScheduleError, match="'soon'"):
+        Scheduler(MemoryBackend(), block_limit="soon")
