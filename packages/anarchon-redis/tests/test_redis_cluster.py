@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from anarchon import JobContext, Scheduler
-from anarchon.testing.cluster import Cluster
+from anarchon.testing.cluster import Cluster, check_blocked_loops
 from anarchon_redis import RedisBackend
 
 pytestmark = pytest.mark.slow
@@ -54,6 +54,12 @@ def test_kill_9_and_graceful_stop(redis_url: str, prefix: str, tmp_path: Path) -
         until = int(time.time() * 1000) - 1500
         cluster.assert_one_winner()
         assert cluster.missed("tick", since, until) == []
+
+
+def test_a_blocked_event_loop_keeps_its_lease_until_block_limit(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    check_blocked_loops(_with_prefix(redis_url, prefix), tmp_path)
 
 
 def _redis_up(url: str) -> bool:

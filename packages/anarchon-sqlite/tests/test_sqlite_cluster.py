@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from anarchon.testing.cluster import Cluster
+from anarchon.testing.cluster import Cluster, check_blocked_loops
 
 LEASE_S = 2.0
 HEARTBEAT_S = 0.5
@@ -55,3 +55,8 @@ def test_handover_after_sigterm_and_takeover_after_kill_9(tmp_path: Path) -> Non
         ticks = {e.slot for e in cluster.starts("tick")}
         assert len(ticks) >= 8
         cluster.assert_one_winner()
+
+
+@pytest.mark.slow
+def test_a_blocked_event_loop_keeps_its_lease_until_block_limit(tmp_path: Path) -> None:
+    check_blocked_loops(f"sqlite:///{tmp_path}/blocked.db", tmp_path / "replicas")

@@ -3,7 +3,9 @@
 It runs two jobs on the backend at `url` and appends one JSON line per handler start and end to
 `<workdir>/events-<pid>.jsonl`:
 - `tick`, every `tick_every`: starts and ends at once;
-- `long`, every `long_every`: runs `long_run`, checking its cancellation signal every 100 ms.
+- `long`, every `long_every`: runs `long_run`, checking its cancellation signal every 100 ms;
+- with `block_for` (a list of seconds), `block`, every `block_every`: an `async def` that blocks its
+  event loop with `time.sleep`, the n-th such run in the cluster for `block_for[n]` seconds, then no more.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def main(argv: list[str]) -> None:
                                 "stop_timeout": config.get("stop_timeout", "5s")}
     if Capability.LEASE in backend.capabilities:
         settings.update(lease=config["lease"], heartbeat=config["heartbeat"])
+        if config.get("block_limit"):
+            settings["block_limit"] = config["block_limit"]
     scheduler: Scheduler[Any] = Scheduler(backend, **settings)
     long_run = float(config["long_run"])
 
@@ -54,9 +58,18 @@ def main(argv: list[str]) -> None:
             raise
         emit("end", ctx)
 
+    async def block(ctx: JobContext) -> None:
+        emit("start", ctx)
+        seconds = _next_block(Path(config["workdir"]), config["block_for"])
+        if seconds:
+            time.sleep(seconds)  # noqa: ASYNC251 - the point: this replica's event loop is blocked
+        emit("end", ctx)
+
     options: dict[str, Any] = {"catch_up": 0} if scheduler.leases else {}
     scheduler.every("tick", config["tick_every"], tick, **options)
     scheduler.every("long", config["long_every"], long, **options)
+    if config.get("block_for"):
+        scheduler.every("block", config["block_every"], block, **options)
 
     async def serve() -> None:
         loop = asyncio.get_running_loop()
@@ -71,6 +84,18 @@ def main(argv: list[str]) -> None:
 
     asyncio.run(serve())
     fh.write(json.dumps({"event": "exit", "pid": os.getpid(), "t": time.time()}) + "\n")
+
+
+def _next_block(workdir: Path, block_for: list[float]) -> float:
+    """How long this run blocks: the n-th blocking run of the cluster (a marker file each) blocks for
+    `block_for[n]` seconds; once the list is used up, runs do not block."""
+    for n, seconds in enumerate(block_for):
+        try:
+            os.close(os.open(workdir / f"blocked-{n}", os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            continue
+        return float(seconds)
+    return 0.0
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from types import TracebackType
 
 from .._duration import Duration, parse_duration
 
-__all__ = ["Cluster", "Event", "check_every_slot_once"]
+__all__ = ["Cluster", "Event", "check_blocked_loops", "check_every_slot_once"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +58,9 @@ class Cluster:
         long_every: Duration = "6s",
         long_run: Duration = "3s",
         stop_timeout: Duration = "5s",
+        block_every: Duration = "5s",
+        block_for: list[float] | None = None,
+        block_limit: Duration | None = None,
         env: dict[str, str] | None = None,
     ) -> None:
         self.url = url
@@ -74,6 +77,10 @@ class Cluster:
             "long_every": f"{parse_duration(long_every, name='long_every')}ms",
             "long_run": parse_duration(long_run, name="long_run") / 1000,
             "stop_timeout": f"{parse_duration(stop_timeout, name='stop_timeout', allow_zero=True)}ms",
+            "block_every": f"{parse_duration(block_every, name='block_every')}ms",
+            "block_for": list(block_for or []),
+            "block_limit": (None if block_limit is None
+                            else f"{parse_duration(block_limit, name='block_limit')}ms"),
         }
         self._env = {**os.environ, **(env or {})}
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -205,3 +212,37 @@ def check_every_slot_once(url: str, workdir: Path | str, *, seconds: float = 6.0
         assert c.missed("tick", since, until) == [], c.output()
         assert c.missed("long", since, until, every_ms=3000) == [], c.output()
         assert len({e.pid for e in c.starts()}) >= 2, "one replica won every slot: no race happened"
+
+
+def check_blocked_loops(url: str, workdir: Path | str, *, lease_s: float = 1.0, heartbeat_s: float = 0.3,
+                        block_limit_s: float = 4.0) -> None:
+    """Run three replicas on `url` whose `async def` job blocks its event loop with `time.sleep`, and
+    assert what the lease keeper's thread promises:
+
+    1. a run that blocks for three leases (less than `block_limit`) ends as attempt 1, and no replica
+       starts attempt 2 of its slot meanwhile;
+    2. a run that blocks for good is taken over as attempt 2 within block_limit + lease + heartbeat
+       (plus a quarter second between the keeper's checks, the claim jitter and a round trip).
+    """
+    with Cluster(url, workdir, replicas=3, lease=f"{lease_s}s", heartbeat=f"{heartbeat_s}s",
+                 tick_every="1s", long_every="1h", block_every="5s", block_for=[3 * lease_s, 3600.0],
+                 block_limit=f"{block_limit_s}s") as c:
+        first = c.wait_for(lambda e: e.event == "start" and e.job == "block" and e.slot > c.ready_ms,
+                           timeout=20)
+        end = c.wait_for(lambda e: e.event == "end" and e.job == "block" and e.slot == first.slot, timeout=20)
+        assert (end.pid, end.attempt) == (first.pid, 1), (first, end, c.output())
+        time.sleep(lease_s + heartbeat_s)  # an attempt 2 would have started by now
+        retried = [e for e in c.starts("block") if e.slot == first.slot and e.attempt > 1]
+        assert not retried, f"attempt 2 started while attempt 1 blocked its loop: {retried}\n{c.output()}"
+
+        hung = c.wait_for(lambda e: e.event == "start" and e.job == "block" and e.slot > first.slot,
+                          timeout=20)
+        taken = c.wait_for(lambda e: e.event == "start" and e.job == "block" and e.slot == hung.slot
+                           and e.attempt == 2, timeout=block_limit_s + lease_s + 15)
+        took = taken.t - hung.t
+        bound = block_limit_s + lease_s + heartbeat_s + 0.25 + 0.05 + 0.5
+        assert taken.pid != hung.pid and block_limit_s <= took <= bound, (
+            f"taken over {took:.2f} s after the loop blocked; expected within "
+            f"[{block_limit_s}, {bound:.2f}] s\n{c.output()}")
+        c.kill(hung.pid)  # it would sleep for an hour
+        c.assert_one_winner()
