@@ -229,8 +229,10 @@ class SqliteBackend(BackendBase):
                 raise self._translate(exc, "open") from exc
             try:
                 await self._call(db, "open", self._prepare)
-            except BaseException:
+            except BaseException as exc:
                 await db.close()
+                if "not a database" in str(exc.__cause__ or exc).lower():
+                    self._refuse_foreign_file()
                 raise
             self._db = db
             logger.debug("opened %s (table %r, schema version %d)", self.url, self.table, SCHEMA_VERSION)
@@ -260,8 +262,21 @@ class SqliteBackend(BackendBase):
             return
         if not path.is_file():
             raise BackendError(f"cannot open {self.url}: {self.path!r} is not a regular file")
+        # The header is not read here: closing any file descriptor of the database would drop every
+        # lock this process's other connections hold on it (POSIX), and another process could then
+        # delete the WAL under them. SQLite reads it first (and `_refuse_foreign_file` words it).
+        mode = path.stat().st_mode
+        if not os.access(path, os.W_OK) or not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+            raise BackendUnavailable(
+                f"cannot use {self.url}: the file is read-only (mode {stat.filemode(mode)}); anarchon "
+                "writes a lease on every claim. Make it writable (chmod u+w) or use another file"
+            )
+
+    def _refuse_foreign_file(self) -> None:
+        """SQLite said the file is no database: name what it starts with. (Only then is the file read
+        here: a foreign file has no connection of this process whose locks the read could drop.)"""
         try:
-            with path.open("rb") as f:
+            with Path(self.path).open("rb") as f:
                 header = f.read(len(_SQLITE_MAGIC))
         except OSError as exc:
             raise BackendUnavailable(f"cannot read {self.url}: {exc}") from exc
@@ -269,12 +284,6 @@ class SqliteBackend(BackendBase):
             raise BackendError(
                 f"{self.path!r} is not a SQLite database (it starts with {header[:8]!r}); it was left "
                 "untouched. Point the URL at a new file or at an anarchon SQLite database"
-            )
-        mode = path.stat().st_mode
-        if not os.access(path, os.W_OK) or not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
-            raise BackendUnavailable(
-                f"cannot use {self.url}: the file is read-only (mode {stat.filemode(mode)}); anarchon "
-                "writes a lease on every claim. Make it writable (chmod u+w) or use another file"
             )
 
     def _prepare(self, conn: Conn) -> None:
