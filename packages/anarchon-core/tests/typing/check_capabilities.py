@@ -13,7 +13,7 @@ async def handler(ctx: JobContext) -> None:
     """A handler."""
 
 
-lease = Scheduler(backend=MemoryBackend(), lease="6s", heartbeat="1s")
+lease = Scheduler(backend=MemoryBackend(), lease="6s", heartbeat="1s", block_limit="2m")
 claim_only = Scheduler(backend=MemoryClaimBackend())
 
 # Accepted: lease-only options on a lease backend, chained.
@@ -36,6 +36,7 @@ claim_only.cron("g", "* * * * *", handler, max_attempts=2)  # type: ignore[call-
 claim_only.at("h", 1_800_000_000, handler, catch_up="5m")  # type: ignore[call-overload]
 claim_only.every("i", "10s", lease="30s")  # type: ignore[call-overload]
 Scheduler(backend=MemoryClaimBackend(), lease="30s")  # type: ignore[call-overload]
+Scheduler(backend=MemoryClaimBackend(), block_limit="1m")  # type: ignore[call-overload]
 
 # Rejected: unknown options and bad option values, on any backend.
 lease.every("j", "10s", handler, colour="blue")  # type: ignore[call-overload]
