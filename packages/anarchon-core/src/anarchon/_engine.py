@@ -83,9 +83,13 @@ class Engine:
 
         keeper = await open_keeper(backend, sibling, config.log, heartbeat_ms=config.heartbeat_ms,
                                    block_limit_ms=config.block_limit_ms, running=running)
-        engine = cls(backend, config, keeper, hook=hook, owner=owner)
-        if Capability.NOTIFY in backend.capabilities:
-            await cast(LeaseBackend, backend).subscribe(config.namespace, engine.planner.on_release)
+        try:
+            engine = cls(backend, config, keeper, hook=hook, owner=owner)
+            if Capability.NOTIFY in backend.capabilities:
+                await cast(LeaseBackend, backend).subscribe(config.namespace, engine.planner.on_release)
+        except BaseException:
+            await keeper.crash()  # nothing is held yet: its thread, if any, just ends
+            raise
         for job in jobs:
             engine.planner.add(job)
         engine.tasks.spawn(engine.planner.run(engine._claim), "ticks", name="anarchon-ticks")
@@ -101,10 +105,12 @@ class Engine:
         self.runs.stopping()
         self.planner.close()
         self.tasks.cancel("ticks")
-        # Claims in flight finish, so a slot won just now is handed over, not stranded.
-        await self.tasks.wait("claim", within=5)
-        await self.runs.stop(self._config.stop_timeout_ms / 1000)
-        await self.keeper.stop()
+        try:
+            # Claims in flight finish, so a slot won just now is handed over, not stranded.
+            await self.tasks.wait("claim", within=5)
+            await self.runs.stop(self._config.stop_timeout_ms / 1000)
+        finally:
+            await self.keeper.stop()  # whatever happened: its thread never outlives the stop
         await self.tasks.wait(within=5)
 
     async def crash(self) -> None:
