@@ -110,6 +110,8 @@ class Runs:
         pending = [r.task for r in runs if r.task is not None]
         if not pending:
             return
+        # asyncio.wait, not asyncio.timeout: the runs must go on past the timeout (a run that is
+        # releasing is never cut); only the handlers still running are cancelled then.
         _done, still = await asyncio.wait(pending, timeout=timeout_s)
         for run in runs:
             if run.task in still and run.in_handler:

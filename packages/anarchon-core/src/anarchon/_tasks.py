@@ -50,7 +50,7 @@ class Tasks:
         """Wait up to `within` s for the tasks under `roles` to end; True when none is left."""
         tasks = self.of(*roles)
         if tasks:
-            await asyncio.wait(tasks, timeout=within)
+            await asyncio.wait(tasks, timeout=within)  # (not asyncio.timeout: the tasks are not cut)
         return not self.of(*roles)
 
     def _report(self, task: asyncio.Task[Any]) -> None:
