@@ -27,11 +27,16 @@ _COUNTED = ("claim", "claim_many", "renew", "renew_many", "release", "release_ma
 class CountingBackend:
     """Delegates to a backend and counts each store call by name."""
 
-    def __init__(self, inner: Any, counts: Counter[str]) -> None:
-        self._inner = inner
+    def __init__(self, url: str, counts: Counter[str]) -> None:
+        self._url = url
+        self._inner = backend_for_url(url)
         self._counts = counts
-        self.capabilities = inner.capabilities
-        self.url_schemes = inner.url_schemes
+        self.capabilities = self._inner.capabilities
+        self.url_schemes = self._inner.url_schemes
+
+    def sibling(self) -> CountingBackend:
+        """A second connection for the lease keeper's thread, its calls counted with this one's."""
+        return CountingBackend(self._url, self._counts)
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)
@@ -67,10 +72,9 @@ def main() -> None:
             dump()
 
     threading.Thread(target=dumper, daemon=True).start()
-    inner = backend_for_url(config["url"])
-    backend = CountingBackend(inner, counts)
+    backend = CountingBackend(config["url"], counts)
     settings: dict[str, Any] = {"namespace": config["namespace"], "stop_timeout": "2s"}
-    if Capability.LEASE in inner.capabilities:
+    if Capability.LEASE in backend.capabilities:
         settings.update(lease=config.get("lease", "5s"), heartbeat=config.get("heartbeat", "1s"))
     scheduler: Scheduler[Any] = Scheduler(backend, **settings)
     sleep = float(config["sleep"])

@@ -4,31 +4,33 @@ An `async def` handler that blocks the loop (`time.sleep`, a CPU loop, a synchro
 stop every renewal of its process, and a backup would start attempt 2 beside it. When the store can be
 opened a second time, the lease keeper runs in a thread of its own, with its own event loop and its own
 connection, and renews every held lease whether or not the scheduler's loop answers. It asks that loop
-for a sign of life every quarter second; once the loop has not answered for `block_limit`, the process
+for a sign of life every half second; once the loop has not answered for `block_limit`, the process
 counts as hung: its leases are no longer renewed, so another instance takes the runs over.
 
-The scheduler's loop and the thread talk through two mailboxes, one each way: a message goes out at
-once (a handler may block the loop right after its run was handed to the keeper), and a burst of
-messages costs one wake-up of the other loop.
+A run's lease reaches the thread at once (its handler may block the loop right after), yet a burst of
+runs costs the thread one wake-up at most, and none when it is due to wake before their first renewal
+anyway. Releases stay on the scheduler's loop and connection, batched there with the other runs that
+end in the same step; the thread renews a lease until its release lands.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import collections
 import concurrent.futures
 import contextlib
 import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Coroutine
-from typing import Any, cast
+from collections.abc import Callable
+from typing import cast
 
 from ._job import Job
-from ._keeper import Held, Keeper, LeaseKeeper, NullKeeper, hold, job_names
+from ._keeper import Keeper, LeaseKeeper, NullKeeper, Releases, job_names, lag_threshold
 from ._logs import short
+from ._renewals import Held, Renewals, hold
+from ._tasks import Tasks
 from .backends import Capability, ClaimBackend, Lease, LeaseBackend, ReleaseOutcome
 
 __all__ = ["KeeperThread", "Sibling", "open_keeper"]
@@ -36,7 +38,7 @@ __all__ = ["KeeperThread", "Sibling", "open_keeper"]
 Sibling = Callable[[], tuple[LeaseBackend | None, str]]
 """Returns a new, unopened backend on the same store with a connection of its own, or None and why not."""
 
-_PING_S = 0.25
+_PING_S = 0.5
 """How often the thread asks the scheduler's loop for a sign of life."""
 
 
@@ -51,7 +53,8 @@ async def open_keeper(backend: ClaimBackend, sibling: Sibling, log: logging.Logg
         second, why = sibling()
         level = logging.INFO
         if second is not None:
-            thread = KeeperThread(second, log, heartbeat_ms=heartbeat_ms, block_limit_ms=block_limit_ms)
+            thread = KeeperThread(cast(LeaseBackend, backend), second, log, heartbeat_ms=heartbeat_ms,
+                                  block_limit_ms=block_limit_ms)
             try:
                 await thread.start(running)
                 return thread
@@ -64,50 +67,24 @@ async def open_keeper(backend: ClaimBackend, sibling: Sibling, log: logging.Logg
     return keeper
 
 
-class _Mailbox:
-    """Calls posted from any thread, run in order on `target`'s loop; a burst costs one wake-up."""
-
-    def __init__(self, target: asyncio.AbstractEventLoop, log: logging.Logger) -> None:
-        self._target = target
-        self._log = log
-        self._items: collections.deque[tuple[Callable[..., Any], tuple[Any, ...]]] = collections.deque()
-        self._scheduled = False
-
-    def post(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run `fn(*args)` on the target loop, after what was posted before."""
-        self._items.append((fn, args))
-        if not self._scheduled:
-            self._scheduled = True
-            with contextlib.suppress(RuntimeError):  # the target loop has closed: nobody listens
-                self._target.call_soon_threadsafe(self._drain)
-
-    def _drain(self) -> None:
-        # Cleared first: a call posted while this drains either is run here or schedules a new drain.
-        self._scheduled = False
-        items = self._items
-        while items:
-            fn, args = items.popleft()
-            try:
-                fn(*args)
-            except Exception:
-                self._log.exception("keeper message %r failed", fn)
-
-
 class KeeperThread:
-    """A `LeaseKeeper` in a thread of its own, on a second connection to the store."""
+    """Renews the leases in a thread of its own, on a second connection to the store; releases stay
+    on the scheduler's loop and connection, batched with the other runs ending there."""
 
-    def __init__(self, backend: LeaseBackend, log: logging.Logger, *, heartbeat_ms: int,
-                 block_limit_ms: int) -> None:
-        self._backend = backend
+    def __init__(self, backend: LeaseBackend, second: LeaseBackend, log: logging.Logger, *,
+                 heartbeat_ms: int, block_limit_ms: int) -> None:
+        self._second = second
         self._log = log
         self._heartbeat_ms = heartbeat_ms
         self._block_limit_s = block_limit_ms / 1000
-        self._core = LeaseKeeper(backend, log, heartbeat_ms=heartbeat_ms, watch_loop=False)
+        self._tasks = Tasks(log)
+        """The tasks on the scheduler's loop: release sends."""
+        self._releases = Releases(backend, log, self._tasks)
+        self._thread_tasks = Tasks(log)
+        self._renewals = Renewals(second, log, self._thread_tasks)
         self._thread: threading.Thread | None = None
         self._main: asyncio.AbstractEventLoop | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._to_thread: _Mailbox | None = None
-        self._to_main: _Mailbox | None = None
         self._closing: asyncio.Event | None = None
         self._ended: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._crashed = False
@@ -123,7 +100,6 @@ class KeeperThread:
     async def start(self, running: Callable[[], list[str]]) -> None:
         """Start the thread, open the second connection there; raise what opening it raised."""
         self._main = asyncio.get_running_loop()
-        self._to_main = _Mailbox(self._main, self._log)
         self._running = running
         ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._thread = threading.Thread(target=self._serve_in_thread, args=(ready,), name="anarchon-keeper",
@@ -139,50 +115,51 @@ class KeeperThread:
         _stop_at_exit()
 
     def hold(self, lease: Lease, job: Job, sent: float, on_lost: Callable[[str], None]) -> Held:
-        """Hand `lease` to the thread; `on_lost` is called back on this loop."""
-        assert self._to_main is not None
-        to_main = self._to_main
-        held = hold(lease, job, sent, self.now(), lambda why: to_main.post(on_lost, why))
-        self._post(self._core.keep, held)
+        """Hand `lease` to the thread at once: the handler may block this loop right after."""
+        main = self._main
+        assert main is not None, "not started"
+
+        def lost(why: str) -> None:
+            with contextlib.suppress(RuntimeError):  # the scheduler's loop has closed
+                main.call_soon_threadsafe(on_lost, why)
+
+        held = hold(lease, job, sent, self.now(), lost)
+        self._renewals.post("keep", held)
         return held
 
     async def confirm(self, held: Held) -> bool:
         """Renew a late lease from the thread (see `Keeper.confirm`)."""
-        return bool(await self._ask(self._core.confirm(held)))
+        assert self._loop is not None, "not started"
+        future = asyncio.run_coroutine_threadsafe(self._renewals.confirm(held), self._loop)
+        return await asyncio.wrap_future(future)
 
     async def release(self, held: Held, outcome: ReleaseOutcome) -> None:
-        """Release through the thread's connection, renewing until confirmed (see `Keeper.release`)."""
-        await self._ask(self._core.release(held, outcome))
+        """Release on this loop's connection; the thread renews until the release lands."""
+        try:
+            await self._releases.release(held, outcome, self.now)
+        finally:
+            self._renewals.post("forget", held)
 
     def drop(self, held: Held) -> None:
         """Have the thread forget `held`."""
-        self._post(self._core.drop, held)
+        self._renewals.post("forget", held)
 
     def hand_back(self, lease: Lease) -> None:
-        """Have the thread release `lease` as a handover."""
-        self._post(self._core.hand_back, lease)
+        """Release `lease` as a handover, in the background."""
+        self._releases.hand_back(lease)
 
     async def stop(self) -> None:
-        """Let the thread send what is queued, close its connection and end; wait for that."""
+        """Send the queued releases, then let the thread close its connection and end; wait for that."""
+        await self._tasks.wait("send", within=5)
         await self._end()
 
     async def crash(self) -> None:
         """End the thread at once, sending nothing more."""
         self._crashed = True
+        self._tasks.cancel()
         await self._end()
 
     # -- the scheduler's side ---------------------------------------------------------------------
-
-    def _post(self, fn: Callable[..., Any], *args: Any) -> None:
-        assert self._to_thread is not None, "not started"
-        self._to_thread.post(fn, *args)
-
-    async def _ask(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        """Run `coro` on the thread's loop; its result comes back on this one."""
-        assert self._main is not None
-        future = self._main.create_future()
-        self._post(self._start_call, coro, future)
-        return await future
 
     async def _end(self) -> None:
         self._shut()
@@ -190,6 +167,7 @@ class KeeperThread:
         if self._thread is not None:
             self._thread.join()
         _live.discard(self)
+        await self._tasks.wait(within=5)
 
     def _shut(self) -> None:
         loop, closing = self._loop, self._closing
@@ -206,7 +184,7 @@ class KeeperThread:
             self._log.warning("event loop blocked for %d ms (running jobs: %s), beyond block_limit (%d ms): "
                               "their leases were let go", int(lag * 1000), job_names(self._running()),
                               int(self._block_limit_s * 1000))
-        elif lag > max(0.1, min(self._heartbeat_ms / 1000 / 2, 1.0)):
+        elif lag > lag_threshold(self._heartbeat_ms):
             self._log.warning("event loop blocked for %d ms (running jobs: %s); their leases were renewed "
                               "beside it", int(lag * 1000), job_names(self._running()))
 
@@ -222,34 +200,24 @@ class KeeperThread:
 
     async def _serve(self, ready: concurrent.futures.Future[None]) -> None:
         try:
-            await self._backend.open()
+            await self._second.open()
         except BaseException as exc:
             ready.set_exception(exc)
             return
         self._loop = asyncio.get_running_loop()
         self._closing = asyncio.Event()
-        self._to_thread = _Mailbox(self._loop, self._log)
-        await self._core.start(self._running)
-        watch = asyncio.create_task(self._watch_main(), name="anarchon-keeper-watch")
+        self._renewals.start()
+        self._thread_tasks.spawn(self._watch_main(), "keeper", name="anarchon-keeper-watch")
         ready.set_result(None)
         try:
             await self._closing.wait()
         finally:
-            watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watch
-            if self._crashed:
-                await self._core.crash()
-            else:
-                await self._core.stop()
+            if not self._crashed:
+                await self._thread_tasks.wait("send", within=5)
+            self._thread_tasks.cancel()
+            await self._thread_tasks.wait(within=5)
             with contextlib.suppress(Exception):
-                await self._backend.close()
-
-    def _start_call(self, coro: Coroutine[Any, Any, Any], future: asyncio.Future[Any]) -> None:
-        assert self._to_main is not None
-        to_main = self._to_main
-        task = self._core.tasks.spawn(coro, "call")
-        task.add_done_callback(lambda t: to_main.post(_settle, future, t))
+                await self._second.close()
 
     async def _watch_main(self) -> None:
         """Ask the scheduler's loop for a sign of life; give the leases up once it has been silent
@@ -264,26 +232,15 @@ class KeeperThread:
                 try:
                     self._main.call_soon_threadsafe(self._answer, now)
                 except RuntimeError:  # the scheduler's loop has closed: nothing is left to keep
-                    self._core.abandon("the scheduler's event loop has closed")
+                    self._renewals.abandon("the scheduler's event loop has closed")
                     return
             elif now - asked >= self._block_limit_s and not self._given_up:
                 self._given_up = True
-                self._core.abandon(
+                self._renewals.abandon(
                     f"the event loop has not answered for {int((now - asked) * 1000)} ms, beyond "
                     f"block_limit ({int(self._block_limit_s * 1000)} ms): renewals stop, so that another "
                     "instance takes the run over"
                 )
-
-
-def _settle(future: asyncio.Future[Any], task: asyncio.Task[Any]) -> None:
-    if future.done():
-        return
-    if task.cancelled():
-        future.cancel()
-    elif task.exception() is not None:
-        future.set_exception(cast(BaseException, task.exception()))
-    else:
-        future.set_result(task.result())
 
 
 _live: weakref.WeakSet[KeeperThread] = weakref.WeakSet()
