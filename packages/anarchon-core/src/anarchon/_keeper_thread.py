@@ -7,10 +7,10 @@ connection, and renews every held lease whether or not the scheduler's loop answ
 for a sign of life every half second; once the loop has not answered for `block_limit`, the process
 counts as hung: its leases are no longer renewed, so another instance takes the runs over.
 
-A run's lease reaches the thread at once (its handler may block the loop right after), yet a burst of
-runs costs the thread one wake-up at most, and none when it is due to wake before their first renewal
-anyway. Releases stay on the scheduler's loop and connection, batched there with the other runs that
-end in the same step; the thread renews a lease until its release lands.
+A run's lease is handed to the thread at once (its handler may block the loop right after), yet it
+wakes the thread only when the thread would not look before the lease's first renewal anyway: with
+the default heartbeat, never. Releases stay on the scheduler's loop and connection, batched there with
+the other runs that end in the same step; the thread renews a lease until its release lands.
 """
 
 from __future__ import annotations
@@ -224,6 +224,7 @@ class KeeperThread:
         for `block_limit`."""
         assert self._main is not None
         while True:
+            self._renewals.poke(time.monotonic() + _PING_S)
             await asyncio.sleep(_PING_S)
             now = time.monotonic()
             asked = self._asked

@@ -7,8 +7,9 @@ the next renewal; the renewals due together go out in one `renew_many`. A lease 
 whose deadline passes unconfirmed is lost, and its run is told.
 
 `Renewals` runs on whichever event loop starts it: the scheduler's own, or the keeper's thread. From
-another thread, leases are handed over through `post`, which wakes this loop only when it would
-otherwise sleep past the lease's first renewal.
+another thread, leases are handed over through `post`, which wakes this loop only when neither its
+renewal task nor its next `poke` (the keeper thread's half-second check) comes before the lease's first
+renewal: with the default heartbeat, runs reach the thread without waking it at all.
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ class Renewals:
         self._inbox: collections.deque[tuple[Literal["keep", "forget"], Held]] = collections.deque()
         self._wake_at = math.inf
         """When this loop's renewal task wakes next (published for `post`)."""
+        self._poke_at = math.inf
+        """When `poke` is called next (published for `post`)."""
         self._batch: StepBatcher[tuple[Lease, int], Lease | None] | None = None
         if Capability.RENEW_MANY in backend.capabilities:
             self._batch = StepBatcher(self._renew_many, lambda c: tasks.spawn(c, "send"),
@@ -115,10 +118,19 @@ class Renewals:
         """`keep` or `forget` from another thread. The renewal task is woken only when it would
         otherwise sleep past the lease's first renewal: a burst of runs costs one wake-up at most."""
         self._inbox.append((what, held))
-        # (`_tick` publishes `_wake_at` before it looks at the inbox a last time and sleeps.)
-        if what == "keep" and not held.late and held.next_renew < self._wake_at and self._loop is not None:
+        # (`_tick` publishes `_wake_at`, and `poke` `_poke_at`, after they last looked at the inbox.)
+        due = min(self._wake_at, self._poke_at)
+        if what == "keep" and not held.late and held.next_renew < due and self._loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop has closed: nothing is renewed any more
                 self._loop.call_soon_threadsafe(self._wake.set)
+
+    def poke(self, next_at: float) -> None:
+        """Take in what was posted (on this loop); the next poke comes at `next_at` or sooner."""
+        self._drain()
+        self._poke_at = next_at
+        heap = self._heap
+        if heap and (heap[0][3].gone or heap[0][2] != heap[0][3].gen):
+            self._wake.set()  # the renewal task would wake for a lease released since: let it sleep on
 
     async def confirm(self, held: Held) -> bool:
         """Renew a late lease before its run starts; False (the lease lost) when that fails."""
