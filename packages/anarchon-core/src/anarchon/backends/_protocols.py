@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 __all__ = [
     "Capability",
@@ -184,15 +184,11 @@ ReleaseCallback = Callable[[str, int], None]
 class ClaimBackend(Protocol):
     """A store that picks one winner per (namespace, job, slot). Claim-only backends stop here."""
 
-    @property
-    def capabilities(self) -> frozenset[Capability]:
-        """What this backend supports; `claim` is always present. Usually a class attribute."""
-        ...
+    capabilities: ClassVar[frozenset[Capability]]
+    """What this backend supports; `claim` is always present. A class attribute."""
 
-    @property
-    def url_schemes(self) -> tuple[str, ...]:
-        """URL schemes `from_url` accepts, e.g. ('redis', 'rediss'). Usually a class attribute."""
-        ...
+    url_schemes: ClassVar[tuple[str, ...]]
+    """URL schemes `from_url` accepts, e.g. ('redis', 'rediss'). A class attribute."""
 
     @property
     def horizon_ms(self) -> int | None:

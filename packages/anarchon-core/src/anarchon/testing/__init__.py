@@ -230,11 +230,13 @@ async def claim_race(
 class FaultyBackend:
     """Wraps a lease backend to inject faults: a crash (every call fails) or a freeze (calls wait)."""
 
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(Capability)
+    """Each instance declares the wrapped backend's capabilities instead."""
     url_schemes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, inner: LeaseBackend) -> None:
         self.inner = inner
-        self.capabilities: frozenset[Capability] = inner.capabilities
+        self.capabilities = inner.capabilities  # type: ignore[misc]
         self.crashed = False
         self._frozen_until: float | None = None
 
