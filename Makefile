@@ -36,6 +36,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy $(SRC_DIRS)
 	@set -e; for d in $(PKG_DIRS); do echo "mypy $$d/tests"; $(BIN)/mypy $$d/tests; done
+	$(BIN)/pyright
 
 pytest: install
 	$(BIN)/pytest

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar, Unpack, cast, overload
+from typing import Any, Generic, Never, Self, TypeVar, Unpack, cast, overload
 
 from . import _options
 from ._batch import StepBatcher
@@ -29,7 +29,7 @@ from ._clock import Clock, SystemClock
 from ._context import CancelSignal, JobContext
 from ._duration import Duration, parse_duration
 from ._errors import AnarchonError, BackendUnavailable, ConfigError, DuplicateJobError, RunCancelled
-from ._options import ClaimJobOptions, LeaseJobOptions, ResolvedOptions
+from ._options import ClaimOnlyJobOptions, LeaseJobOptions, NeedsLeaseBackend, ResolvedOptions
 from ._plugins import backend_for_url, plugin_manager
 from ._schedules import At, Cron, DstFold, DstGap, Every, Schedule, from_ms
 from .backends import (
@@ -154,13 +154,13 @@ class Scheduler(Generic[B]):
 
     @overload
     def __init__(
-        self: Scheduler[LB],
-        backend: LB,
+        self: Scheduler[CB],
+        backend: CB,
         *,
         instance_id: str | None = None,
         namespace: str = "anarchon",
-        lease: Duration = "30s",
-        heartbeat: Duration = "5s",
+        lease: NeedsLeaseBackend[Never] = ...,
+        heartbeat: NeedsLeaseBackend[Never] = ...,
         jitter: Duration | None = None,
         stop_timeout: Duration = "10s",
         max_skew: Duration = "2s",
@@ -170,11 +170,13 @@ class Scheduler(Generic[B]):
 
     @overload
     def __init__(
-        self: Scheduler[CB],
-        backend: CB,
+        self: Scheduler[LB],
+        backend: LB,
         *,
         instance_id: str | None = None,
         namespace: str = "anarchon",
+        lease: Duration = "30s",
+        heartbeat: Duration = "5s",
         jitter: Duration | None = None,
         stop_timeout: Duration = "10s",
         max_skew: Duration = "2s",
@@ -270,6 +272,16 @@ class Scheduler(Generic[B]):
 
     @overload
     def every(
+        self: Scheduler[CB], name: str, interval: Duration, handler: None = None, *,
+        offset: Duration = 0, **options: Unpack[ClaimOnlyJobOptions],
+    ) -> Callable[[H], H]: ...
+    @overload
+    def every(
+        self: Scheduler[CB], name: str, interval: Duration, handler: Callable[..., Any], *,
+        offset: Duration = 0, **options: Unpack[ClaimOnlyJobOptions],
+    ) -> Scheduler[CB]: ...
+    @overload
+    def every(
         self: Scheduler[LB], name: str, interval: Duration, handler: None = None, *,
         offset: Duration = 0, **options: Unpack[LeaseJobOptions],
     ) -> Callable[[H], H]: ...
@@ -278,16 +290,6 @@ class Scheduler(Generic[B]):
         self: Scheduler[LB], name: str, interval: Duration, handler: Callable[..., Any], *,
         offset: Duration = 0, **options: Unpack[LeaseJobOptions],
     ) -> Scheduler[LB]: ...
-    @overload
-    def every(
-        self: Scheduler[CB], name: str, interval: Duration, handler: None = None, *,
-        offset: Duration = 0, **options: Unpack[ClaimJobOptions],
-    ) -> Callable[[H], H]: ...
-    @overload
-    def every(
-        self: Scheduler[CB], name: str, interval: Duration, handler: Callable[..., Any], *,
-        offset: Duration = 0, **options: Unpack[ClaimJobOptions],
-    ) -> Scheduler[CB]: ...
 
     def every(self, name: str, interval: Duration, handler: Any = None, *, offset: Duration = 0,
               **options: Any) -> Any:
@@ -295,6 +297,18 @@ class Scheduler(Generic[B]):
         self._check_options("every", options, frozenset())
         return self._register(name, Every.parse(interval, offset), handler, options)
 
+    @overload
+    def cron(
+        self: Scheduler[CB], name: str, expression: str, handler: None = None, *,
+        timezone: str = "UTC", dst_gap: DstGap = "next", dst_fold: DstFold = "first",
+        **options: Unpack[ClaimOnlyJobOptions],
+    ) -> Callable[[H], H]: ...
+    @overload
+    def cron(
+        self: Scheduler[CB], name: str, expression: str, handler: Callable[..., Any], *,
+        timezone: str = "UTC", dst_gap: DstGap = "next", dst_fold: DstFold = "first",
+        **options: Unpack[ClaimOnlyJobOptions],
+    ) -> Scheduler[CB]: ...
     @overload
     def cron(
         self: Scheduler[LB], name: str, expression: str, handler: None = None, *,
@@ -307,18 +321,6 @@ class Scheduler(Generic[B]):
         timezone: str = "UTC", dst_gap: DstGap = "next", dst_fold: DstFold = "first",
         **options: Unpack[LeaseJobOptions],
     ) -> Scheduler[LB]: ...
-    @overload
-    def cron(
-        self: Scheduler[CB], name: str, expression: str, handler: None = None, *,
-        timezone: str = "UTC", dst_gap: DstGap = "next", dst_fold: DstFold = "first",
-        **options: Unpack[ClaimJobOptions],
-    ) -> Callable[[H], H]: ...
-    @overload
-    def cron(
-        self: Scheduler[CB], name: str, expression: str, handler: Callable[..., Any], *,
-        timezone: str = "UTC", dst_gap: DstGap = "next", dst_fold: DstFold = "first",
-        **options: Unpack[ClaimJobOptions],
-    ) -> Scheduler[CB]: ...
 
     def cron(self, name: str, expression: str, handler: Any = None, *, timezone: str = "UTC",
              dst_gap: DstGap = "next", dst_fold: DstFold = "first", **options: Any) -> Any:
@@ -326,6 +328,16 @@ class Scheduler(Generic[B]):
         self._check_options("cron", options, frozenset())
         return self._register(name, Cron(expression, timezone, dst_gap, dst_fold), handler, options)
 
+    @overload
+    def at(
+        self: Scheduler[CB], name: str, when: datetime | int | float, handler: None = None,
+        **options: Unpack[ClaimOnlyJobOptions],
+    ) -> Callable[[H], H]: ...
+    @overload
+    def at(
+        self: Scheduler[CB], name: str, when: datetime | int | float, handler: Callable[..., Any],
+        **options: Unpack[ClaimOnlyJobOptions],
+    ) -> Scheduler[CB]: ...
     @overload
     def at(
         self: Scheduler[LB], name: str, when: datetime | int | float, handler: None = None,
@@ -336,16 +348,6 @@ class Scheduler(Generic[B]):
         self: Scheduler[LB], name: str, when: datetime | int | float, handler: Callable[..., Any],
         **options: Unpack[LeaseJobOptions],
     ) -> Scheduler[LB]: ...
-    @overload
-    def at(
-        self: Scheduler[CB], name: str, when: datetime | int | float, handler: None = None,
-        **options: Unpack[ClaimJobOptions],
-    ) -> Callable[[H], H]: ...
-    @overload
-    def at(
-        self: Scheduler[CB], name: str, when: datetime | int | float, handler: Callable[..., Any],
-        **options: Unpack[ClaimJobOptions],
-    ) -> Scheduler[CB]: ...
 
     def at(self, name: str, when: datetime | int | float, handler: Any = None, **options: Any) -> Any:
         """Run a job once, at `when` (an aware datetime or epoch seconds)."""
