@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import threading
@@ -79,9 +80,35 @@ def backend_for_url(url: str) -> Any:
             return cls.from_url(url)
     known = sorted(set(mapped) | {s for cls in classes for s in cls.url_schemes})
     raise BackendNotFound(
-        f"no installed backend handles {scheme or '(no scheme)'!r} in {redact_url(url)!r}; "
-        f"installed schemes: {', '.join(known)}. Install a driver, e.g. `pip install anarchon-redis`"
+        f"no installed backend handles {scheme or '(no scheme)'!r} in {redact_url(url)!r}: "
+        f"{_scheme_hint(scheme, known)} (installed schemes: {', '.join(known)})"
     )
+
+
+# The schemes of this repository's drivers, so that a missing one is named; a third party's scheme
+# gets the generic hint.
+_DRIVERS = {
+    "anarchon-sqlite": ("sqlite",),
+    "anarchon-redis": ("redis", "rediss", "unix", "valkey", "valkeys", "redis+stream", "rediss+stream",
+                       "unix+stream"),
+    "anarchon-postgres": ("postgresql", "postgres"),
+    "anarchon-rabbitmq": ("amqp", "amqps"),
+    "anarchon-nats": ("nats", "tls", "nats-kv", "nats-kv+tls"),
+}
+
+
+def _scheme_hint(scheme: str, installed: list[str]) -> str:
+    """How to fix an unknown scheme: the installed scheme it is a typo of, or the driver to install."""
+    close = difflib.get_close_matches(scheme, installed, n=1, cutoff=0.75)
+    if close:
+        return f"did you mean {close[0] + '://'!r}?"
+    for dist, schemes in _DRIVERS.items():
+        if scheme in schemes:
+            return f"install its driver, `pip install {dist}`"
+    missing = [dist for dist, schemes in _DRIVERS.items() if not set(schemes) & set(installed)]
+    if missing:
+        return f"check the URL, or install the driver that handles it (not installed: {', '.join(missing)})"
+    return "check the URL, or install the third-party driver that handles it"
 
 
 def _provided_classes(pm: pluggy.PluginManager) -> list[type[Any]]:

@@ -489,8 +489,16 @@ class Scheduler(Generic[B]):
             self.log.debug("stopped %s", self.instance_id)
 
     def run(self) -> None:
-        """Run until SIGINT or SIGTERM, then stop gracefully (a blocking helper for scripts)."""
-        asyncio.run(self._run_until_signal())
+        """Run until SIGINT or SIGTERM, then stop gracefully (a blocking helper for scripts).
+
+        A store that cannot be opened (unreachable, refused credentials) ends the process with one
+        line on stderr and exit status 1; the traceback is logged only at DEBUG.
+        """
+        try:
+            asyncio.run(self._run_until_signal())
+        except AnarchonError as exc:
+            self.log.debug("%s failed", self.instance_id, exc_info=exc)
+            raise SystemExit(f"anarchon: error: {' '.join(str(exc).split())}") from None
 
     async def _run_until_signal(self) -> None:
         loop = asyncio.get_running_loop()

@@ -17,6 +17,8 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from ._errors import AnarchonError
+
 if TYPE_CHECKING:
     from ._scheduler import Scheduler
 
@@ -99,6 +101,10 @@ class SchedulerThread:
         if self._error is not None:
             self.thread.join()
             error, self._error = self._error, None
+            if isinstance(error, AnarchonError) and not self.scheduler.log.isEnabledFor(logging.DEBUG):
+                # The message names the store and the cause; the driver's chained exceptions (dozens
+                # of lines) are for debugging.
+                raise error.with_traceback(None) from None
             raise error
         return self.thread
 

@@ -4,6 +4,7 @@
     anarchon status redis://localhost:6379/0 --namespace myapp [--json]
     anarchon backends
     anarchon next "0 8 * * 1-5" --timezone Europe/Athens -n 5
+    anarchon --version
 
 Errors are one line on stderr, and the exit code is 1 (2 for a usage error).
 """
@@ -19,6 +20,7 @@ import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from importlib import metadata
 from typing import Any, cast
 from zoneinfo import ZoneInfo
 
@@ -104,13 +106,15 @@ def _row(state: JobState) -> dict[str, Any]:
     }
 
 
-def format_status(states: Sequence[JobState], *, as_json: bool = False) -> str:
+def format_status(states: Sequence[JobState], *, as_json: bool = False, namespace: str | None = None) -> str:
     """A table (or JSON) of job, last slot, attempt, status, holder and lease expiry in seconds."""
     rows = [_row(s) for s in states]
     if as_json:
         return json.dumps(rows, indent=2)
     if not rows:
-        return "no jobs recorded in this namespace yet"
+        where = "this namespace" if namespace is None else f"namespace {namespace!r}"
+        return (f"no jobs recorded in {where} yet (a scheduler's namespace is its namespace= option, "
+                "'anarchon' unless set)")
     header = ["JOB", "LAST SLOT (UTC)", "ATTEMPT", "STATUS", "HOLDER", "LEASE EXPIRES IN"]
     table = [header] + [
         [r["job"], r["last_slot"], str(r["attempt"]), r["status"], r["holder"],
@@ -123,9 +127,19 @@ def format_status(states: Sequence[JobState], *, as_json: bool = False) -> str:
 
 
 def _status(args: argparse.Namespace) -> int:
+    if not args.namespace.strip():
+        raise CliError(
+            f"invalid --namespace {args.namespace!r}: give the scheduler's namespace (default anarchon)"
+        )
     backend = backend_for_url(args.url)
+    path = getattr(backend, "path", None)  # a store in a local file (SQLite): reading must not create it
+    if isinstance(path, str) and not os.path.exists(path):
+        raise CliError(
+            f"no store at {args.url}: the file {path!r} does not exist (nothing was created); check the "
+            "path, relative to the working directory"
+        )
     states = asyncio.run(read_status(backend, args.namespace))
-    print(format_status(states, as_json=args.json))
+    print(format_status(states, as_json=args.json, namespace=args.namespace))
     return 0
 
 
@@ -190,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="anarchon", description="Leaderless distributed scheduling: run, inspect, preview.",
     )
+    parser.add_argument("--version", action="version", version=f"anarchon {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run a scheduler defined in your module until SIGINT/SIGTERM")
@@ -216,6 +231,13 @@ def build_parser() -> argparse.ArgumentParser:
     nxt.add_argument("--dst-fold", choices=["first", "both"], default="first")
     nxt.set_defaults(func=_next)
     return parser
+
+
+def _version() -> str:
+    try:
+        return metadata.version("anarchon-core")
+    except metadata.PackageNotFoundError:  # imported from a source tree that was never installed
+        return "(not installed)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
