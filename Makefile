@@ -9,7 +9,7 @@ EMPTY :=
 SPACE := $(EMPTY) $(EMPTY)
 export MYPYPATH := $(subst $(SPACE),:,$(SRC_DIRS))
 
-.PHONY: test lint typecheck pytest docs install demo clean bench bench-quick bench-peers chaos
+.PHONY: test lint typecheck pytest docs install demo clean dist bench bench-quick bench-peers chaos
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,14 @@ $(VENV)/.demo-installed: $(BIN)/python $(addsuffix /pyproject.toml,$(DEMO_PKGS))
 demo: $(VENV)/.demo-installed
 	$(BIN)/python examples/quickstart/run_demo.py
 
+# The sdist and the wheel of every distribution (the wheel is built from the sdist, so a file missing
+# from the sdist shows). A test installs these wheels, not the checkout, into a fresh venv.
+DIST ?= dist
+dist: install
+	rm -rf '$(DIST)'
+	@set -e; for d in $(PKG_DIRS); do $(BIN)/python -m build -q --no-isolation --outdir '$(DIST)' $$d; done
+	@ls '$(DIST)'
+
 lint: install
 	$(BIN)/ruff check --output-format concise .
 
@@ -48,7 +56,7 @@ docs: install
 test: lint typecheck pytest docs
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) dist .mypy_cache .pytest_cache .ruff_cache
 
 # Chaos runs (never part of `make test`): on each store, three replicas are killed, frozen and stopped
 # at random for CHAOS_SECONDS, then every start is checked (python -m anarchon.testing.chaos --help).
