@@ -83,8 +83,9 @@ bench/.venv-aps4/.installed: bench/requirements-aps4.txt
 
 bench-peers: install bench/.venv-peers/.installed bench/.venv-aps4/.installed
 
+# make bench rewrites docs/benchmarks.md (with its plot and raw data) from the run's results.
 bench: bench-peers
-	$(BIN)/python bench/run.py $(BENCH_ARGS)
+	$(BIN)/python bench/run.py --publish $(BENCH_ARGS)
 
 bench-quick: bench-peers
 	$(BIN)/python bench/run.py --quick $(BENCH_ARGS)
