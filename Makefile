@@ -49,9 +49,13 @@ typecheck: install
 pytest: install
 	$(BIN)/pytest
 
-# A broken link or a page missing from the nav fails the build.
+# A broken link or a page missing from the nav fails the build. Then headless Chromium (Debian's
+# chromium; .ci/run installs it) renders the three widest pages at 1280 px, fails on clipped code or
+# tables, and leaves a screenshot of each in anarchon-site-shots.
+SITE := $${TMPDIR:-/tmp}/anarchon-site
 docs: install
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet -d $${TMPDIR:-/tmp}/anarchon-site
+	$(BIN)/mkdocs build --strict --quiet -d $(SITE)
+	$(BIN)/python tools/docs_layout.py $(SITE) benchmarks comparison conformance --shots $(SITE)-shots
 
 test: lint typecheck pytest docs
 
