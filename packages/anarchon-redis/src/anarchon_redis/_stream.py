@@ -90,7 +90,7 @@ class RedisStreamBackend(_ScriptedStore):
         return self.idmp_duration * 1000 if self.strategy == "idmp" else None
 
     async def open(self) -> None:
-        """Check the server; `idmp` is refused on servers older than Redis 8.6."""
+        """Check the server; `idmp` is refused on Valkey and on servers older than Redis 8.6."""
         async with self._op("connecting"):
             info = await self._client.info("server")
         server, version = _server(info if isinstance(info, dict) else {})
