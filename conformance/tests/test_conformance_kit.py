@@ -150,18 +150,3 @@ def test_claim_only_backend_skips_lease_tier_naming_it(pytester: pytest.Pytester
     result.stdout.fnmatch_lines(
         ["*does not declare the 'lease' capability*", "*does not declare the 'notify'*"]
     )
-
-
-def test_containers_without_docker_skip_saying_why(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(
-        test_containers="""
-        def test_redis(anarchon_service_url):
-            anarchon_service_url("redis")
-        """
-    )
-    result = pytester.runpytest("-p", "no:cacheprovider", "-q", "-rs", "--anarchon-containers")
-    outcomes = result.parseoutcomes()
-    if outcomes.get("passed"):
-        return  # a docker engine was reachable and the container came up
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*docker*"])

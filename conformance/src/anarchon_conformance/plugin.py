@@ -17,7 +17,7 @@ import pytest_asyncio
 
 from anarchon.backends import Capability
 
-from ._containers import service_url
+from ._containers import parse_images, service_url
 from ._kit import Kit, past_slot
 from ._support import BackendFactory, BackendPool, resolve_backend
 
@@ -64,6 +64,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="start throwaway servers with testcontainers (needs a reachable Docker engine)",
+    )
+    group.addoption(
+        "--anarchon-image",
+        metavar="NAME=IMAGE",
+        action="append",
+        default=[],
+        help="the image of service NAME for --anarchon-containers (default: $ANARCHON_<NAME>_IMAGE, "
+        "else the public image, e.g. redis:7-alpine); repeatable",
     )
 
 
@@ -164,13 +172,15 @@ def anarchon_service_url(request: pytest.FixtureRequest) -> Iterator[Any]:
 
     Without `--anarchon-containers`: `$ANARCHON_<NAME>_URL` or the standard local port, skipped
     only when unreachable (failed under `ANARCHON_REQUIRE_SERVICES=1`). With it: a throwaway
-    testcontainers server, started once per session.
+    testcontainers server of each service, started at its first request and shared by the session;
+    `--anarchon-image NAME=IMAGE` or `$ANARCHON_<NAME>_IMAGE` picks its image.
     """
     use_containers = bool(request.config.getoption("--anarchon-containers"))
+    images = parse_images(request.config.getoption("--anarchon-image"))
     started: list[Any] = []
 
     def get(name: str) -> str:
-        return service_url(name, use_containers=use_containers, started=started)
+        return service_url(name, use_containers=use_containers, started=started, images=images)
 
     try:
         yield get

@@ -36,6 +36,14 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
 
 
+def _server(info: dict[Any, Any]) -> tuple[str, str]:
+    """The server's name and version from `INFO server`: Valkey reports a frozen `redis_version`
+    (7.2.4) beside its own `valkey_version`."""
+    if _s(info.get("server_name", "")) == "valkey":
+        return "Valkey", _s(info.get("valkey_version", "?"))
+    return "Redis", _s(info.get("redis_version", "0"))
+
+
 class RedisStreamBackend(_ScriptedStore):
     """Claim-only on Redis streams: one winner per (job, slot); no lease, no takeover.
 
@@ -82,14 +90,14 @@ class RedisStreamBackend(_ScriptedStore):
         return self.idmp_duration * 1000 if self.strategy == "idmp" else None
 
     async def open(self) -> None:
-        """Check the server; `idmp` is refused on servers older than Redis 8.6."""
+        """Check the server; `idmp` is refused on Valkey and on servers older than Redis 8.6."""
         async with self._op("connecting"):
             info = await self._client.info("server")
-        version = _s(info.get("redis_version", "0")) if isinstance(info, dict) else "0"
-        if self.strategy == "idmp" and _version(version) < _IDMP_MIN:
+        server, version = _server(info if isinstance(info, dict) else {})
+        if self.strategy == "idmp" and (server != "Redis" or _version(version) < _IDMP_MIN):
             raise BackendError(
                 f"strategy='idmp' needs Redis >= 8.6 (XADD … IDMP), but the server at {self.url} runs "
-                f"Redis {version}: upgrade the server, or use strategy='stream-id' or 'script'"
+                f"{server} {version}: use Redis >= 8.6, or strategy='stream-id' or 'script'"
             )
         if self.strategy == "script":
             async with self._op("loading scripts"):
