@@ -92,7 +92,7 @@ class TestRaces:
                     request(anarchon_namespace, job, base + s * 60_000, f"c{i}", lease_ms=lease_ms)
                     for s in range(slots)
                 ]
-                if batched and Capability.CLAIM_MANY in client.capabilities:
+                if batched:
                     return list(await client.claim_many(reqs))
                 return [await client.claim(r) for r in reqs]
 

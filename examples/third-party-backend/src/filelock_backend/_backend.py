@@ -19,7 +19,7 @@ from anarchon.backends import BackendBase, Capability, ClaimOutcome, ClaimReques
 class FileLockBackend(BackendBase):
     """One winner per (namespace, job, slot), recorded in a JSON file under an exclusive lock."""
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.CLAIM, Capability.CLAIM_MANY})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.CLAIM})
     url_schemes: ClassVar[tuple[str, ...]] = ("filelock",)
 
     def __init__(self, path: str | os.PathLike[str]) -> None:

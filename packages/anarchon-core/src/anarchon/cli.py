@@ -26,7 +26,7 @@ from ._errors import AnarchonError, ConfigError
 from ._plugins import backend_classes, backend_for_url
 from ._scheduler import Scheduler
 from ._schedules import Cron, from_ms, to_ms
-from .backends import Capability, JobState, JobStatus, LeaseBackend, redact_url
+from .backends import Capability, InspectBackend, JobState, JobStatus, redact_url
 
 __all__ = ["format_status", "main", "read_status"]
 
@@ -85,7 +85,7 @@ async def read_status(backend: Any, namespace: str) -> list[JobState]:
         )
     await backend.open()
     try:
-        return await cast(LeaseBackend, backend).jobs(namespace)
+        return await cast(InspectBackend, backend).jobs(namespace)
     finally:
         await backend.close()
 

@@ -22,7 +22,7 @@ from anarchon import (
     LeaseLost,
     ReleaseOutcome,
 )
-from anarchon.backends import BackendBase, ReleaseCallback, redact_url
+from anarchon.backends import BackendBase, LeaseRecord, ReleaseCallback, redact_url
 
 from ._errors import translating
 from ._listener import Listener
@@ -59,7 +59,7 @@ class PostgresBackend(BackendBase):
     """A lease backend on PostgreSQL: one-statement claims, LISTEN/NOTIFY handover, fenced writes."""
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.CLAIM_MANY, Capability.INSPECT,
+        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT,
          Capability.RELEASE_MANY, Capability.RENEW_MANY}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
@@ -98,7 +98,7 @@ class PostgresBackend(BackendBase):
         self._listen_dsn = listen_url
         self._listener: Listener | None = None
         self._opened = False
-        self._open_lock = asyncio.Lock()
+        self._ready_lock = asyncio.Lock()
 
     @classmethod
     def from_url(cls, url: str) -> PostgresBackend:
@@ -150,7 +150,7 @@ class PostgresBackend(BackendBase):
 
     async def open(self) -> None:
         """Connect, and create or migrate the table; raise `BackendUnavailable` when unreachable."""
-        async with self._open_lock:
+        async with self._ready_lock:
             if self._opened:
                 return
             if self._pool is None:
@@ -363,10 +363,10 @@ class PostgresBackend(BackendBase):
 
     @staticmethod
     def _state(row: Any) -> JobState:
-        return JobState(
-            row["namespace"], row["job"], row["slot"], row["attempt"], row["token"], row["owner"],
-            JobStatus(row["status"]), row["expires_at"], row["fingerprint"], row["updated_at"], row["now"],
-        )
+        status = JobStatus(row["status"])
+        record = LeaseRecord(row["slot"], row["attempt"], row["token"], row["owner"], status,
+                             row["expires_at"], row["fingerprint"], row["updated_at"])
+        return JobState.of(record, namespace=row["namespace"], job=row["job"], now=row["now"])
 
     async def inspect(self, namespace: str, job: str) -> JobState | None:
         """Read one job's current record."""

@@ -19,6 +19,7 @@ from anarchon.backends import (
     JobState,
     JobStatus,
     Lease,
+    LeaseRecord,
     Overlap,
     ReleaseCallback,
     ReleaseOutcome,
@@ -112,7 +113,7 @@ class _ScriptedStore(BackendBase):
         """The client library's connection (redis.asyncio.Redis or valkey.asyncio.Valkey)."""
         return self._client
 
-    def _translate(self, doing: str) -> contextlib.AbstractContextManager[None]:
+    def _translating(self, doing: str) -> contextlib.AbstractContextManager[None]:
         return self._drv.translate(self._url, doing)
 
     @contextlib.asynccontextmanager
@@ -120,7 +121,7 @@ class _ScriptedStore(BackendBase):
         """One store operation: the client library's errors translated, and an answer within
         `OP_TIMEOUT_S` (one timer per operation; the client's own `socket_timeout` would arm
         one per reply, thousands for a pipelined batch)."""
-        with self._translate(doing):
+        with self._translating(doing):
             try:
                 async with asyncio.timeout(OP_TIMEOUT_S):
                     yield
@@ -182,7 +183,7 @@ class RedisBackend(_ScriptedStore):
     """A lease backend on Redis: every operation is one Lua script, releases are pushed by pub/sub."""
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.CLAIM_MANY, Capability.INSPECT,
+        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT,
          Capability.RELEASE_MANY, Capability.RENEW_MANY}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix")
@@ -386,10 +387,9 @@ class RedisBackend(_ScriptedStore):
     def _state(namespace: str, job: str, reply: list[Any]) -> JobState | None:
         if len(reply) < 9:
             return None
-        return JobState(
-            namespace, job, int(reply[1]), int(reply[2]), int(reply[3]), _s(reply[4]),
-            JobStatus(_s(reply[5])), int(reply[6]), _s(reply[7]), int(reply[8]), int(reply[0]),
-        )
+        record = LeaseRecord(int(reply[1]), int(reply[2]), int(reply[3]), _s(reply[4]),
+                             JobStatus(_s(reply[5])), int(reply[6]), _s(reply[7]), int(reply[8]))
+        return JobState.of(record, namespace=namespace, job=job, now=int(reply[0]))
 
     async def inspect(self, namespace: str, job: str) -> JobState | None:
         """Read one job's newest record."""

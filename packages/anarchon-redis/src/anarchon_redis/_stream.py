@@ -44,7 +44,7 @@ class RedisStreamBackend(_ScriptedStore):
     - `script`: a Lua check-then-XADD, one command per claim, which also names the holder.
     """
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.CLAIM, Capability.CLAIM_MANY})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.CLAIM})
     url_schemes: ClassVar[tuple[str, ...]] = ("redis+stream", "rediss+stream", "unix+stream")
     # The constructor also takes plain redis:// URLs; only the +stream schemes are registered.
     _schemes: ClassVar[dict[str, str]] = {"redis+stream": "redis", "rediss+stream": "rediss",

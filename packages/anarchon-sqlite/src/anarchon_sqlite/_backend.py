@@ -19,13 +19,13 @@ import aiosqlite
 
 from anarchon import BackendError, BackendUnavailable, Duration, parse_duration
 from anarchon.backends import (
-    BackendBase,
     Capability,
     ClaimRequest,
     ClaimResult,
     JobState,
     JobStatus,
     Lease,
+    LeaseBackendBase,
     LeaseRecord,
     ReleaseOutcome,
     decide,
@@ -127,7 +127,7 @@ def _parse_url(url: str) -> tuple[str, dict[str, str]]:
     return unquote(parts.path[1:]), options
 
 
-class SqliteBackend(BackendBase):
+class SqliteBackend(LeaseBackendBase):
     """Leases in a SQLite file shared by processes on one host (WAL, `BEGIN IMMEDIATE`, store time).
 
     Every operation is one statement or one `BEGIN IMMEDIATE` transaction that runs to COMMIT or
@@ -135,7 +135,7 @@ class SqliteBackend(BackendBase):
     """
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.INSPECT, Capability.CLAIM_MANY,
+        {Capability.CLAIM, Capability.LEASE, Capability.INSPECT,
          Capability.RELEASE_MANY, Capability.RENEW_MANY}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("sqlite",)
@@ -175,7 +175,7 @@ class SqliteBackend(BackendBase):
         self.busy_timeout_ms = parse_duration(busy_timeout, name="busy_timeout", allow_zero=True)
         """How long SQLite waits for another connection's write lock before answering 'locked'."""
         self._db: aiosqlite.Connection | None = None
-        self._open_lock = asyncio.Lock()
+        self._ready_lock = asyncio.Lock()
         t = f'"{table}"'
         self._sql_head = f"SELECT {_ROW} FROM {t} WHERE namespace = ? AND job = ? AND head = 1"
         self._sql_other = f"SELECT {_ROW} FROM {t} WHERE namespace = ? AND job = ? AND slot = ? AND head = 0"
@@ -217,7 +217,7 @@ class SqliteBackend(BackendBase):
 
     async def open(self) -> None:
         """Open the file (WAL mode) and create or check the schema; idempotent."""
-        async with self._open_lock:
+        async with self._ready_lock:
             if self._db is not None:
                 return
             self._check_file()
@@ -226,9 +226,9 @@ class SqliteBackend(BackendBase):
                     self.path, isolation_level=None, timeout=self.busy_timeout_ms / 1000
                 )
             except sqlite3.Error as exc:
-                raise self._translate(exc, "open") from exc
+                raise self._sqlite_error(exc, "open") from exc
             try:
-                await self._call(db, "open", self._prepare)
+                await self._call(db, "open", self._prepare_conn)
             except BaseException:
                 await db.close()
                 raise
@@ -237,7 +237,7 @@ class SqliteBackend(BackendBase):
 
     async def close(self) -> None:
         """Close the connection; idempotent."""
-        async with self._open_lock:
+        async with self._ready_lock:
             db, self._db = self._db, None
             if db is not None:
                 await db.close()
@@ -277,7 +277,7 @@ class SqliteBackend(BackendBase):
                 "writes a lease on every claim. Make it writable (chmod u+w) or use another file"
             )
 
-    def _prepare(self, conn: Conn) -> None:
+    def _prepare_conn(self, conn: Conn) -> None:
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # reads the header: is it SQLite?
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -312,7 +312,7 @@ class SqliteBackend(BackendBase):
                 return cast(T, await cast(Any, db)._execute(lambda: fn(cast(Any, db)._conn)))
             except sqlite3.Error as exc:
                 if not _is_busy(exc):
-                    raise self._translate(exc, what) from exc
+                    raise self._sqlite_error(exc, what) from exc
                 if slept >= budget:
                     raise BackendUnavailable(
                         f"{what} on {self.url}: the database stayed locked for more than "
@@ -330,7 +330,7 @@ class SqliteBackend(BackendBase):
             except ValueError as exc:  # aiosqlite: "Connection closed"
                 raise BackendUnavailable(f"{what} on {self.url}: {exc}") from exc
 
-    def _translate(self, exc: sqlite3.Error, what: str) -> BackendError:
+    def _sqlite_error(self, exc: sqlite3.Error, what: str) -> BackendError:
         """The one place where sqlite3's exceptions become anarchon's."""
         text = str(exc)
         lower = text.lower()
@@ -398,8 +398,7 @@ class SqliteBackend(BackendBase):
 
     def _state(self, namespace: str, job: str, values: Sequence[Any]) -> JobState:
         row = _Row.of(values[:-1])
-        return JobState(namespace, job, row.slot, row.attempt, row.token, row.owner, row.status,
-                        row.expires_at, row.fingerprint, row.updated_at, int(values[-1]))
+        return JobState.of(row.record(), namespace=namespace, job=job, now=int(values[-1]))
 
     # -- the protocol ----------------------------------------------------------------------------
 
