@@ -1,4 +1,4 @@
-"""Contract tests: one per row of DESIGN §3 (lease tier) and §4 (claim tier), and per capability."""
+"""Contract tests: one per rule of docs/lease-contract.md (claim and lease tiers), and per capability."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ async def won_allowing_overlap(kit: Kit, **kw: Any) -> Lease:
 
 
 class TestClaimContract:
-    """DESIGN §4: one winner per (namespace, job, slot). Every backend passes these."""
+    """One winner per (namespace, job, slot), names compared exactly. Every backend passes these."""
 
     pytestmark = tier("claim")
 
@@ -114,7 +114,7 @@ class TestClaimContract:
 
 
 class TestLeaseContract:
-    """DESIGN §3, row by row, plus renew, release, attempts, tokens and the store's clock."""
+    """The claim table row by row, plus renew, release, attempts, tokens and the store's clock."""
 
     pytestmark = tier("lease")
 

@@ -1,4 +1,4 @@
-"""`decide`, the DESIGN §3 table as a pure function: each row's whole answer and write, checked exactly.
+"""`decide`, the claim table as a pure function: each row's whole answer and write, checked exactly.
 
 test_core_memory_backend.py walks the same rows through MemoryBackend's claim, renew and release;
 here every field of the decision is pinned: the result, the record to write, which slot it replaces,
