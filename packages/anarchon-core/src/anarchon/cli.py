@@ -23,7 +23,7 @@ from typing import Any, cast
 from zoneinfo import ZoneInfo
 
 from ._errors import AnarchonError, ConfigError
-from ._plugins import backend_classes, backend_for_url
+from ._plugins import backend_classes, backend_for_url, plugin_errors
 from ._scheduler import Scheduler
 from ._schedules import Cron, from_ms, to_ms
 from .backends import Capability, InspectBackend, JobState, JobStatus, redact_url
@@ -140,11 +140,18 @@ def _backends(args: argparse.Namespace) -> int:
             "class": f"{cls.__module__.split('.')[0]}.{cls.__qualname__}",
             "capabilities": sorted(str(c) for c in caps),
         })
+    # A plugin that failed is listed with the others, saying why, rather than stopping the listing.
+    for error in plugin_errors():
+        rows.append({
+            "schemes": [], "class": f"{error.plugin} (plugin failed)", "capabilities": [],
+            "distribution": error.distribution, "error": str(error),
+        })
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     table = [["SCHEMES", "BACKEND", "CAPABILITIES"]] + [
-        [" ".join(r["schemes"]), r["class"], ", ".join(r["capabilities"])] for r in rows
+        [" ".join(r["schemes"]) or "-", r["class"], r.get("error") or ", ".join(r["capabilities"])]
+        for r in rows
     ]
     widths = [max(len(line[i]) for line in table) for i in range(2)]
     for line in table:
