@@ -97,12 +97,6 @@ class BackendBase:
             self._target, self._client = target, None
         self._settings = dict(settings)
 
-    @property
-    def owns_client(self) -> bool:
-        """True when this backend made its connection (from a URL) and closes it; False for a client
-        object passed in."""
-        return self._target is not None or self._client is None
-
     def sibling(self) -> Self | None:
         """A new, unopened backend on the same store with the same settings and a connection of its own;
         None when this one was given a client object it does not own."""
