@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
@@ -94,9 +95,10 @@ class _Connection:
         return await asyncio.wrap_future(done)
 
     async def close(self) -> None:
-        """Close the connection on its thread, then end the thread."""
+        """Close the connection on its thread (if it ever opened), then end the thread."""
         try:
-            await self.run(lambda conn: conn.close())
+            with contextlib.suppress(Exception):
+                await self.run(lambda conn: conn.close())
         finally:
             self._thread.shutdown(wait=False)
 
