@@ -173,7 +173,8 @@ class TestClaimContract:
             pytest.skip(f"{type(anarchon_kit.backend).__name__} offers no sibling()")
         sibling = make()
         if sibling is None:
-            pytest.skip(f"{type(anarchon_kit.backend).__name__}.sibling() is None: given a client object")
+            pytest.skip(f"{type(anarchon_kit.backend).__name__}.sibling() is None: it cannot make a "
+                        "connection of its own (it was given a client object)")
         assert sibling is not anarchon_kit.backend, "sibling() must build a new backend"
         await anarchon_kit.pool.adopt(sibling)
         await anarchon_kit.won("job", "a")

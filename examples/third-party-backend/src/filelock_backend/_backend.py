@@ -24,6 +24,7 @@ class FileLockBackend(BackendBase):
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self._use(os.fspath(path), None, {})  # BackendBase's plumbing: sibling() opens the same file
 
     @classmethod
     def from_url(cls, url: str) -> FileLockBackend:
