@@ -232,15 +232,15 @@ def test_renew_extends_from_the_store_now(expires_at: int) -> None:
     assert decision == RenewDecision(Lease("ns", "job", S2, 1, 4, "holder", NOW + LEASE), write)
 
 
-@pytest.mark.parametrize("stored", [
-    None,
-    rec(owner="other"),
-    rec(token=5),
-    rec(slot=S1),
-    rec(status=JobStatus.RELEASED),
-    rec(status=JobStatus.DONE),
-    rec(status=JobStatus.FAILED),
-], ids=["no-record", "other-owner", "other-token", "other-slot", "released", "done", "failed"])
+NOT_HELD = {
+    "no-record": None, "other-owner": rec(owner="other"), "other-token": rec(token=5),
+    "other-slot": rec(slot=S1), "released": rec(status=JobStatus.RELEASED),
+    "done": rec(status=JobStatus.DONE), "failed": rec(status=JobStatus.FAILED),
+}
+"""Stored records that do not hold `HELD`: renewals and releases of it change nothing."""
+
+
+@pytest.mark.parametrize("stored", NOT_HELD.values(), ids=NOT_HELD.keys())
 def test_renew_is_lost_unless_the_running_record_holds_the_lease(stored: LeaseRecord | None) -> None:
     assert decide_renew(stored, HELD, LEASE, NOW) == RenewDecision(None)
 
@@ -271,14 +271,7 @@ def test_an_older_record_handed_over_stays_released() -> None:
     assert decision == ReleaseDecision(True, write, push=True)
 
 
-@pytest.mark.parametrize("stored", [
-    None,
-    rec(owner="other"),
-    rec(token=5),
-    rec(slot=S1),
-    rec(status=JobStatus.RELEASED),
-    rec(status=JobStatus.DONE),
-], ids=["no-record", "other-owner", "other-token", "other-slot", "released-already", "done-already"])
+@pytest.mark.parametrize("stored", NOT_HELD.values(), ids=NOT_HELD.keys())
 @pytest.mark.parametrize("newest", [True, False])
 def test_release_is_ignored_unless_the_running_record_holds_the_lease(
     stored: LeaseRecord | None, newest: bool
