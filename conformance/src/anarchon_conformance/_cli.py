@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from anarchon import backend_for_url
+from ._support import load_backend
 
 __all__ = ["main"]
 
@@ -37,18 +37,6 @@ class _Summary:
             self.skip_reasons.setdefault(tier, str(report.longrepr[2]).removeprefix("Skipped: "))
 
 
-def _unbuildable(spec: str) -> str | None:
-    """Why a backend URL cannot even be built (a client library or driver not installed, a bad URL),
-    said once before the suite runs instead of by every test; None when it builds."""
-    if "://" not in spec:
-        return None
-    try:
-        backend_for_url(spec)  # builds the backend without connecting to the store
-    except (ImportError, LookupError, ValueError) as exc:
-        return str(exc)
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the conformance suite against one backend; the exit status is non-zero on any failure."""
     parser = argparse.ArgumentParser(
@@ -59,10 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("backend", help="a URL (an installed driver) or module:factory")
     parser.add_argument("--claims", type=int, default=None, help="claims in the exact-count fuzz")
     args, extra = parser.parse_known_args(argv)
-    problem = _unbuildable(args.backend)
-    if problem:
-        print(f"anarchon-conformance: {problem}", file=sys.stderr)
-        return 2
+    try:
+        load_backend(args.backend)  # once, before pytest: a backend that cannot be loaded is one error
+    except ValueError as exc:
+        parser.exit(2, f"anarchon-conformance: error: {exc}\n")
     summary = _Summary()
     with tempfile.TemporaryDirectory(prefix="anarchon-conformance-") as tmp:
         Path(tmp, "test_conformance.py").write_text(_TEST_FILE)

@@ -19,7 +19,7 @@ from anarchon.backends import Capability
 
 from ._containers import parse_images, service_url
 from ._kit import Kit, past_slot
-from ._support import BackendFactory, BackendPool, resolve_backend
+from ._support import BackendFactory, BackendPool, load_backend
 
 # The suite's modules are imported later, by the test modules that pull the suite in: let pytest
 # rewrite their asserts so that a failure shows the values.
@@ -41,6 +41,7 @@ __all__ = [
 ]
 
 DEFAULT_CLAIMS = 2_000
+_MAKER = pytest.StashKey[Any]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -76,10 +77,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the tier marker."""
+    """Register the tier marker, and load `--anarchon-backend` once (a bad one is one usage error)."""
     config.addinivalue_line(
         "markers", "anarchon_tier(capability): conformance test for one declared backend capability"
     )
+    spec = config.getoption("--anarchon-backend", None)
+    if spec:
+        try:
+            config.stash[_MAKER] = load_backend(spec)
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
 
 
 def _skip_tier(reason: str) -> NoReturn:
@@ -95,17 +102,18 @@ def anarchon_backend_factory(request: pytest.FixtureRequest) -> BackendFactory:
 
     The default comes from `--anarchon-backend`; without it, a suite test fails and says so.
     """
-    spec = request.config.getoption("--anarchon-backend")
-    if not spec:
+    maker = request.config.stash.get(_MAKER, None)
+    if maker is None:
         pytest.fail(
             "no backend for the anarchon conformance suite: override the `anarchon_backend_factory` "
             "fixture in the module that imports the suite, or pass --anarchon-backend=URL_OR_module:factory",
             pytrace=False,
         )
     try:
-        return resolve_backend(spec)
+        factory: BackendFactory = maker()
     except ValueError as exc:
         pytest.fail(str(exc), pytrace=False)
+    return factory
 
 
 @pytest_asyncio.fixture

@@ -1,4 +1,4 @@
-"""The engine (DESIGN §5), in virtual time: nothing here sleeps in real time."""
+"""The engine, in virtual time: nothing here sleeps in real time."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Schedules (DESIGN §2): the UTC grid, cron with DST policies across real transitions, one-offs."""
+"""Schedules: the UTC grid, cron with DST policies across real transitions, one-offs."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ async def test_from_url_finds_the_backend_through_the_entry_point(tmp_path: Path
     assert (tmp_path / "relative.db").is_file()
 
 
-def test_a_sqlite_url_imports_aiosqlite_and_no_other_client_library(tmp_path: Path) -> None:
+def test_a_sqlite_url_imports_sqlite3_and_no_other_client_library(tmp_path: Path) -> None:
     code = textwrap.dedent("""
         import json, sys
         import anarchon
@@ -60,7 +60,7 @@ def test_a_sqlite_url_imports_aiosqlite_and_no_other_client_library(tmp_path: Pa
     seen = json.loads(done.stdout)
     # Every installed driver's plugin was loaded, so the client libraries were there to be imported.
     assert {ep.name for ep in entry_points(group="anarchon")} <= set(seen["plugins"])
-    assert "aiosqlite" in seen["modules"]
+    assert "sqlite3" in seen["modules"]
     for client in ("redis", "valkey", "asyncpg", "aio_pika", "aiormq", "nats"):
         assert client not in seen["modules"], f"a sqlite:// URL imported {client}"
 

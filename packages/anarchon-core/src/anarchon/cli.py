@@ -25,10 +25,10 @@ from typing import Any, cast
 from zoneinfo import ZoneInfo
 
 from ._errors import AnarchonError, ConfigError
-from ._plugins import backend_classes, backend_for_url
+from ._plugins import backend_classes, backend_for_url, plugin_errors
 from ._scheduler import Scheduler
 from ._schedules import Cron, from_ms, to_ms
-from .backends import Capability, JobState, JobStatus, LeaseBackend, redact_url
+from .backends import Capability, InspectBackend, JobState, JobStatus, redact_url
 
 __all__ = ["format_status", "main", "read_status"]
 
@@ -87,7 +87,7 @@ async def read_status(backend: Any, namespace: str) -> list[JobState]:
         )
     await backend.open()
     try:
-        return await cast(LeaseBackend, backend).jobs(namespace)
+        return await cast(InspectBackend, backend).jobs(namespace)
     finally:
         await backend.close()
 
@@ -154,11 +154,18 @@ def _backends(args: argparse.Namespace) -> int:
             "class": f"{cls.__module__.split('.')[0]}.{cls.__qualname__}",
             "capabilities": sorted(str(c) for c in caps),
         })
+    # A plugin that failed is listed with the others, saying why, rather than stopping the listing.
+    for error in plugin_errors():
+        rows.append({
+            "schemes": [], "class": f"{error.plugin} (plugin failed)", "capabilities": [],
+            "distribution": error.distribution, "error": str(error),
+        })
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     table = [["SCHEMES", "BACKEND", "CAPABILITIES"]] + [
-        [" ".join(r["schemes"]), r["class"], ", ".join(r["capabilities"])] for r in rows
+        [" ".join(r["schemes"]) or "-", r["class"], r.get("error") or ", ".join(r["capabilities"])]
+        for r in rows
     ]
     widths = [max(len(line[i]) for line in table) for i in range(2)]
     for line in table:

@@ -1,4 +1,4 @@
-"""Checked by mypy --strict in `make test` (never run): proves the typed capabilities of DESIGN §7.
+"""Checked by mypy --strict in `make test` (never run): proves the typed capabilities.
 
 Each rejected call carries a `type: ignore[...]`; with `warn_unused_ignores`, mypy fails if a
 rejection ever stops happening, and fails on any accepted call that stops type-checking.

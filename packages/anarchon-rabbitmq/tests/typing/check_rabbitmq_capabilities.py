@@ -1,4 +1,4 @@
-"""Checked by mypy --strict in `make test` (never run): RabbitMQBackend is claim-only (DESIGN §7)."""
+"""Checked by mypy --strict in `make test` (never run): RabbitMQBackend is claim-only."""
 
 from __future__ import annotations
 
