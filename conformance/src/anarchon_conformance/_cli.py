@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from ._support import load_backend
+
 __all__ = ["main"]
 
 _TEST_FILE = "from anarchon_conformance.suite import *  # noqa: F403\n"
@@ -45,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("backend", help="a URL (an installed driver) or module:factory")
     parser.add_argument("--claims", type=int, default=None, help="claims in the exact-count fuzz")
     args, extra = parser.parse_known_args(argv)
+    try:
+        load_backend(args.backend)  # once, before pytest: a backend that cannot be loaded is one error
+    except ValueError as exc:
+        parser.exit(2, f"anarchon-conformance: error: {exc}\n")
     summary = _Summary()
     with tempfile.TemporaryDirectory(prefix="anarchon-conformance-") as tmp:
         Path(tmp, "test_conformance.py").write_text(_TEST_FILE)

@@ -1,4 +1,4 @@
-"""Contract tests: one per row of DESIGN §3 (lease tier) and §4 (claim tier), and per capability."""
+"""Contract tests: one per rule of docs/lease-contract.md (claim and lease tiers), and per capability."""
 
 from __future__ import annotations
 
@@ -56,8 +56,23 @@ async def won_allowing_overlap(kit: Kit, **kw: Any) -> Lease:
         pytest.skip(f"{type(kit.backend).__name__} refuses overlap='allow' (ConfigError: {exc})")
 
 
+async def _race_with_takeover(kit: Kit, act: Any) -> list[str]:
+    """Let short leases of several jobs expire, then race the holder's `act(lease)` (a renew or a release)
+    against another owner's claim of the same slot, each pair at once. Returns the jobs where both the
+    act and the claim succeeded."""
+    leases = [await kit.won(f"race-{i}", "a", lease_ms=SHORT_LEASE_MS) for i in range(8)]
+    other = await kit.client()
+    await kit.expire()
+
+    async def pair(lease: Lease) -> str | None:
+        done, claimed = await asyncio.gather(act(lease), kit.claim(lease.job, "b", on=other))
+        return lease.job if done and claimed.outcome is ClaimOutcome.WON else None
+
+    return [job for job in await asyncio.gather(*(pair(lease) for lease in leases)) if job]
+
+
 class TestClaimContract:
-    """DESIGN §4: one winner per (namespace, job, slot). Every backend passes these."""
+    """One winner per (namespace, job, slot), names compared exactly. Every backend passes these."""
 
     pytestmark = tier("claim")
 
@@ -113,8 +128,71 @@ class TestClaimContract:
         assert [r.outcome for r in results] == [ClaimOutcome.WON] * 5 + [ClaimOutcome.TAKEN]
 
 
+    async def test_names_compare_byte_wise(self, anarchon_kit: Kit) -> None:
+        await anarchon_kit.won("report", "a")
+        for name in ("Report", "REPORT", "report ", " report", "réport"):
+            result = await anarchon_kit.claim(name, "b")
+            assert result.outcome is ClaimOutcome.WON, (
+                f"job {name!r} is not job 'report': names must compare byte-wise (a case-insensitive or "
+                f"PAD SPACE collation makes them one job); got {result!r}"
+            )
+        other_ns = anarchon_kit.namespace + " "
+        result = await anarchon_kit.claim("report", "b", namespace=other_ns)
+        assert result.outcome is ClaimOutcome.WON, (
+            f"namespace {other_ns!r} is not {anarchon_kit.namespace!r}: namespaces must compare byte-wise; "
+            f"got {result!r}"
+        )
+
+    @pytest.mark.parametrize("sep", [":", "/", ".", "|", " ", "%3A"])
+    async def test_joined_names_do_not_collide(self, anarchon_kit: Kit, sep: str) -> None:
+        ns = anarchon_kit.namespace
+        await anarchon_kit.won("b", "a", namespace=f"{ns}{sep}a")
+        result = await anarchon_kit.claim(f"a{sep}b", "b", namespace=ns)
+        assert result.outcome is ClaimOutcome.WON, (
+            f"namespace {ns + sep + 'a'!r} with job 'b' and namespace {ns!r} with job {'a' + sep + 'b'!r} "
+            f"collide: a store key joined from namespace and job must keep them apart; got {result!r}"
+        )
+
+    async def test_claims_are_remembered_for_the_horizon(self, anarchon_kit: Kit) -> None:
+        if "lease" in anarchon_kit.capabilities:
+            pytest.skip("a lease backend keeps a record per job (test_an_ended_slot_stays_done)")
+        horizon = anarchon_kit.backend.horizon_ms
+        await anarchon_kit.won("job", "a")
+        # Within the horizon (at most 1.5 s of it: a test cannot wait minutes), the claim still holds.
+        wait_s = 1.0 if horizon is None else min(horizon * 0.8, 1_500) / 1000
+        await asyncio.sleep(wait_s)
+        result = await anarchon_kit.claim("job", "b", on=await anarchon_kit.client())
+        assert result.outcome is not ClaimOutcome.WON, (
+            f"a claim was forgotten after {wait_s:.2f} s, within the declared horizon_ms={horizon!r}: "
+            f"the slot was won twice; got {result!r}"
+        )
+
+    async def test_a_sibling_sees_the_same_store(self, anarchon_kit: Kit) -> None:
+        make = getattr(anarchon_kit.backend, "sibling", None)
+        if make is None:
+            pytest.skip(f"{type(anarchon_kit.backend).__name__} offers no sibling()")
+        sibling = make()
+        if sibling is None:
+            pytest.skip(f"{type(anarchon_kit.backend).__name__}.sibling() is None: it cannot make a "
+                        "connection of its own (it was given a client object)")
+        assert sibling is not anarchon_kit.backend, "sibling() must build a new backend"
+        await anarchon_kit.pool.adopt(sibling)
+        await anarchon_kit.won("job", "a")
+        result = await anarchon_kit.claim("job", "b", on=sibling)
+        assert result.outcome is ClaimOutcome.TAKEN, (
+            f"a claim won through one backend must be TAKEN through its sibling (the same store): {result!r}"
+        )
+
+    async def test_open_and_close_are_idempotent(self, anarchon_kit: Kit) -> None:
+        backend = await anarchon_kit.client()
+        await backend.open()  # a second open of an open backend does nothing
+        await anarchon_kit.won("job", "a", on=backend)
+        await backend.close()
+        await backend.close()  # and so does a second close
+
+
 class TestLeaseContract:
-    """DESIGN §3, row by row, plus renew, release, attempts, tokens and the store's clock."""
+    """The claim table row by row, plus renew, release, attempts, tokens and the store's clock."""
 
     pytestmark = tier("lease")
 
@@ -301,6 +379,56 @@ class TestLeaseContract:
         assert result.outcome is ClaimOutcome.EARLY, f"slot an hour ahead: {result!r}"
         assert (await anarchon_kit.claim("job", "a")).outcome is ClaimOutcome.WON, "EARLY must change nothing"
 
+    # -- store time, max_skew and the granted lease --------------------------------------------------
+
+    async def test_a_slot_beyond_max_skew_is_early(self, anarchon_kit: Kit) -> None:
+        probe = await anarchon_kit.claim("probe", "a")
+        now = probe.now if probe.now is not None else time.time_ns() // 1_000_000
+        ahead = now + 15_000
+        result = await anarchon_kit.claim("ahead", "a", ahead, max_skew_ms=2_000)
+        assert result.outcome is ClaimOutcome.EARLY, (
+            f"a slot 15 s ahead of the store with max_skew_ms=2000 must be EARLY (max_skew ignored?); "
+            f"got {result!r}"
+        )
+        allowed = await anarchon_kit.claim("ahead", "a", ahead, max_skew_ms=60_000)
+        assert allowed.outcome is ClaimOutcome.WON, (
+            f"a slot 15 s ahead of the store with max_skew_ms=60000 is within max_skew; got {allowed!r}"
+        )
+
+    async def test_a_lease_is_granted_as_long_as_asked(self, anarchon_kit: Kit) -> None:
+        short = anarchon_kit.short_lease_ms
+        lease_ms = short if anarchon_kit.fixed_lease else short * 2
+        result = await anarchon_kit.claim("job", "a", lease_ms=lease_ms)
+        granted = time.monotonic()
+        assert result.lease is not None, result
+        if result.now is not None:
+            assert result.lease.expires_at - result.now >= lease_ms - 50, (
+                f"a lease of {lease_ms} ms was granted until {result.lease.expires_at - result.now} ms after "
+                f"the store's now: a lease must run as long as asked, from the store's now; {result!r}"
+            )
+        # At 70% of the lease, it still holds.
+        await asyncio.sleep(max(0.0, granted + lease_ms * 0.7 / 1000 - time.monotonic()))
+        other = await anarchon_kit.claim("job", "b", on=await anarchon_kit.client(), lease_ms=lease_ms)
+        assert other.outcome is ClaimOutcome.TAKEN, (
+            f"at 70% of a {lease_ms} ms lease another claim got {other.outcome}: the lease was granted "
+            f"shorter than asked (the holder loses it early); {other!r}"
+        )
+
+    async def test_fingerprint_is_stored(self, anarchon_kit: Kit) -> None:
+        await anarchon_kit.won("job", "a", fingerprint="every:10s")
+        taken = await anarchon_kit.claim("job", "b", fingerprint="cron:* * * * *")
+        assert taken.fingerprint == "every:10s", (
+            f"a claim's result must carry the fingerprint stored with the record ('every:10s'), not echo "
+            f"the request's; got {taken.fingerprint!r}"
+        )
+        lease = await anarchon_kit.won("next", "a", fingerprint="fp-1")
+        assert await anarchon_kit.release(lease, ReleaseOutcome.DONE)
+        newer = await anarchon_kit.claim("next", "b", anarchon_kit.slot + MINUTE, fingerprint="fp-2")
+        assert newer.outcome is ClaimOutcome.WON, newer
+        assert newer.fingerprint == "fp-1", (
+            f"a won claim must carry the fingerprint stored before it ('fp-1'); got {newer.fingerprint!r}"
+        )
+
     # -- renew ------------------------------------------------------------------------------------------
 
     async def test_renew_by_owner_extends(self, anarchon_kit: Kit) -> None:
@@ -363,6 +491,44 @@ class TestLeaseContract:
         assert await anarchon_kit.release(lease, ReleaseOutcome.DONE)
         assert await anarchon_kit.renew(lease) is None
 
+    async def test_renewal_counts_from_the_store_now(self, anarchon_kit: Kit) -> None:
+        short = anarchon_kit.short_lease_ms
+        lease = await anarchon_kit.won("job", "a", lease_ms=SHORT_LEASE_MS)
+        await asyncio.sleep(short / 2000)
+        renewed = await anarchon_kit.renew(lease, SHORT_LEASE_MS)
+        assert renewed is not None, "the owner's renew must succeed"
+        # From the store's now: about half a lease past the old expiry. From the old expiry: a whole one.
+        assert renewed.expires_at - lease.expires_at < short * 0.8, (
+            f"a renewal of {short} ms half way through the lease moved the expiry by "
+            f"{renewed.expires_at - lease.expires_at} ms: it must count from the store's now, not extend "
+            "the old expiry"
+        )
+
+    async def test_no_record_renew_and_release(self, anarchon_kit: Kit) -> None:
+        lease = Lease(anarchon_kit.namespace, "never-claimed", anarchon_kit.slot, 1, 1, "a", 0)
+        assert await anarchon_kit.renew(lease) is None, "renew of a job with no record must return None"
+        assert await anarchon_kit.release(lease, ReleaseOutcome.DONE) is False, (
+            "release of a job with no record must return False"
+        )
+        result = await anarchon_kit.claim("never-claimed", "b")
+        assert result.outcome is ClaimOutcome.WON and result.lease is not None, result
+        assert result.lease.attempt == 1, f"renew or release of no record created one: {result!r}"
+
+    async def test_renew_and_takeover_race(self, anarchon_kit: Kit) -> None:
+        both = await _race_with_takeover(anarchon_kit, lambda lease: anarchon_kit.renew(lease))
+        assert not both, (
+            f"a renewal and a takeover of one record both succeeded ({both}): renew must be atomic "
+            "against a concurrent claim (two winners for one claim)"
+        )
+
+    async def test_release_and_takeover_race(self, anarchon_kit: Kit) -> None:
+        both = await _race_with_takeover(anarchon_kit,
+                                         lambda lease: anarchon_kit.release(lease, ReleaseOutcome.DONE))
+        assert not both, (
+            f"a release and a takeover of one record both succeeded ({both}): release must be atomic "
+            "against a concurrent claim"
+        )
+
     # -- release ------------------------------------------------------------------------------------------
 
     async def test_release_only_by_owner_and_once(self, anarchon_kit: Kit) -> None:
@@ -385,6 +551,17 @@ class TestLeaseContract:
         await anarchon_kit.won("job", "b")
         assert await anarchon_kit.release(lease, ReleaseOutcome.HANDOVER) is False
         assert (await anarchon_kit.claim("job", "c")).outcome is ClaimOutcome.TAKEN
+
+    async def test_an_ended_slot_stays_done(self, anarchon_kit: Kit) -> None:
+        lease = await anarchon_kit.won("job", "a", lease_ms=SHORT_LEASE_MS)
+        assert await anarchon_kit.release(lease, ReleaseOutcome.DONE)
+        await anarchon_kit.expire()
+        await asyncio.sleep(0.3)
+        result = await anarchon_kit.claim("job", "b", on=await anarchon_kit.client())
+        assert result.outcome is ClaimOutcome.DONE, (
+            f"a slot that ran to its end must stay DONE until a newer slot is won (an ended record was "
+            f"forgotten, so the slot can be won again); got {result!r}"
+        )
 
     # -- attempts and tokens ---------------------------------------------------------------------------------
 
@@ -469,9 +646,9 @@ class TestLeaseContract:
 
 
 class TestClaimManyContract:
-    """`claim_many`: a batch in one round trip, results in request order, one winner per slot."""
+    """`claim_many` (every backend): results in request order, each judged as if claimed alone."""
 
-    pytestmark = tier("claim_many")
+    pytestmark = tier("claim")
 
     async def test_batch_in_order(self, anarchon_kit: Kit) -> None:
         reqs = [anarchon_kit.req(f"job-{i}", "a", anarchon_kit.slot) for i in range(10)]
@@ -495,9 +672,9 @@ class TestClaimManyContract:
 
 
 class TestReleaseManyContract:
-    """`release_many`: a batch of releases in one round trip, each judged as `release` judges it."""
+    """`release_many`: a batch of releases, each judged as `release` judges it (every lease backend)."""
 
-    pytestmark = tier("release_many")
+    pytestmark = tier("lease")
 
     async def test_each_release_is_judged_alone(self, anarchon_kit: Kit) -> None:
         from dataclasses import replace
@@ -566,9 +743,9 @@ class TestReleaseManyContract:
 
 
 class TestRenewManyContract:
-    """`renew_many`: a batch of renewals in one round trip, each judged as `renew` judges it."""
+    """`renew_many`: a batch of renewals, each judged as `renew` judges it (every lease backend)."""
 
-    pytestmark = tier("renew_many")
+    pytestmark = tier("lease")
 
     async def test_each_renewal_is_judged_alone(self, anarchon_kit: Kit) -> None:
         from dataclasses import replace
@@ -641,6 +818,15 @@ class TestInspectContract:
         after = await anarchon_kit.backend.inspect(anarchon_kit.namespace, name)
         assert after is not None
         assert after.status is JobStatus.DONE
+
+    async def test_failed_reads_back_as_failed(self, anarchon_kit: Kit) -> None:
+        lease = await anarchon_kit.won("job", "a")
+        assert await anarchon_kit.release(lease, ReleaseOutcome.FAILED)
+        state = await anarchon_kit.backend.inspect(anarchon_kit.namespace, "job")
+        assert state is not None
+        assert state.status is JobStatus.FAILED, (
+            f"a run released as failed must read back as failed, not {state.status}: {state!r}"
+        )
 
     async def test_jobs_sorted_and_namespaced(self, anarchon_kit: Kit) -> None:
         for name in ("b", "a", "c"):

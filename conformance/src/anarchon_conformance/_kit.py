@@ -101,6 +101,11 @@ class Kit:
         return caps
 
     @property
+    def fixed_lease(self) -> bool:
+        """True when the backend's store fixes the lease length (`fixed_lease_ms`)."""
+        return fixed_lease_ms(self.backend) is not None
+
+    @property
     def long_lease_ms(self) -> int:
         """A lease that outlasts the test (the backend's fixed lease, if it declares one)."""
         return lease_for(self.backend, LONG_LEASE_MS)
@@ -124,6 +129,8 @@ class Kit:
         max_attempts: int = 3,
         overlap: Overlap = Overlap.SKIP,
         namespace: str | None = None,
+        fingerprint: str = "",
+        max_skew_ms: int = 2_000,
     ) -> ClaimRequest:
         """A claim request in this test's namespace (with the backend's fixed lease, if any)."""
         return request(
@@ -134,6 +141,8 @@ class Kit:
             lease_ms=lease_for(self.backend, lease_ms),
             max_attempts=max_attempts,
             overlap=overlap,
+            fingerprint=fingerprint,
+            max_skew_ms=max_skew_ms,
         )
 
     async def claim(

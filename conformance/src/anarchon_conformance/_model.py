@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from anarchon.backends import (
     Capability,
@@ -51,6 +52,9 @@ class _World:
     """The overlap policies to send: all, but `allow` where the backend refuses it (ConfigError)."""
     deadlines: list[tuple[float, float]] = field(default_factory=list)
     """Monotonic windows in which a granted lease expires, by the store's clock."""
+    seen: Counter[str] = field(default_factory=Counter)
+    """What the run drove the store through: outcomes, and takeovers by their cause."""
+    toured: bool = False
 
     def lease_ms(self, short: bool) -> int:
         """The short or long lease (the backend's fixed lease, if it declares one)."""
@@ -70,6 +74,8 @@ def _machine(world: _World) -> type[RuleBasedStateMachine]:
             self.slot = past_slot()
             self.held: list[_Held] = []
             self.real_tokens: list[int] = []
+            self.newest = 0
+            """The newest slot (as a step of a minute from `self.slot`) the model has seen won."""
             world.deadlines.clear()
 
         def _settle(self) -> None:
@@ -85,14 +91,36 @@ def _machine(world: _World) -> type[RuleBasedStateMachine]:
             after = time.monotonic()
             world.deadlines.append((before + lease_ms / 1000, after + lease_ms / 1000))
 
+        @initialize()
+        def tour(self) -> None:
+            """Once per run, in this order: a win, a takeover after a handover, one after an expiry,
+            exhaustion, and a newer slot, so that every run drives every kind of transition."""
+            if world.toured:
+                return
+            world.toured = True
+            k = self.newest
+            self._claim(0, k, True, 3, Overlap.SKIP)
+            self.release_one(self.held[-1], ReleaseOutcome.HANDOVER)
+            self._claim(1, k, True, 3, Overlap.SKIP)
+            self.let_short_leases_expire()
+            self._claim(2, k, False, 3, Overlap.SKIP)
+            self.release_one(self.held[-1], ReleaseOutcome.HANDOVER)
+            self._claim(0, k, False, 3, Overlap.SKIP)
+            self._claim(1, k + 1, True, 3, Overlap.SKIP)
+
         @rule(
             client=st.integers(0, CLIENTS - 1),
-            k=st.integers(0, 2),
+            which=st.sampled_from(["newest", "newest", "next", "older"]),
             short=st.booleans(),
             max_attempts=st.integers(1, 3),
             overlap=st.sampled_from(world.overlaps),
         )
-        def claim(self, client: int, k: int, short: bool, max_attempts: int, overlap: Overlap) -> None:
+        def claim(self, client: int, which: str, short: bool, max_attempts: int, overlap: Overlap) -> None:
+            """Mostly the newest slot or the next one: an older slot is only ever STALE (or kept)."""
+            k = {"newest": self.newest, "next": self.newest + 1, "older": max(0, self.newest - 1)}[which]
+            self._claim(client, k, short, max_attempts, overlap)
+
+        def _claim(self, client: int, k: int, short: bool, max_attempts: int, overlap: Overlap) -> None:
             self._settle()
             lease_ms = world.lease_ms(short)
             req = request(
@@ -108,8 +136,15 @@ def _machine(world: _World) -> type[RuleBasedStateMachine]:
             real: ClaimResult = run(world.clients[client].claim(req))
             model = run(self.model.claim(req))
             self._granted(before, lease_ms)
-            assert real.outcome == model.outcome, f"{req!r}: backend said {real!r}, the model {model!r}"
+            assert real.outcome == model.outcome, (
+                f"{_broken_rule(real.outcome, model.outcome)}: {req!r}: the backend said {real!r}, "
+                f"the reference model {model!r}"
+            )
+            world.seen[model.outcome.value] += 1
             if model.outcome is ClaimOutcome.WON:
+                self.newest = max(self.newest, k)
+                if model.previous_status is not None:
+                    world.seen[f"takeover after {model.previous_status.value}"] += 1
                 assert real.lease is not None
                 assert model.lease is not None
                 assert (real.lease.attempt, real.lease.owner, real.lease.slot) == (
@@ -139,7 +174,8 @@ def _machine(world: _World) -> type[RuleBasedStateMachine]:
             model = run(self.model.renew(held.model, lease_ms))
             self._granted(before, lease_ms)
             assert (real is None) == (model is None), (
-                f"renew of {held.real!r}: backend {real!r}, model {model!r}"
+                f"{'a lost lease renewed' if model is None else 'a held lease failed to renew'}: renew of "
+                f"{held.real!r}: the backend said {real!r}, the reference model {model!r}"
             )
             if real is not None and model is not None:
                 self.held[i] = _Held(real, model)
@@ -160,7 +196,7 @@ def _machine(world: _World) -> type[RuleBasedStateMachine]:
             for _ in range(max_attempts + 1):
                 self.release_one(held, ReleaseOutcome.HANDOVER)
                 before = len(self.held)
-                self.claim(client, (held.real.slot - self.slot) // 60_000, False, max_attempts, Overlap.SKIP)
+                self._claim(client, (held.real.slot - self.slot) // 60_000, False, max_attempts, Overlap.SKIP)
                 if len(self.held) == before:
                     return  # nobody won (exhausted, or not this slot's turn), and both agreed
                 held = self.held[-1]
@@ -171,7 +207,11 @@ def _machine(world: _World) -> type[RuleBasedStateMachine]:
             client = world.clients[int(held.real.owner[1:])]
             real = run(client.release(held.real, outcome))
             model = run(self.model.release(held.model, outcome))
-            assert real == model, f"release {outcome} of {held.real!r}: backend {real!r}, model {model!r}"
+            rule = "a stale or repeated release was accepted" if model is False else "a release was refused"
+            assert real == model, (
+                f"{rule}: release {outcome} of {held.real!r}: the backend said {real!r}, "
+                f"the reference model {model!r}"
+            )
 
         @rule()
         def let_short_leases_expire(self) -> None:
@@ -185,6 +225,22 @@ def _machine(world: _World) -> type[RuleBasedStateMachine]:
             assert self.real_tokens == sorted(set(self.real_tokens))
 
     return ModelComparison
+
+
+def _broken_rule(real: ClaimOutcome, model: ClaimOutcome) -> str:
+    """The rule a backend broke when it answered `real` where the contract says `model`."""
+    if real is ClaimOutcome.WON:
+        return {
+            ClaimOutcome.TAKEN: "two winners for one claim (a live lease was taken)",
+            ClaimOutcome.SKIPPED: "two runs of one job at once (overlap skip ignored)",
+            ClaimOutcome.DONE: "a slot that ran to its end was won again",
+            ClaimOutcome.EXHAUSTED: "a takeover beyond max_attempts",
+            ClaimOutcome.STALE: "an older slot won after a newer one",
+            ClaimOutcome.EARLY: "a slot beyond max_skew was won",
+        }.get(model, "a claim won where the claim table says otherwise")
+    if model is ClaimOutcome.WON:
+        return "a claim the claim table lets win was refused"
+    return "a claim answered with the wrong row of the claim table"
 
 
 class TestModel:
@@ -225,3 +281,8 @@ class TestModel:
                 ],
             ),
         )
+        # Every run drives the store through each kind of transition, and rarely claims a late slot.
+        for kind in ("won", "takeover after released", "takeover after running", "exhausted"):
+            assert world.seen[kind], f"the model run never saw {kind!r}: {dict(world.seen)}"
+        claims = sum(world.seen[o.value] for o in ClaimOutcome)
+        assert world.seen["stale"] <= claims // 4, f"too many STALE claims in the run: {dict(world.seen)}"

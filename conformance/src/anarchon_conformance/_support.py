@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import os
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -16,6 +18,7 @@ __all__ = [
     "BackendPool",
     "StoreClock",
     "memory_backend_factory",
+    "load_backend",
     "memory_claim_backend_factory",
     "resolve_backend",
 ]
@@ -64,49 +67,70 @@ def memory_claim_backend_factory() -> BackendFactory:
     return make
 
 
-def resolve_backend(spec: str) -> BackendFactory:
-    """Turn `--anarchon-backend` (a URL, or `module:name`) into a backend factory for one test.
+def load_backend(spec: str) -> Callable[[], BackendFactory]:
+    """Turn `--anarchon-backend` (a URL, or `module:name`) into a maker of backend factories, one per
+    test; raise ValueError, once, naming the spec, when it cannot be loaded.
 
-    - A URL: each call builds a backend with the installed driver for its scheme
-      (`anarchon.backend_for_url`) and opens it. `memory://` and `memory-claim://` share one
+    - A URL: each factory builds backends with the installed driver for its scheme
+      (`anarchon.backend_for_url`) and opens them. `memory://` and `memory-claim://` share one
       store per factory, as a real server would.
     - `module:name`: `name` is called with no arguments and returns the factory, exactly like
-      the body of an `anarchon_backend_factory` fixture.
+      the body of an `anarchon_backend_factory` fixture. The module is imported from the current
+      directory too, as `python -m` would.
     """
     if "://" in spec:
         scheme = spec.split("://", 1)[0].lower()
         if scheme == "memory":
-            return memory_backend_factory()
+            return memory_backend_factory
         if scheme == "memory-claim":
-            return memory_claim_backend_factory()
+            return memory_claim_backend_factory
+        try:
+            backend_for_url(spec)  # an unknown scheme or a bad URL fails here, once
+        except Exception as exc:
+            raise ValueError(f"--anarchon-backend {redact_url(spec)!r}: {exc}") from exc
 
-        async def make() -> Any:
-            backend = backend_for_url(spec)
-            await backend.open()
-            return backend
+        def by_url() -> BackendFactory:
+            async def make() -> Any:
+                backend = backend_for_url(spec)
+                await backend.open()
+                return backend
 
-        return make
+            return make
+
+        return by_url
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(
             f"--anarchon-backend {redact_url(spec)!r}: give a URL such as 'redis://127.0.0.1:6379/0' "
             "or 'package.module:factory'"
         )
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         target = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise ValueError(
-            f"--anarchon-backend {spec!r}: cannot load {attr!r} from {module_name!r}: {exc}"
+            f"--anarchon-backend {spec!r}: cannot load {attr!r} from {module_name!r} ({exc}); the module "
+            "must be importable from the current directory or installed"
         ) from exc
     if not callable(target):
         raise ValueError(f"--anarchon-backend {spec!r}: {attr!r} is not callable")
-    factory = target()
-    if not callable(factory):
-        raise ValueError(
-            f"--anarchon-backend {spec!r}: {attr}() returned {factory!r}; it must return an async "
-            "callable that gives a fresh, opened backend"
-        )
-    return factory  # type: ignore[no-any-return]
+
+    def by_factory() -> BackendFactory:
+        factory = target()
+        if not callable(factory):
+            raise ValueError(
+                f"--anarchon-backend {spec!r}: {attr}() returned {factory!r}; it must return an async "
+                "callable that gives a fresh, opened backend"
+            )
+        return factory  # type: ignore[no-any-return]
+
+    return by_factory
+
+
+def resolve_backend(spec: str) -> BackendFactory:
+    """A backend factory for `--anarchon-backend` (see `load_backend`)."""
+    return load_backend(spec)()
 
 
 class BackendPool:
@@ -120,6 +144,12 @@ class BackendPool:
         """A fresh, opened backend on its own connection."""
         backend = await self._factory()
         self._opened.append(backend)
+        return backend
+
+    async def adopt(self, backend: Any) -> Any:
+        """Open a backend made elsewhere (a `sibling()`) and close it with the others."""
+        self._opened.append(backend)
+        await backend.open()
         return backend
 
     async def many(self, k: int) -> list[Any]:
@@ -155,6 +185,7 @@ def request(
     max_attempts: int = 3,
     overlap: Overlap = Overlap.SKIP,
     fingerprint: str = "",
+    max_skew_ms: int = 2_000,
 ) -> ClaimRequest:
     """A claim request with the suite's defaults."""
     return ClaimRequest(
@@ -166,6 +197,7 @@ def request(
         max_attempts=max_attempts,
         overlap=overlap,
         fingerprint=fingerprint,
+        max_skew_ms=max_skew_ms,
     )
 
 

@@ -17,9 +17,9 @@ import pytest_asyncio
 
 from anarchon.backends import Capability
 
-from ._containers import service_url
+from ._containers import parse_images, service_url
 from ._kit import Kit, past_slot
-from ._support import BackendFactory, BackendPool, resolve_backend
+from ._support import BackendFactory, BackendPool, load_backend
 
 # The suite's modules are imported later, by the test modules that pull the suite in: let pytest
 # rewrite their asserts so that a failure shows the values.
@@ -41,6 +41,7 @@ __all__ = [
 ]
 
 DEFAULT_CLAIMS = 2_000
+_MAKER = pytest.StashKey[Any]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -65,13 +66,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="start throwaway servers with testcontainers (needs a reachable Docker engine)",
     )
+    group.addoption(
+        "--anarchon-image",
+        metavar="NAME=IMAGE",
+        action="append",
+        default=[],
+        help="the image of service NAME for --anarchon-containers (default: $ANARCHON_<NAME>_IMAGE, "
+        "else the public image, e.g. redis:7-alpine); repeatable",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the tier marker."""
+    """Register the tier marker, and load `--anarchon-backend` once (a bad one is one usage error)."""
     config.addinivalue_line(
         "markers", "anarchon_tier(capability): conformance test for one declared backend capability"
     )
+    spec = config.getoption("--anarchon-backend", None)
+    if spec:
+        try:
+            config.stash[_MAKER] = load_backend(spec)
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
 
 
 def _skip_tier(reason: str) -> NoReturn:
@@ -87,17 +102,18 @@ def anarchon_backend_factory(request: pytest.FixtureRequest) -> BackendFactory:
 
     The default comes from `--anarchon-backend`; without it, a suite test fails and says so.
     """
-    spec = request.config.getoption("--anarchon-backend")
-    if not spec:
+    maker = request.config.stash.get(_MAKER, None)
+    if maker is None:
         pytest.fail(
             "no backend for the anarchon conformance suite: override the `anarchon_backend_factory` "
             "fixture in the module that imports the suite, or pass --anarchon-backend=URL_OR_module:factory",
             pytrace=False,
         )
     try:
-        return resolve_backend(spec)
+        factory: BackendFactory = maker()
     except ValueError as exc:
         pytest.fail(str(exc), pytrace=False)
+    return factory
 
 
 @pytest_asyncio.fixture
@@ -164,13 +180,15 @@ def anarchon_service_url(request: pytest.FixtureRequest) -> Iterator[Any]:
 
     Without `--anarchon-containers`: `$ANARCHON_<NAME>_URL` or the standard local port, skipped
     only when unreachable (failed under `ANARCHON_REQUIRE_SERVICES=1`). With it: a throwaway
-    testcontainers server, started once per session.
+    testcontainers server of each service, started at its first request and shared by the session;
+    `--anarchon-image NAME=IMAGE` or `$ANARCHON_<NAME>_IMAGE` picks its image.
     """
     use_containers = bool(request.config.getoption("--anarchon-containers"))
+    images = parse_images(request.config.getoption("--anarchon-image"))
     started: list[Any] = []
 
     def get(name: str) -> str:
-        return service_url(name, use_containers=use_containers, started=started)
+        return service_url(name, use_containers=use_containers, started=started, images=images)
 
     try:
         yield get

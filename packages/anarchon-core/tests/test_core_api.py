@@ -14,7 +14,7 @@ from anarchon import BackendNotFound, MemoryBackend, MemoryClaimBackend, Schedul
 from anarchon.backends import redact_url
 
 PUBLIC_MODULES = ["anarchon", "anarchon.backends", "anarchon.testing", "anarchon.testing.cluster",
-                  "anarchon.hookspecs"]
+                  "anarchon.hookspecs", "anarchon.testing.faultproxy"]
 
 
 @pytest.mark.parametrize("name", PUBLIC_MODULES)

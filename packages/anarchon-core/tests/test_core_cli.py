@@ -8,11 +8,13 @@ import signal
 import subprocess
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 from anarchon import ClaimRequest, MemoryBackend, MemoryStore
+from anarchon._plugins import _scheme_hint
 from anarchon.cli import format_status, main, read_status
 from anarchon.testing import ManualClock
 
@@ -82,7 +84,64 @@ def test_status_reads_the_records() -> None:
     assert cells[5] == "27.5s"
     row = json.loads(format_status(states, as_json=True))[0]
     assert row["slot_ms"] == 1_800_000_000_000 and row["status"] == "running"
-    assert format_status([]) == "no jobs recorded in this namespace yet"
+    assert format_status([]).startswith("no jobs recorded in this namespace yet")
+    assert format_status([], namespace="myap").startswith("no jobs recorded in namespace 'myap' yet")
+
+
+def test_status_never_creates_a_store(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["status", "sqlite:///nonexistent.db"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'nonexistent.db' does not exist (nothing was created)" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_status_names_a_wrong_or_empty_namespace(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "memory://", "--namespace", ""]) == 1
+    assert "invalid --namespace ''" in capsys.readouterr().err
+    assert main(["status", "memory://", "--namespace", "myap"]) == 0
+    assert "no jobs recorded in namespace 'myap' yet" in capsys.readouterr().out
+
+
+def test_a_scheme_typo_gets_did_you_mean_and_no_install_hint(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "memroy://"]) == 1
+    err = capsys.readouterr().err
+    assert "did you mean 'memory://'?" in err and "pip install" not in err
+    assert main(["status", "memory-claimm://"]) == 1
+    assert "did you mean 'memory-claim://'?" in capsys.readouterr().err
+
+
+def test_an_uninstalled_drivers_scheme_names_that_driver() -> None:
+    installed = ["memory", "memory-claim", "sqlite"]
+    assert _scheme_hint("postgresql", installed) == "install its driver, `pip install anarchon-postgres`"
+    hint = _scheme_hint("mysql", installed)
+    assert "anarchon-postgres" in hint and "anarchon-sqlite" not in hint
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"anarchon {metadata.version('anarchon-core')}"
+
+
+def test_run_with_an_unreachable_store_prints_one_line(tmp_path: Path) -> None:
+    """`scheduler.run()` and `anarchon run`: one line on stderr, exit status 1, no traceback."""
+    (tmp_path / "down_jobs.py").write_text(
+        "from anarchon import Scheduler\n"
+        "from anarchon_sqlite import SqliteBackend\n"
+        "scheduler = Scheduler(SqliteBackend.from_url('sqlite:///no-such-dir/jobs.db'))\n"
+        "scheduler.every('tick', '1s', lambda: None)\n"
+        "if __name__ == '__main__':\n"
+        "    scheduler.run()\n"
+    )
+    for args in (["down_jobs.py"], ["-m", "anarchon.cli", "run", "down_jobs:scheduler"]):
+        done = subprocess.run([sys.executable, *args], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=60, check=False)
+        assert done.returncode == 1, done
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.startswith("anarchon: error: cannot open sqlite:///no-such-dir/jobs.db"), done
 
 
 def test_run_runs_a_users_scheduler_and_stops_on_sigterm(tmp_path: Path) -> None:

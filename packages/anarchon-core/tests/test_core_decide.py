@@ -1,4 +1,6 @@
-"""`decide`, the DESIGN §3 table as a pure function: each row's whole answer and write, checked exactly.
+"""`decide`, the claim table as a pure function: each row's whole answer and write, checked exactly.
+
+The renew and release rules (`decide_renew`, `decide_release`) are pinned the same way at the end.
 
 test_core_memory_backend.py walks the same rows through MemoryBackend's claim, renew and release;
 here every field of the decision is pinned: the result, the record to write, which slot it replaces,
@@ -19,7 +21,12 @@ from anarchon.backends import (
     Lease,
     LeaseRecord,
     Overlap,
+    ReleaseDecision,
+    ReleaseOutcome,
+    RenewDecision,
     decide,
+    decide_release,
+    decide_renew,
 )
 
 NOW = 1_767_225_600_000
@@ -209,3 +216,65 @@ def test_a_slot_beyond_max_skew_is_early_before_any_other_row(head: LeaseRecord 
 def test_a_slot_exactly_max_skew_ahead_is_not_early() -> None:
     decision = decide(None, req(NOW + 2_000, max_skew_ms=2_000), NOW, token=0)
     assert decision.result.outcome is ClaimOutcome.WON
+
+
+# -- renew ---------------------------------------------------------------------------------------
+
+HELD = Lease("ns", "job", S2, 1, 4, "holder", NOW + 1)
+"""The lease of `rec()`."""
+
+
+@pytest.mark.parametrize("expires_at", [NOW + 1, NOW, NOW - 60_000], ids=["live", "at-expiry", "expired"])
+def test_renew_extends_from_the_store_now(expires_at: int) -> None:
+    # A lease that expired while nobody took it over still renews; the expiry counts from `now`.
+    decision = decide_renew(rec(expires_at=expires_at), HELD, LEASE, NOW)
+    write = LeaseRecord(S2, 1, 4, "holder", JobStatus.RUNNING, NOW + LEASE, "fp-old", NOW)
+    assert decision == RenewDecision(Lease("ns", "job", S2, 1, 4, "holder", NOW + LEASE), write)
+
+
+NOT_HELD = {
+    "no-record": None, "other-owner": rec(owner="other"), "other-token": rec(token=5),
+    "other-slot": rec(slot=S1), "released": rec(status=JobStatus.RELEASED),
+    "done": rec(status=JobStatus.DONE), "failed": rec(status=JobStatus.FAILED),
+}
+"""Stored records that do not hold `HELD`: renewals and releases of it change nothing."""
+
+
+@pytest.mark.parametrize("stored", NOT_HELD.values(), ids=NOT_HELD.keys())
+def test_renew_is_lost_unless_the_running_record_holds_the_lease(stored: LeaseRecord | None) -> None:
+    assert decide_renew(stored, HELD, LEASE, NOW) == RenewDecision(None)
+
+
+# -- release -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("outcome", "status"), [
+    (ReleaseOutcome.DONE, JobStatus.DONE),
+    (ReleaseOutcome.FAILED, JobStatus.FAILED),
+    (ReleaseOutcome.HANDOVER, JobStatus.RELEASED),
+])
+def test_release_of_the_newest_record_stores_the_outcome(outcome: ReleaseOutcome, status: JobStatus) -> None:
+    decision = decide_release(rec(), HELD, outcome, NOW, newest=True)
+    write = LeaseRecord(S2, 1, 4, "holder", status, NOW + 1, "fp-old", NOW)
+    assert decision == ReleaseDecision(True, write, push=outcome is ReleaseOutcome.HANDOVER)
+    assert outcome.status is status
+
+
+@pytest.mark.parametrize("outcome", [ReleaseOutcome.DONE, ReleaseOutcome.FAILED])
+def test_an_older_record_that_ends_is_forgotten(outcome: ReleaseOutcome) -> None:
+    assert decide_release(rec(), HELD, outcome, NOW, newest=False) == ReleaseDecision(True, forget=True)
+
+
+def test_an_older_record_handed_over_stays_released() -> None:
+    decision = decide_release(rec(), HELD, ReleaseOutcome.HANDOVER, NOW, newest=False)
+    write = LeaseRecord(S2, 1, 4, "holder", JobStatus.RELEASED, NOW + 1, "fp-old", NOW)
+    assert decision == ReleaseDecision(True, write, push=True)
+
+
+@pytest.mark.parametrize("stored", NOT_HELD.values(), ids=NOT_HELD.keys())
+@pytest.mark.parametrize("newest", [True, False])
+def test_release_is_ignored_unless_the_running_record_holds_the_lease(
+    stored: LeaseRecord | None, newest: bool
+) -> None:
+    for outcome in ReleaseOutcome:
+        assert decide_release(stored, HELD, outcome, NOW, newest=newest) == ReleaseDecision(False)

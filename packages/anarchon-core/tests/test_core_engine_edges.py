@@ -177,7 +177,7 @@ def test_catch_up_that_fires_after_the_next_boundary_yields_to_it() -> None:
 
 def test_overlap_allow_takes_over_an_older_run_after_a_newer_slot_was_claimed() -> None:
     # overlap="allow" keeps one record per slot, so a crashed older run must still be taken over
-    # (DESIGN §8), even though the backups meanwhile got or lost a newer slot of the same job.
+    # (a run is re-attempted after expiry), even though the backups got or lost a newer slot of the job.
     clock = VirtualClock(START)
     schedulers = cluster(clock, 3, lease="6s", heartbeat="1s")
     starts: list[tuple[int, int, float]] = []

@@ -264,7 +264,7 @@ class _NoSibling(MemoryBackend):
 
 
 class _SiblingFailsToOpen(MemoryBackend):
-    def sibling(self) -> MemoryBackend:
+    def sibling(self) -> MemoryBackend:  # type: ignore[override]
         class Down(MemoryBackend):
             async def open(self) -> None:
                 raise ConnectionRefusedError("second connection refused")
@@ -359,6 +359,6 @@ def test_block_limit_is_a_lease_backend_option() -> None:
     assert Scheduler(MemoryBackend(), block_limit="90s").block_limit_ms == 90_000
     assert Scheduler(MemoryBackend()).block_limit_ms == 60_000
     with pytest.raises(TypeError, match="'block_limit' needs a lease backend"):
-        Scheduler(MemoryClaimBackend(), block_limit="1m")  # type: ignore[call-overload]
+        Scheduler(MemoryClaimBackend(), block_limit="1m")  # type: ignore[arg-type]
     with pytest.raises(ScheduleError, match="'soon'"):
         Scheduler(MemoryBackend(), block_limit="soon")

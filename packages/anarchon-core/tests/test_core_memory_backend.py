@@ -1,4 +1,4 @@
-"""One test per row of the DESIGN §3 table, against MemoryBackend (the reference model)."""
+"""One test per row of the claim table, against MemoryBackend (the reference model)."""
 
 from __future__ import annotations
 

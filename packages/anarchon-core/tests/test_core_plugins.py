@@ -189,8 +189,49 @@ def test_a_bad_path_names_the_plugin_and_the_path(probe_module: str, register: C
 
 def test_a_scheme_map_that_is_not_a_dict_names_the_plugin(register: Callable[..., Any]) -> None:
     register(_SchemesOnly([("probe", "x:Y")]), "listy")
-    with pytest.raises(TypeError, match="plugin 'listy', hook anarchon_backend_schemes: returned"):
+    with pytest.raises(BackendNotFound,
+                       match=r"plugin 'listy' failed \(hook anarchon_backend_schemes\): TypeError: returned"):
         backend_for_url("probe://somewhere")
+    assert isinstance(backend_for_url("memory://"), MemoryBackend), "the failing plugin stopped the others"
+
+
+def test_a_scheme_map_naming_a_missing_class_is_listed_with_the_rest(
+    register: Callable[..., Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from anarchon.cli import main
+
+    register(_SchemesOnly({"ghost": "anarchon_no_such_module:Ghost"}), "ghost-plugin")
+    assert main(["backends"]) == 0
+    out = capsys.readouterr().out
+    assert "memory://" in out
+    assert "ghost-plugin (plugin failed)" in out and "No module named 'anarchon_no_such_module'" in out
+
+
+def test_a_broken_entry_point_fails_alone(tmp_path: Path) -> None:
+    # An installed distribution whose entry point names a module that does not exist.
+    info = tmp_path / "broken_ep-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-ep\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[anarchon]\nbroken = broken_ep._plugn\n")
+    code = textwrap.dedent(f"""
+        import logging, sys
+        logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+        import anarchon
+        from anarchon.cli import main
+        assert type(anarchon.backend_for_url("memory://")).__name__ == "MemoryBackend"
+        assert type(anarchon.backend_for_url("sqlite:///{tmp_path}/x.db")).__name__ == "SqliteBackend"
+        sys.exit(main(["backends"]))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "ANARCHON_DISABLE_PLUGIN_AUTOLOAD"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    reports = [line for line in done.stderr.splitlines() if "broken" in line]
+    assert len(reports) == 1, f"the broken plugin must be reported once: {done.stderr}"
+    for says in ("'broken-ep'", "entry point 'broken = broken_ep._plugn' in group 'anarchon'",
+                 "No module named 'broken_ep'", "ANARCHON_DISABLE_PLUGIN_AUTOLOAD=1"):
+        assert says in reports[0], f"the report does not say {says!r}: {reports[0]}"
+    assert "sqlite://" in done.stdout and "broken (plugin failed)" in done.stdout, done.stdout
 
 
 def test_a_plugin_with_only_anarchon_backends_is_still_found(register: Callable[..., Any], tmp_path: Path,

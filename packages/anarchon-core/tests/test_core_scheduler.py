@@ -1,4 +1,4 @@
-"""The engine (DESIGN §5), in virtual time: nothing here sleeps in real time."""
+"""The engine, in virtual time: nothing here sleeps in real time."""
 
 from __future__ import annotations
 
@@ -350,7 +350,7 @@ def test_overlap_policies(clock: VirtualClock, overlap: str, expected: list[int]
             except RunCancelled:
                 pass
 
-        s.every("long", "10s", long, overlap=overlap, catch_up=0)  # type: ignore[call-overload]
+        s.every("long", "10s", long, overlap=overlap, catch_up=0)  # type: ignore[arg-type]
 
     async def main() -> None:
         await asyncio.sleep(9)
@@ -592,7 +592,7 @@ def test_lease_only_option_on_claim_only_backend(option: str) -> None:
 
 def test_lease_option_on_claim_only_scheduler() -> None:
     with pytest.raises(TypeError, match="'lease' needs a lease backend"):
-        Scheduler(MemoryClaimBackend(), lease="30s")  # type: ignore[call-overload]
+        Scheduler(MemoryClaimBackend(), lease="30s")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("lease", "heartbeat"), [("10s", "5s"), ("10s", "6s")])

@@ -1,4 +1,4 @@
-"""Schedules (DESIGN §2): the UTC grid, cron with DST policies across real transitions, one-offs."""
+"""Schedules: the UTC grid, cron with DST policies across real transitions, one-offs."""
 
 from __future__ import annotations
 
@@ -136,11 +136,39 @@ def test_cron_that_never_fires() -> None:
     assert Cron("0 0 30 2 *").next_slot(utc(2026, 1, 1)) is None
 
 
-@pytest.mark.parametrize("bad", ["61 * * * *", "every tuesday", "* * * *", "* * * * * * * *", ""])
+@pytest.mark.parametrize("bad", ["every tuesday", "* * * *", "* * * * * * * *", "", "0 8 * * 5L"])
 def test_invalid_cron_quotes_the_expression(bad: str) -> None:
     with pytest.raises(ScheduleError) as info:
         Cron(bad)
     assert repr(bad) in str(info.value) and "0 8 * * 1-5" in str(info.value)
+
+
+@pytest.mark.parametrize(("bad", "message"), [
+    ("*/61 * * * *", "minute step '61' in '*/61' is out of range: use a step of 1-59"),
+    ("5-50/70 * * * *", "minute step '70' in '5-50/70' is out of range: use a step of 1-59"),
+    ("61 * * * *", "minute '61' is out of range: use 0-59"),
+    ("0 25 * * *", "hour '25' is out of range: use 0-23"),
+    ("0 0 0 * *", "day of month '0' is out of range: use 1-31"),
+    ("0 0 1,32 * *", "day of month '32' is out of range: use 1-31"),
+    ("0 0 * 13 *", "month '13' is out of range: use 1-12 or jan, feb, mar"),
+    ("0 0 * jan-dek *", "month 'dek' in 'jan-dek' is not valid: use 1-12 or jan, feb"),
+    ("0 8 * * mon-fry", "weekday 'fry' in 'mon-fry' is not valid: use 0-7 or sun, mon, tue, wed, thu, fri"),
+    ("0 8 * * 8", "weekday '8' is out of range: use 0-7"),
+    ("0 8 * * 1-5/0", "weekday step '0' in '1-5/0' is out of range: use a step of 1-6"),
+    ("* * * * * 60", "second '60' is out of range: use 0-59"),
+])
+def test_invalid_cron_field_names_field_value_and_range(bad: str, message: str) -> None:
+    with pytest.raises(ScheduleError) as info:
+        Cron(bad)
+    assert str(info.value).startswith(f"invalid cron expression {bad!r}: {message}")
+
+
+@pytest.mark.parametrize("good", [
+    "0 8 * * MON-FRI", "0 8 * JAN-mar *", "0 8 * * fri-mon", "0 8 * * 0-7", "0 8 * * 7", "0 8 * * 1#2",
+    "0 8 L * *", "0 0 15W * *", "0 8 ? * *", "0 8 1-31/2 * *", "*/59 * * * *", "0 */23 * * *",
+])
+def test_cron_fields_croniter_accepts_stay_accepted(good: str) -> None:
+    assert Cron(good).expression == good
 
 
 def test_unknown_timezone() -> None:

@@ -1,7 +1,7 @@
 """Three schedulers, 10,000 slots of a 1 s job, with random graceful stops, crashes and freezes.
 
 Runs in virtual time: about 10,000 s of schedule in a few seconds of real time. Checks the
-guarantees of DESIGN §3 and §8 with the documented bounds:
+guarantees of docs/guarantees.md with the documented bounds:
 - at most one winner per (job, slot, attempt);
 - a graceful stop hands each in-flight run over within two heartbeats;
 - a crash is taken over within lease + heartbeat + jitter (or the slot is superseded by a newer one);

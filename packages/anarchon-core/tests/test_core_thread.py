@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import time
@@ -68,6 +69,28 @@ def test_a_start_error_is_raised_in_the_caller() -> None:
         scheduler.start_in_thread()
     assert not scheduler.running
     assert scheduler.stop_thread()
+
+
+def test_a_start_error_carries_its_chain_only_under_debug_logging() -> None:
+    class Refused(MemoryBackend):
+        async def open(self) -> None:
+            try:
+                raise ConnectionRefusedError(111, "Connect call failed")
+            except OSError as exc:
+                raise BackendUnavailable("cannot reach memory://down: Connect call failed") from exc
+
+    log = logging.getLogger("anarchon.test.thread")
+    scheduler = Scheduler(backend=Refused(), log=log)
+    with pytest.raises(BackendUnavailable) as info:
+        scheduler.start_in_thread()
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    log.setLevel(logging.DEBUG)
+    try:
+        with pytest.raises(BackendUnavailable) as info:
+            scheduler.start_in_thread()
+    finally:
+        log.setLevel(logging.NOTSET)
+    assert isinstance(info.value.__cause__, ConnectionRefusedError)
 
 
 def _in_child(body: Callable[[], str]) -> str:

@@ -1,4 +1,4 @@
-"""NatsKVBackend against the real server, row by row against MemoryBackend (DESIGN §3)."""
+"""NatsKVBackend against the real server, row by row against MemoryBackend (the claim table)."""
 
 from __future__ import annotations
 

@@ -150,11 +150,11 @@ async def test_a_dropped_connection_reconnects_and_keeps_claiming(url: str, name
     async with scheduler:
         await asyncio.sleep(2.2)
         begin = int(time.time() * 1000)
-        client = backend._conn.client
+        client = backend.client
         assert client is not None
         transport = client._transport
         assert transport is not None
-        transport.close()  # type: ignore[no-untyped-call]  # the socket goes away under the client, as on a network failure
+        transport.close()  # the socket goes away under the client, as on a network failure
         await asyncio.sleep(4)
         end = int(time.time() * 1000) - 1000
         assert client.stats["reconnects"] >= 1

@@ -1,4 +1,4 @@
-"""PostgresBackend against the real server: every DESIGN §3 row, compared with MemoryBackend."""
+"""PostgresBackend against the real server: every row of the claim table, compared with MemoryBackend."""
 
 from __future__ import annotations
 

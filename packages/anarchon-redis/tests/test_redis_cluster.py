@@ -1,12 +1,16 @@
-"""Real replica processes on one Redis: kill -9, graceful stop, and a Redis restart mid-run."""
+"""Real replica processes on one Redis or Valkey server: kill -9, graceful stop, and a server restart
+mid-run."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shlex
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import redis
@@ -24,12 +28,20 @@ REDIS_START = (
 )
 
 
+class Restart(NamedTuple):
+    """How to stop the server under test, and start it again."""
+
+    stop: Callable[[], None]
+    start: Callable[[], None]
+
+
 def _with_prefix(url: str, prefix: str) -> str:
     return f"{url}{'&' if '?' in url else '?'}prefix={prefix}"
 
 
-def test_kill_9_and_graceful_stop(redis_url: str, prefix: str, tmp_path: Path) -> None:
-    url = _with_prefix(redis_url, prefix)
+def test_kill_9_and_graceful_stop(redis_server: str, redis_url: str, prefix: str, tmp_path: Path) -> None:
+    # Three replicas: RedisBackend on Redis, ValkeyBackend (valkey-py) on Valkey.
+    url = _with_prefix(redis_url.replace("redis", redis_server, 1), prefix)
     with Cluster(url, tmp_path, replicas=3, lease="2s", heartbeat="0.4s", tick_every="1s",
                  long_every="6s", long_run="3s") as cluster:
         since = int(time.time() * 1000) + 1000
@@ -79,9 +91,29 @@ def _ensure_started(url: str) -> None:
     raise AssertionError(f"Redis did not come back; start it with: {REDIS_START}")
 
 
-async def test_scheduler_survives_redis_restart(redis_url: str, prefix: str) -> None:
+@pytest.fixture
+def restart(redis_server: str, redis_url: str, request: pytest.FixtureRequest) -> Iterator[Restart]:
+    """Stop and start the server under test: the machine's Redis on 127.0.0.1:6379 (as started in
+    CI), or the session's Valkey server by its pid, on the same port."""
+    if redis_server == "valkey":
+        if os.environ.get("ANARCHON_VALKEY_URL") or request.config.getoption("--anarchon-containers"):
+            pytest.skip("restarts only the Valkey server that the tests started themselves")
+        server = request.getfixturevalue("valkey_server")  # conftest.ValkeyServer
+        yield Restart(server.stop, server.start)
+        if not _redis_up(redis_url):
+            server.start()
+        return
     if "127.0.0.1:6379" not in redis_url:
         pytest.skip("restarts only the local server on 127.0.0.1:6379")
+
+    def stop() -> None:
+        subprocess.run(["redis-cli", "-p", "6379", "shutdown", "nosave"], capture_output=True, check=False)
+
+    yield Restart(stop, lambda: _ensure_started(redis_url))
+    _ensure_started(redis_url)
+
+
+async def test_scheduler_survives_a_server_restart(redis_url: str, prefix: str, restart: Restart) -> None:
     backend = RedisBackend(redis_url, prefix=prefix)
     scheduler = Scheduler(backend, namespace="restart", lease="2s", heartbeat="0.4s")
     starts: list[tuple[float, int]] = []
@@ -90,23 +122,19 @@ async def test_scheduler_survives_redis_restart(redis_url: str, prefix: str) -> 
         starts.append((time.monotonic(), ctx.slot))
 
     scheduler.every("tick", "0.5s", tick, catch_up=0)
-    try:
-        async with scheduler:
-            await asyncio.sleep(1.5)
-            assert starts, "no run before the restart"
-            await asyncio.to_thread(subprocess.run, ["redis-cli", "-p", "6379", "shutdown", "nosave"],
-                                    capture_output=True, check=False)
-            await asyncio.sleep(1.0)
-            assert not await asyncio.to_thread(_redis_up, redis_url)
-            await asyncio.to_thread(_ensure_started, redis_url)
-            up_at = time.monotonic()
-            for _ in range(60):
-                if any(t > up_at for t, _ in starts):
-                    break
-                await asyncio.sleep(0.1)
-            assert scheduler.running
-            assert any(t > up_at for t, _ in starts), "no run after the restart"
-    finally:
-        await asyncio.to_thread(_ensure_started, redis_url)
+    async with scheduler:
+        await asyncio.sleep(1.5)
+        assert starts, "no run before the restart"
+        await asyncio.to_thread(restart.stop)
+        await asyncio.sleep(1.0)
+        assert not await asyncio.to_thread(_redis_up, redis_url)
+        await asyncio.to_thread(restart.start)
+        up_at = time.monotonic()
+        for _ in range(60):
+            if any(t > up_at for t, _ in starts):
+                break
+            await asyncio.sleep(0.1)
+        assert scheduler.running
+        assert any(t > up_at for t, _ in starts), "no run after the restart"
     slots = [s for _, s in starts]
     assert len(slots) == len(set(slots))

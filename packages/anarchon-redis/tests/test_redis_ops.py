@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 
 import pytest
 import redis.asyncio
@@ -252,14 +253,23 @@ async def test_stream_strategies(
         await backend.close()
 
 
-async def test_idmp_refused_on_old_server(redis_url: str, prefix: str, raw: redis.asyncio.Redis) -> None:
-    version = (await raw.info("server"))["redis_version"]
+async def test_idmp_refused_on_old_server_and_on_valkey(
+    redis_server: str, redis_url: str, prefix: str, raw: redis.asyncio.Redis
+) -> None:
+    info = await raw.info("server")
     url = redis_url.replace("redis", "redis+stream", 1)
     backend = RedisStreamBackend(url, strategy="idmp", prefix=prefix)
     assert backend.horizon_ms == 3_600_000
-    if tuple(int(p) for p in version.split(".")[:2]) >= (8, 6):
-        pytest.skip(f"the server runs Redis {version}, which supports IDMP")
-    with pytest.raises(BackendError, match=rf"needs Redis >= 8\.6.*Redis {version}"):
+    if redis_server == "valkey":
+        # Valkey reports redis_version 7.2.4 whatever its own version: the message names Valkey's.
+        assert info["server_name"] == "valkey"
+        runs = rf"Valkey {re.escape(str(info['valkey_version']))}"
+    else:
+        version = str(info["redis_version"])
+        if tuple(int(p) for p in version.split(".")[:2]) >= (8, 6):
+            pytest.skip(f"the server runs Redis {version}, which supports IDMP")
+        runs = rf"Redis {re.escape(version)}"
+    with pytest.raises(BackendError, match=rf"needs Redis >= 8\.6.*runs {runs}:"):
         await backend.open()
     await backend.close()
     with pytest.raises(ValueError, match="unknown strategy 'nope'"):

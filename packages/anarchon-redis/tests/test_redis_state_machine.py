@@ -1,4 +1,4 @@
-"""Every row of DESIGN §3, run against MemoryBackend (the reference) and the Lua scripts.
+"""Every row of the claim table, run against MemoryBackend (the reference) and the Lua scripts.
 
 Each scenario is a list of steps; both backends must give the same normalised answers, and those
 answers must be the expected ones. Leases are either long (60 s, live) or zero (expired at once,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -45,7 +46,7 @@ async def test_from_url_finds_the_backend_through_the_entry_point(tmp_path: Path
     assert (tmp_path / "relative.db").is_file()
 
 
-def test_a_sqlite_url_imports_aiosqlite_and_no_other_client_library(tmp_path: Path) -> None:
+def test_a_sqlite_url_imports_sqlite3_and_no_other_client_library(tmp_path: Path) -> None:
     code = textwrap.dedent("""
         import json, sys
         import anarchon
@@ -60,7 +61,7 @@ def test_a_sqlite_url_imports_aiosqlite_and_no_other_client_library(tmp_path: Pa
     seen = json.loads(done.stdout)
     # Every installed driver's plugin was loaded, so the client libraries were there to be imported.
     assert {ep.name for ep in entry_points(group="anarchon")} <= set(seen["plugins"])
-    assert "aiosqlite" in seen["modules"]
+    assert "sqlite3" in seen["modules"]
     for client in ("redis", "valkey", "asyncpg", "aio_pika", "aiormq", "nats"):
         assert client not in seen["modules"], f"a sqlite:// URL imported {client}"
 
@@ -179,6 +180,26 @@ async def test_garbage_file_is_refused_and_left_untouched(tmp_path: Path) -> Non
     assert after.st_mtime_ns == before.st_mtime_ns
     beside = sorted(os.listdir(tmp_path))
     assert beside == ["notes.db"]  # no -wal or -shm file was created
+
+
+async def test_opening_a_second_backend_keeps_the_first_ones_locks(tmp_path: Path) -> None:
+    """POSIX drops every lock a process holds on a file when any descriptor of it closes. A second
+    backend on the same file (the lease keeper's thread) must not open one beside SQLite's: another
+    process would then take itself for the last connection and delete the WAL under the first."""
+    path = tmp_path / "jobs.db"
+    first, second = SqliteBackend(path), SqliteBackend(path)
+    await first.open()
+    try:
+        assert (await first.claim(ClaimRequest("ns", "job", _slot(), "a"))).won
+        await second.open()
+        other = ("import sqlite3, sys; conn = sqlite3.connect(sys.argv[1]); "
+                 "conn.execute('SELECT count(*) FROM sqlite_master'); conn.close()")
+        done = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", other, str(path)], timeout=30)
+        assert done.returncode == 0
+        assert (tmp_path / "jobs.db-wal").exists(), "another process deleted the WAL of open connections"
+    finally:
+        await second.close()
+        await first.close()
 
 
 async def test_read_only_file_is_refused(tmp_path: Path) -> None:

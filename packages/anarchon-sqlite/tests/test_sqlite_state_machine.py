@@ -1,4 +1,4 @@
-"""Every row of DESIGN §3, run against MemoryBackend (the reference) and SqliteBackend on a real file.
+"""Every row of the claim table, run against MemoryBackend (the reference) and SqliteBackend on a real file.
 
 Each scenario asserts the outcomes written in the table, for both backends, so the two agree row by
 row. A seeded random sequence of operations then compares the two backends result by result.

@@ -19,11 +19,12 @@ from anarchon.backends import BackendBase, Capability, ClaimOutcome, ClaimReques
 class FileLockBackend(BackendBase):
     """One winner per (namespace, job, slot), recorded in a JSON file under an exclusive lock."""
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.CLAIM, Capability.CLAIM_MANY})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.CLAIM})
     url_schemes: ClassVar[tuple[str, ...]] = ("filelock",)
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self._use(os.fspath(path), None, {})  # BackendBase's plumbing: sibling() opens the same file
 
     @classmethod
     def from_url(cls, url: str) -> FileLockBackend:

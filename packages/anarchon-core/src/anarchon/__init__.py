@@ -57,7 +57,7 @@ from ._errors import (
 )
 from ._job import Job
 from ._options import ClaimJobOptions, LeaseJobOptions
-from ._plugins import backend_classes, backend_for_url, plugin_manager
+from ._plugins import PluginError, backend_classes, backend_for_url, plugin_errors, plugin_manager
 from ._scheduler import Scheduler
 from ._schedules import At, Cron, Every, Schedule, from_ms, to_ms
 from .backends import (
@@ -113,6 +113,7 @@ __all__ = [
     "MemoryStore",
     "OptionError",
     "Overlap",
+    "PluginError",
     "ReleaseOutcome",
     "RunCancelled",
     "Schedule",
@@ -128,6 +129,7 @@ __all__ = [
     "from_ms",
     "hookimpl",
     "parse_duration",
+    "plugin_errors",
     "plugin_manager",
     "to_ms",
 ]

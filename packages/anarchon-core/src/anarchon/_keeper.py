@@ -16,14 +16,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Protocol, cast
+from typing import Protocol
 
 from ._batch import StepBatcher
 from ._job import Job
 from ._logs import fmt_slot, short
 from ._renewals import Held, Renewals, hold
 from ._tasks import Tasks
-from .backends import Capability, Lease, LeaseBackend, ReleaseManyBackend, ReleaseOutcome
+from .backends import Capability, Lease, LeaseBackend, ReleaseOutcome
 
 __all__ = ["Held", "Keeper", "LeaseKeeper", "NullKeeper", "Releases", "job_names", "lag_threshold",
            "watch_lag"]
@@ -79,7 +79,7 @@ class Releases:
         self._tasks = tasks
         self._batch: StepBatcher[tuple[Lease, ReleaseOutcome], bool] | None = None
         if Capability.RELEASE_MANY in backend.capabilities:
-            self._batch = StepBatcher(cast(ReleaseManyBackend, backend).release_many,
+            self._batch = StepBatcher(backend.release_many,
                                       lambda c: tasks.spawn(c, "send"), f"{backend!r}.release_many")
 
     async def release(self, held: Held, outcome: ReleaseOutcome, now: Callable[[], float]) -> None:

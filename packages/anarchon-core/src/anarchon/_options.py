@@ -5,13 +5,16 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, Never, Protocol, TypedDict, TypeVar
 
 from ._duration import Duration, parse_duration
 from ._errors import ConfigError, OptionError
 from .backends import Overlap
 
-__all__ = ["ClaimJobOptions", "JobOptions", "LeaseJobOptions", "OverlapName", "ResolvedOptions"]
+__all__ = [
+    "ClaimJobOptions", "ClaimOnlyJobOptions", "JobOptions", "LeaseJobOptions", "NeedsLeaseBackend",
+    "OverlapName", "ResolvedOptions",
+]
 
 OverlapName = Literal["skip", "buffer_one", "replace", "allow"]
 
@@ -40,6 +43,33 @@ class LeaseJobOptions(ClaimJobOptions, total=False):
     """This job's renewal interval (default: the scheduler's); less than half the lease."""
     retry: bool | Duration
     """After a handler error, release the slot for another attempt after this backoff (doubling)."""
+
+
+_Hash_co = TypeVar("_Hash_co", bound=int, covariant=True)
+
+
+class NeedsLeaseBackend(Protocol[_Hash_co]):
+    """The type of a lease-only option on a claim-only scheduler: no value has it.
+
+    A type checker then names the option, e.g. `Argument "overlap" to "every" of "Scheduler" has
+    incompatible type "str"; expected "NeedsLeaseBackend[Never]"`. (The type argument lets mypy
+    match the call to this signature before it rejects the value, so that its error names the
+    option rather than "no overload variant matches".) On a lease backend, mypy may name this type
+    too when an option's value has the wrong type (`overlap="sometimes"`): there the value is wrong.
+    """
+
+    def __hash__(self) -> _Hash_co: ...
+
+
+class ClaimOnlyJobOptions(ClaimJobOptions, total=False):
+    """The options of a scheduler on a claim-only backend: a lease-only option is a type error."""
+
+    overlap: NeedsLeaseBackend[Never]
+    max_attempts: NeedsLeaseBackend[Never]
+    catch_up: NeedsLeaseBackend[Never]
+    lease: NeedsLeaseBackend[Never]
+    heartbeat: NeedsLeaseBackend[Never]
+    retry: NeedsLeaseBackend[Never]
 
 
 JobOptions = LeaseJobOptions

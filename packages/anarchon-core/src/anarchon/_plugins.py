@@ -1,12 +1,21 @@
-"""Plugin discovery: one pluggy manager over the `anarchon` entry-point group."""
+"""Plugin discovery: one pluggy manager over the `anarchon` entry-point group.
+
+A plugin that fails (its entry point cannot be imported, a hook raises, its scheme map names a class
+that is not there) fails alone: it is reported once, as a warning on the `anarchon` logger and in
+`plugin_errors()`, and every other backend still resolves.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib
+import importlib.metadata
+import logging
 import os
 import threading
 import weakref
+from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -16,12 +25,72 @@ from . import hookspecs
 from ._errors import BackendNotFound
 from .backends import MemoryBackend, MemoryClaimBackend, redact_url
 
-__all__ = ["backend_classes", "backend_for_url", "plugin_manager", "url_of"]
+__all__ = ["PluginError", "backend_classes", "backend_for_url", "plugin_errors", "plugin_manager", "url_of"]
+
+logger = logging.getLogger("anarchon")
 
 _lock = threading.Lock()
 _manager: pluggy.PluginManager | None = None
+_errors: dict[tuple[str, str], PluginError] = {}
+_errors_lock = threading.Lock()  # not `_lock`: plugins fail while `plugin_manager()` holds that one
+_dists: dict[str, str] = {}
+"""The distribution of each plugin loaded from an entry point, by plugin name."""
+_DISABLE = "ANARCHON_DISABLE_PLUGIN_AUTOLOAD"
 _urls: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 """The URL each backend that `backend_for_url` built was built from (never logged: it may hold a password)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PluginError:
+    """A plugin that failed: its backends are unavailable, every other one still works."""
+
+    plugin: str
+    """The plugin's name (its entry point's name)."""
+    distribution: str | None
+    """The installed distribution that declares it, when known."""
+    where: str
+    """What failed: its entry point, a hook, or a scheme's class."""
+    error: str
+
+    def __str__(self) -> str:
+        dist = f" from distribution {self.distribution!r}" if self.distribution else ""
+        fix = f"fix or uninstall {self.distribution!r}" if self.distribution else "fix or unregister it"
+        return (
+            f"anarchon plugin {self.plugin!r}{dist} failed ({self.where}): {self.error}. Its backends are "
+            f"unavailable; every other backend still works. To fix: {fix}, or set {_DISABLE}=1 to load "
+            "no plugin automatically"
+        )
+
+
+def plugin_errors() -> list[PluginError]:
+    """The plugins that failed so far in this process, each once."""
+    with _errors_lock:
+        return list(_errors.values())
+
+
+def _failed(plugin: str, distribution: str | None, where: str, exc: BaseException) -> None:
+    """Record a plugin's failure, and report it the first time."""
+    error = PluginError(plugin, distribution, where, f"{type(exc).__name__}: {exc}")
+    with _errors_lock:
+        if (plugin, where) in _errors:
+            return
+        _errors[(plugin, where)] = error
+    logger.warning("%s", error)
+
+
+def _load_entry_points(pm: pluggy.PluginManager) -> None:
+    """Register every plugin of the `anarchon` entry-point group; one that cannot load is reported."""
+    for ep in importlib.metadata.entry_points(group="anarchon"):
+        if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
+            continue
+        dist = ep.dist.name if ep.dist is not None else None
+        try:
+            pm.register(ep.load(), name=ep.name)
+        except Exception as exc:
+            _failed(ep.name, dist, f"entry point '{ep.name} = {ep.value}' in group 'anarchon'", exc)
+            continue
+        if dist is not None:
+            _dists[ep.name] = dist
 
 
 class _Builtin:
@@ -45,8 +114,8 @@ def plugin_manager() -> pluggy.PluginManager:
             pm = pluggy.PluginManager("anarchon")
             pm.add_hookspecs(hookspecs)
             pm.register(_Builtin(), name="anarchon-builtin")
-            if not os.environ.get("ANARCHON_DISABLE_PLUGIN_AUTOLOAD"):
-                pm.load_setuptools_entrypoints("anarchon")
+            if not os.environ.get(_DISABLE):
+                _load_entry_points(pm)
             _manager = pm
         return _manager
 
@@ -59,7 +128,11 @@ def backend_classes() -> list[type[Any]]:
     listed = {s for cls in found for s in cls.url_schemes}
     for scheme, (plugin, path) in _scheme_paths(pm).items():
         if scheme not in listed:
-            cls = _import_backend(plugin, scheme, path)
+            try:
+                cls = _import_backend(plugin, scheme, path)
+            except (ImportError, TypeError) as exc:
+                _failed(plugin, _dists.get(plugin), f"hook anarchon_backend_schemes, scheme {scheme!r}", exc)
+                continue
             listed.update(cls.url_schemes)
             if cls not in found:
                 found.append(cls)
@@ -97,24 +170,55 @@ def _build(url: str) -> Any:
         if scheme in cls.url_schemes:
             return cls.from_url(url)
     known = sorted(set(mapped) | {s for cls in classes for s in cls.url_schemes})
+    failed = "".join(f"\n- {error}" for error in plugin_errors())
     raise BackendNotFound(
-        f"no installed backend handles {scheme or '(no scheme)'!r} in {redact_url(url)!r}; "
-        f"installed schemes: {', '.join(known)}. Install a driver, e.g. `pip install anarchon-redis`"
+        f"no installed backend handles {scheme or '(no scheme)'!r} in {redact_url(url)!r}: "
+        f"{_scheme_hint(scheme, known)} (installed schemes: {', '.join(known)})"
+        + (f". Plugins that failed:{failed}" if failed else "")
     )
+
+
+# The schemes of this repository's drivers, so that a missing one is named; a third party's scheme
+# gets the generic hint.
+_DRIVERS = {
+    "anarchon-sqlite": ("sqlite",),
+    "anarchon-redis": ("redis", "rediss", "unix", "valkey", "valkeys", "redis+stream", "rediss+stream",
+                       "unix+stream"),
+    "anarchon-postgres": ("postgresql", "postgres"),
+    "anarchon-rabbitmq": ("amqp", "amqps"),
+    "anarchon-nats": ("nats", "tls", "nats-kv", "nats-kv+tls"),
+}
+
+
+def _scheme_hint(scheme: str, installed: list[str]) -> str:
+    """How to fix an unknown scheme: the installed scheme it is a typo of, or the driver to install."""
+    close = difflib.get_close_matches(scheme, installed, n=1, cutoff=0.75)
+    if close:
+        return f"did you mean {close[0] + '://'!r}?"
+    for dist, schemes in _DRIVERS.items():
+        if scheme in schemes:
+            return f"install its driver, `pip install {dist}`"
+    missing = [dist for dist, schemes in _DRIVERS.items() if not set(schemes) & set(installed)]
+    if missing:
+        return f"check the URL, or install the driver that handles it (not installed: {', '.join(missing)})"
+    return "check the URL, or install the third-party driver that handles it"
 
 
 def _provided_classes(pm: pluggy.PluginManager) -> list[type[Any]]:
     """The classes that the `anarchon_backends` hooks return, in registration order."""
     found: list[type[Any]] = []
     for impl in pm.hook.anarchon_backends.get_hookimpls():
-        classes = cast(list[type[Any]], impl.function() or [])
+        name = impl.plugin_name
+        try:
+            classes = cast(list[type[Any]], impl.function() or [])
+        except Exception as exc:
+            _failed(name, _dists.get(name), "hook anarchon_backends", exc)
+            continue
         for cls in classes:
             if not getattr(cls, "url_schemes", None) or not callable(getattr(cls, "from_url", None)):
-                raise TypeError(
-                    f"plugin {impl.plugin_name!r}, hook anarchon_backends: {cls!r} lacks "
-                    "`url_schemes` or `from_url`"
-                )
-            if cls not in found:
+                _failed(name, _dists.get(name), "hook anarchon_backends",
+                        TypeError(f"{cls!r} lacks `url_schemes` or `from_url`"))
+            elif cls not in found:
                 found.append(cls)
     return found
 
@@ -126,12 +230,14 @@ def _scheme_paths(pm: pluggy.PluginManager) -> dict[str, tuple[str, str]]:
     """
     found: dict[str, tuple[str, str]] = {}
     for impl in pm.hook.anarchon_backend_schemes.get_hookimpls():
-        mapping = impl.function() or {}
-        if not isinstance(mapping, dict):
-            raise TypeError(
-                f"plugin {impl.plugin_name!r}, hook anarchon_backend_schemes: returned {mapping!r}, "
-                "not a dict of URL scheme to 'module:ClassName'"
-            )
+        name = impl.plugin_name
+        try:
+            mapping = impl.function() or {}
+            if not isinstance(mapping, dict):
+                raise TypeError(f"returned {mapping!r}, not a dict of URL scheme to 'module:ClassName'")
+        except Exception as exc:
+            _failed(name, _dists.get(name), "hook anarchon_backend_schemes", exc)
+            continue
         for scheme, path in cast(dict[str, str], mapping).items():
             found.setdefault(str(scheme).lower(), (impl.plugin_name, path))
     return found

@@ -23,13 +23,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Literal, cast
+from typing import Literal
 
 from ._batch import StepBatcher
 from ._job import Job
 from ._logs import SlotText, fmt_slot, short
 from ._tasks import Tasks
-from .backends import Capability, Lease, LeaseBackend, ReleaseOutcome, RenewManyBackend
+from .backends import Capability, Lease, LeaseBackend, ReleaseOutcome
 
 __all__ = ["Held", "Renewals", "hold"]
 
@@ -288,7 +288,7 @@ class Renewals:
 
     async def _renew_many(self, renewals: list[tuple[Lease, int]]) -> list[Lease | None]:
         async with asyncio.timeout(max(ms for _, ms in renewals) / 1000):
-            return await cast(RenewManyBackend, self._backend).renew_many(renewals)
+            return await self._backend.renew_many(renewals)
 
     async def _hand_back(self, lease: Lease) -> None:
         with contextlib.suppress(Exception):

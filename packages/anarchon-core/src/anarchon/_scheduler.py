@@ -12,7 +12,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar, Unpack, overload
+from typing import Any, Generic, Never, Self, TypeVar, Unpack, overload
 
 from . import _decorators, _options
 from ._clock import Clock, SystemClock
@@ -22,7 +22,7 @@ from ._engine import Engine, EngineConfig, default_instance_id
 from ._errors import AnarchonError, BackendUnavailable, ConfigError, DuplicateJobError, OptionError
 from ._job import Job, check_name
 from ._logs import enable_console_logging, logger, qualname
-from ._options import ClaimJobOptions, LeaseJobOptions
+from ._options import ClaimOnlyJobOptions, LeaseJobOptions, NeedsLeaseBackend
 from ._plugins import backend_for_url, plugin_manager, url_of
 from ._runs import running_for
 from ._schedules import At, Cron, DstFold, DstGap, Every, Schedule
@@ -46,6 +46,23 @@ class Scheduler(Generic[B]):
 
     @overload
     def __init__(
+        self: Scheduler[CB],
+        backend: CB,
+        *,
+        instance_id: str | None = None,
+        namespace: str = "anarchon",
+        lease: NeedsLeaseBackend[Never] = ...,
+        heartbeat: NeedsLeaseBackend[Never] = ...,
+        jitter: Duration | None = None,
+        stop_timeout: Duration = "10s",
+        max_skew: Duration = "2s",
+        block_limit: NeedsLeaseBackend[Never] = ...,
+        log: bool | logging.Logger = False,
+        clock: Clock | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
         self: Scheduler[LB],
         backend: LB,
         *,
@@ -57,20 +74,6 @@ class Scheduler(Generic[B]):
         stop_timeout: Duration = "10s",
         max_skew: Duration = "2s",
         block_limit: Duration = "1m",
-        log: bool | logging.Logger = False,
-        clock: Clock | None = None,
-    ) -> None: ...
-
-    @overload
-    def __init__(
-        self: Scheduler[CB],
-        backend: CB,
-        *,
-        instance_id: str | None = None,
-        namespace: str = "anarchon",
-        jitter: Duration | None = None,
-        stop_timeout: Duration = "10s",
-        max_skew: Duration = "2s",
         log: bool | logging.Logger = False,
         clock: Clock | None = None,
     ) -> None: ...
@@ -146,6 +149,16 @@ class Scheduler(Generic[B]):
 
     @overload
     def every(
+        self: Scheduler[CB], name: str, interval: Duration, handler: None = None, *,
+        offset: Duration = 0, **options: Unpack[ClaimOnlyJobOptions],
+    ) -> Callable[[H], H]: ...
+    @overload
+    def every(
+        self: Scheduler[CB], name: str, interval: Duration, handler: Callable[..., Any], *,
+        offset: Duration = 0, **options: Unpack[ClaimOnlyJobOptions],
+    ) -> Scheduler[CB]: ...
+    @overload
+    def every(
         self: Scheduler[LB], name: str, interval: Duration, handler: None = None, *,
         offset: Duration = 0, **options: Unpack[LeaseJobOptions],
     ) -> Callable[[H], H]: ...
@@ -154,16 +167,6 @@ class Scheduler(Generic[B]):
         self: Scheduler[LB], name: str, interval: Duration, handler: Callable[..., Any], *,
         offset: Duration = 0, **options: Unpack[LeaseJobOptions],
     ) -> Scheduler[LB]: ...
-    @overload
-    def every(
-        self: Scheduler[CB], name: str, interval: Duration, handler: None = None, *,
-        offset: Duration = 0, **options: Unpack[ClaimJobOptions],
-    ) -> Callable[[H], H]: ...
-    @overload
-    def every(
-        self: Scheduler[CB], name: str, interval: Duration, handler: Callable[..., Any], *,
-        offset: Duration = 0, **options: Unpack[ClaimJobOptions],
-    ) -> Scheduler[CB]: ...
 
     def every(self, name: str, interval: Duration, handler: Any = None, *, offset: Duration = 0,
               **options: Any) -> Any:
@@ -171,6 +174,18 @@ class Scheduler(Generic[B]):
         self._check_options("every", options, frozenset())
         return self._register(name, Every.parse(interval, offset), handler, options)
 
+    @overload
+    def cron(
+        self: Scheduler[CB], name: str, expression: str, handler: None = None, *,
+        timezone: str = "UTC", dst_gap: DstGap = "next", dst_fold: DstFold = "first",
+        **options: Unpack[ClaimOnlyJobOptions],
+    ) -> Callable[[H], H]: ...
+    @overload
+    def cron(
+        self: Scheduler[CB], name: str, expression: str, handler: Callable[..., Any], *,
+        timezone: str = "UTC", dst_gap: DstGap = "next", dst_fold: DstFold = "first",
+        **options: Unpack[ClaimOnlyJobOptions],
+    ) -> Scheduler[CB]: ...
     @overload
     def cron(
         self: Scheduler[LB], name: str, expression: str, handler: None = None, *,
@@ -183,18 +198,6 @@ class Scheduler(Generic[B]):
         timezone: str = "UTC", dst_gap: DstGap = "next", dst_fold: DstFold = "first",
         **options: Unpack[LeaseJobOptions],
     ) -> Scheduler[LB]: ...
-    @overload
-    def cron(
-        self: Scheduler[CB], name: str, expression: str, handler: None = None, *,
-        timezone: str = "UTC", dst_gap: DstGap = "next", dst_fold: DstFold = "first",
-        **options: Unpack[ClaimJobOptions],
-    ) -> Callable[[H], H]: ...
-    @overload
-    def cron(
-        self: Scheduler[CB], name: str, expression: str, handler: Callable[..., Any], *,
-        timezone: str = "UTC", dst_gap: DstGap = "next", dst_fold: DstFold = "first",
-        **options: Unpack[ClaimJobOptions],
-    ) -> Scheduler[CB]: ...
 
     def cron(self, name: str, expression: str, handler: Any = None, *, timezone: str = "UTC",
              dst_gap: DstGap = "next", dst_fold: DstFold = "first", **options: Any) -> Any:
@@ -202,6 +205,16 @@ class Scheduler(Generic[B]):
         self._check_options("cron", options, frozenset())
         return self._register(name, Cron(expression, timezone, dst_gap, dst_fold), handler, options)
 
+    @overload
+    def at(
+        self: Scheduler[CB], name: str, when: datetime | int | float, handler: None = None,
+        **options: Unpack[ClaimOnlyJobOptions],
+    ) -> Callable[[H], H]: ...
+    @overload
+    def at(
+        self: Scheduler[CB], name: str, when: datetime | int | float, handler: Callable[..., Any],
+        **options: Unpack[ClaimOnlyJobOptions],
+    ) -> Scheduler[CB]: ...
     @overload
     def at(
         self: Scheduler[LB], name: str, when: datetime | int | float, handler: None = None,
@@ -212,16 +225,6 @@ class Scheduler(Generic[B]):
         self: Scheduler[LB], name: str, when: datetime | int | float, handler: Callable[..., Any],
         **options: Unpack[LeaseJobOptions],
     ) -> Scheduler[LB]: ...
-    @overload
-    def at(
-        self: Scheduler[CB], name: str, when: datetime | int | float, handler: None = None,
-        **options: Unpack[ClaimJobOptions],
-    ) -> Callable[[H], H]: ...
-    @overload
-    def at(
-        self: Scheduler[CB], name: str, when: datetime | int | float, handler: Callable[..., Any],
-        **options: Unpack[ClaimJobOptions],
-    ) -> Scheduler[CB]: ...
 
     def at(self, name: str, when: datetime | int | float, handler: Any = None, **options: Any) -> Any:
         """Run a job once, at `when` (an aware datetime or epoch seconds)."""
@@ -335,8 +338,16 @@ class Scheduler(Generic[B]):
                 self.log.debug("stopped %s", self.instance_id)
 
     def run(self) -> None:
-        """Run until SIGINT or SIGTERM, then stop gracefully (a blocking helper for scripts)."""
-        asyncio.run(self._run_until_signal())
+        """Run until SIGINT or SIGTERM, then stop gracefully (a blocking helper for scripts).
+
+        A store that cannot be opened (unreachable, refused credentials) ends the process with one
+        line on stderr and exit status 1; the traceback is logged only at DEBUG.
+        """
+        try:
+            asyncio.run(self._run_until_signal())
+        except AnarchonError as exc:
+            self.log.debug("%s failed", self.instance_id, exc_info=exc)
+            raise SystemExit(f"anarchon: error: {' '.join(str(exc).split())}") from None
 
     async def _run_until_signal(self) -> None:
         loop = asyncio.get_running_loop()

@@ -129,6 +129,53 @@ def _zone(name: str) -> ZoneInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    lo: int
+    hi: int
+    names: tuple[str, ...] = ()
+    """Names for lo, lo + 1, ... (months and weekdays)."""
+
+
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+_FIELDS = (
+    _Field("minute", 0, 59),
+    _Field("hour", 0, 23),
+    _Field("day of month", 1, 31),
+    _Field("month", 1, 12, _MONTHS),
+    _Field("weekday", 0, 7, _DAYS),  # 0 and 7 are both Sunday
+    _Field("second", 0, 59),
+)
+# croniter's extensions (L last, W nearest weekday, # nth weekday, ? any): croniter checks those items.
+_EXTENSIONS = frozenset("lw#?")
+
+
+def _check_field(field: _Field, text: str) -> str | None:
+    """What is wrong with one cron field, naming the field, the value and the valid range; None if nothing."""
+    for item in text.split(","):
+        base, slash, step = item.partition("/")
+        if not base or any(c in _EXTENSIONS for c in base.lower()):
+            continue
+        if slash:
+            span = field.hi - field.lo - (1 if field.names == _DAYS else 0)  # 7 is Sunday again
+            if not step.isdigit() or not 1 <= int(step) <= span:
+                return f"{field.name} step {step!r} in {item!r} is out of range: use a step of 1-{span}"
+        if base == "*":
+            continue
+        for value in base.split("-", 1):
+            if value.isdigit() and field.lo <= int(value) <= field.hi:
+                continue
+            if value.lower() in field.names:
+                continue
+            kind = "out of range" if value.isdigit() else "not valid"
+            where = "" if value == item else f" in {item!r}"
+            names = f" or {', '.join(field.names)}" if field.names else ""
+            return f"{field.name} {value!r}{where} is {kind}: use {field.lo}-{field.hi}{names}"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
 class Cron:
     """A cron expression (5 fields, or 6 with seconds last) in an IANA timezone."""
 
@@ -141,7 +188,13 @@ class Cron:
     def __post_init__(self) -> None:
         expr = " ".join(self.expression.split()) if isinstance(self.expression, str) else None
         hint = "use five fields (minute hour day month weekday) or six with seconds last, e.g. '0 8 * * 1-5'"
-        if not expr or len(expr.split()) not in (5, 6) or not _croniter().croniter.is_valid(expr):
+        if not expr or len(expr.split()) not in (5, 6):
+            raise ScheduleError(f"invalid cron expression {self.expression!r}: {hint}")
+        for spec, text in zip(_FIELDS, expr.split(), strict=False):
+            problem = _check_field(spec, text)
+            if problem:
+                raise ScheduleError(f"invalid cron expression {self.expression!r}: {problem}")
+        if not _croniter().croniter.is_valid(expr):
             raise ScheduleError(f"invalid cron expression {self.expression!r}: {hint}")
         if self.dst_gap not in ("next", "skip"):
             raise ScheduleError(f"invalid dst_gap {self.dst_gap!r}: use 'next' or 'skip'")

@@ -18,6 +18,7 @@ import weakref
 from typing import Protocol
 
 from ._engine import default_instance_id
+from ._errors import AnarchonError
 
 __all__ = ["Runnable", "SchedulerThread", "fork_message"]
 
@@ -58,6 +59,7 @@ class Runnable(Protocol):
     """What the thread needs of a scheduler."""
 
     instance_id: str
+    log: logging.Logger
 
     async def start(self) -> None:
         """Start scheduling."""
@@ -111,6 +113,10 @@ class SchedulerThread:
         if self._error is not None:
             self.thread.join()
             error, self._error = self._error, None
+            if isinstance(error, AnarchonError) and not self.scheduler.log.isEnabledFor(logging.DEBUG):
+                # The message names the store and the cause; the driver's chained exceptions (dozens
+                # of lines) are for debugging.
+                raise error.with_traceback(None) from None
             raise error
         return self.thread
 

@@ -4,6 +4,7 @@
     anarchon status redis://localhost:6379/0 --namespace myapp [--json]
     anarchon backends
     anarchon next "0 8 * * 1-5" --timezone Europe/Athens -n 5
+    anarchon --version
 
 Errors are one line on stderr, and the exit code is 1 (2 for a usage error).
 """
@@ -19,14 +20,15 @@ import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from importlib import metadata
 from typing import Any, cast
 from zoneinfo import ZoneInfo
 
 from ._errors import AnarchonError, ConfigError
-from ._plugins import backend_classes, backend_for_url
+from ._plugins import backend_classes, backend_for_url, plugin_errors
 from ._scheduler import Scheduler
 from ._schedules import Cron, from_ms, to_ms
-from .backends import Capability, JobState, JobStatus, LeaseBackend, redact_url
+from .backends import Capability, InspectBackend, JobState, JobStatus, redact_url
 
 __all__ = ["format_status", "main", "read_status"]
 
@@ -85,7 +87,7 @@ async def read_status(backend: Any, namespace: str) -> list[JobState]:
         )
     await backend.open()
     try:
-        return await cast(LeaseBackend, backend).jobs(namespace)
+        return await cast(InspectBackend, backend).jobs(namespace)
     finally:
         await backend.close()
 
@@ -104,13 +106,15 @@ def _row(state: JobState) -> dict[str, Any]:
     }
 
 
-def format_status(states: Sequence[JobState], *, as_json: bool = False) -> str:
+def format_status(states: Sequence[JobState], *, as_json: bool = False, namespace: str | None = None) -> str:
     """A table (or JSON) of job, last slot, attempt, status, holder and lease expiry in seconds."""
     rows = [_row(s) for s in states]
     if as_json:
         return json.dumps(rows, indent=2)
     if not rows:
-        return "no jobs recorded in this namespace yet"
+        where = "this namespace" if namespace is None else f"namespace {namespace!r}"
+        return (f"no jobs recorded in {where} yet (a scheduler's namespace is its namespace= option, "
+                "'anarchon' unless set)")
     header = ["JOB", "LAST SLOT (UTC)", "ATTEMPT", "STATUS", "HOLDER", "LEASE EXPIRES IN"]
     table = [header] + [
         [r["job"], r["last_slot"], str(r["attempt"]), r["status"], r["holder"],
@@ -123,9 +127,19 @@ def format_status(states: Sequence[JobState], *, as_json: bool = False) -> str:
 
 
 def _status(args: argparse.Namespace) -> int:
+    if not args.namespace.strip():
+        raise CliError(
+            f"invalid --namespace {args.namespace!r}: give the scheduler's namespace (default anarchon)"
+        )
     backend = backend_for_url(args.url)
+    path = getattr(backend, "path", None)  # a store in a local file (SQLite): reading must not create it
+    if isinstance(path, str) and not os.path.exists(path):
+        raise CliError(
+            f"no store at {args.url}: the file {path!r} does not exist (nothing was created); check the "
+            "path, relative to the working directory"
+        )
     states = asyncio.run(read_status(backend, args.namespace))
-    print(format_status(states, as_json=args.json))
+    print(format_status(states, as_json=args.json, namespace=args.namespace))
     return 0
 
 
@@ -140,11 +154,18 @@ def _backends(args: argparse.Namespace) -> int:
             "class": f"{cls.__module__.split('.')[0]}.{cls.__qualname__}",
             "capabilities": sorted(str(c) for c in caps),
         })
+    # A plugin that failed is listed with the others, saying why, rather than stopping the listing.
+    for error in plugin_errors():
+        rows.append({
+            "schemes": [], "class": f"{error.plugin} (plugin failed)", "capabilities": [],
+            "distribution": error.distribution, "error": str(error),
+        })
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     table = [["SCHEMES", "BACKEND", "CAPABILITIES"]] + [
-        [" ".join(r["schemes"]), r["class"], ", ".join(r["capabilities"])] for r in rows
+        [" ".join(r["schemes"]) or "-", r["class"], r.get("error") or ", ".join(r["capabilities"])]
+        for r in rows
     ]
     widths = [max(len(line[i]) for line in table) for i in range(2)]
     for line in table:
@@ -190,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="anarchon", description="Leaderless distributed scheduling: run, inspect, preview.",
     )
+    parser.add_argument("--version", action="version", version=f"anarchon {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run a scheduler defined in your module until SIGINT/SIGTERM")
@@ -216,6 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
     nxt.add_argument("--dst-fold", choices=["first", "both"], default="first")
     nxt.set_defaults(func=_next)
     return parser
+
+
+def _version() -> str:
+    try:
+        return metadata.version("anarchon-core")
+    except metadata.PackageNotFoundError:  # imported from a source tree that was never installed
+        return "(not installed)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

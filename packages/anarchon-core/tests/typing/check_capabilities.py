@@ -1,4 +1,4 @@
-"""Checked by mypy --strict in `make test` (never run): proves the typed capabilities of DESIGN §7.
+"""Checked by mypy --strict in `make test` (never run): proves the typed capabilities.
 
 Each rejected call carries a `type: ignore[...]`; with `warn_unused_ignores`, mypy fails if a
 rejection ever stops happening, and fails on any accepted call that stops type-checking.
@@ -31,16 +31,16 @@ async def decorated(ctx: JobContext) -> None:
 claim_only.every("d", "10s", handler, timeout="5s", jitter="10ms").at("e", 1_800_000_000, handler)
 
 # Rejected: lease-only options on a claim-only backend.
-claim_only.every("f", "10s", handler, overlap="skip")  # type: ignore[call-overload]
-claim_only.cron("g", "* * * * *", handler, max_attempts=2)  # type: ignore[call-overload]
-claim_only.at("h", 1_800_000_000, handler, catch_up="5m")  # type: ignore[call-overload]
-claim_only.every("i", "10s", lease="30s")  # type: ignore[call-overload]
-Scheduler(backend=MemoryClaimBackend(), lease="30s")  # type: ignore[call-overload]
-Scheduler(backend=MemoryClaimBackend(), block_limit="1m")  # type: ignore[call-overload]
+claim_only.every("f", "10s", handler, overlap="skip")  # type: ignore[arg-type]
+claim_only.cron("g", "* * * * *", handler, max_attempts=2)  # type: ignore[arg-type]
+claim_only.at("h", 1_800_000_000, handler, catch_up="5m")  # type: ignore[arg-type]
+claim_only.every("i", "10s", lease="30s")  # type: ignore[arg-type]
+Scheduler(backend=MemoryClaimBackend(), lease="30s")  # type: ignore[arg-type]
+Scheduler(backend=MemoryClaimBackend(), block_limit="1m")  # type: ignore[arg-type]
 
 # Rejected: unknown options and bad option values, on any backend.
 lease.every("j", "10s", handler, colour="blue")  # type: ignore[call-overload]
-lease.every("k", "10s", handler, overlap="sometimes")  # type: ignore[call-overload]
+lease.every("k", "10s", handler, overlap="sometimes")  # type: ignore[arg-type]
 
 # Rejected: no backend.
 Scheduler()  # type: ignore[call-overload]

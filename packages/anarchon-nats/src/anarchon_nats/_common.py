@@ -5,23 +5,28 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from typing import Any, NoReturn
+from typing import Any, ClassVar
 
 import nats
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
+from nats.js import JetStreamContext
 
-from anarchon import BackendError, BackendUnavailable
-from anarchon.backends import redact_url
+from anarchon import BackendError, BackendUnavailable, parse_duration
+from anarchon.backends import BackendBase, redact_url
 
-__all__ = ["Connection", "encode_token", "raise_backend_error", "WRONG_LAST_SEQUENCE"]
+__all__ = ["NatsConnection", "WRONG_LAST_SEQUENCE", "check_name", "describe", "encode_token"]
 
 WRONG_LAST_SEQUENCE = 10071
 """JetStream's error code for a failed `Nats-Expected-Last-Subject-Sequence` check."""
 
 _PLAIN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_UNAVAILABLE = (nats.errors.NoServersError, nats.errors.ConnectionClosedError, nats.errors.TimeoutError,
+                nats.errors.StaleConnectionError, nats.errors.ConnectionReconnectingError,
+                nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError, ConnectionError,
+                OSError, TimeoutError)
 
 
 def encode_token(value: str) -> str:
@@ -50,84 +55,82 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def raise_backend_error(url: str, exc: BaseException, doing: str) -> NoReturn:
-    """The one place that maps nats-py errors to anarchon's."""
-    if isinstance(exc, BackendError):
-        raise exc
-    if isinstance(exc, (nats.errors.NoServersError, nats.errors.ConnectionClosedError,
-                        nats.errors.TimeoutError, nats.errors.StaleConnectionError,
-                        nats.errors.ConnectionReconnectingError, nats.errors.NoRespondersError,
-                        nats.js.errors.ServiceUnavailableError, ConnectionError, OSError, TimeoutError)):
-        raise BackendUnavailable(f"cannot {doing} on NATS at {url}: {describe(exc)}") from exc
-    raise BackendError(f"cannot {doing} on NATS at {url}: {describe(exc)}") from exc
+class NatsConnection(BackendBase):
+    """A nats-py client: from server URLs (connected in `open`, closed in `close`) or given (left open)."""
 
+    _client_schemes: ClassVar[tuple[str, ...]] = ("nats", "tls")
 
-class Connection:
-    """A nats-py client this backend either opened (and closes) or was given (and leaves open)."""
-
-    def __init__(self, servers_or_client: str | list[str] | Client, schemes: tuple[str, ...]) -> None:
-        if isinstance(servers_or_client, Client):
-            self.client: Client | None = servers_or_client
-            self.servers: list[str] = []
-            self.owned = False
-        else:
+    def _use_servers(self, servers_or_client: str | list[str] | Client, timeout: Any,
+                     settings: dict[str, Any]) -> None:
+        """Check the server URLs (or take the client), and the timeout of each store call."""
+        if not isinstance(servers_or_client, Client):
             servers = [servers_or_client] if isinstance(servers_or_client, str) else list(servers_or_client)
             if not servers:
                 raise ValueError("no NATS servers given: pass e.g. 'nats://127.0.0.1:4222'")
             for server in servers:
                 scheme = server.split("://", 1)[0].lower() if "://" in server else ""
-                if scheme not in schemes:
+                if scheme not in self._client_schemes:
                     raise ValueError(
                         f"invalid NATS URL {redact_url(server)!r}: use "
-                        + " or ".join(f"{s}://host:4222" for s in schemes)
+                        + " or ".join(f"{s}://host:4222" for s in self._client_schemes)
                     )
-            self.client = None
-            self.servers = servers
-            self.owned = True
+        self._timeout = parse_duration(timeout, name="timeout") / 1000
+        self._js: JetStreamContext | None = None
+        self._use(servers_or_client, Client, {**settings, "timeout": timeout})
 
     @property
     def url(self) -> str:
         """The server(s), passwords redacted."""
-        if self.servers:
-            return ",".join(redact_url(s) for s in self.servers)
-        client = self.client
-        server = getattr(client, "connected_url", None)
+        target = self._target
+        if isinstance(target, str):
+            return redact_url(target)
+        if isinstance(target, list):
+            return ",".join(redact_url(s) for s in target)
+        server = getattr(self._client, "connected_url", None)
         return redact_url(server.geturl()) if server is not None else "nats://<client>"
 
-    async def open(self, connect_timeout: float) -> Client:
-        """Connect (the client reconnects by itself afterwards), or use the given client."""
-        if self.client is not None and not self.owned:
-            return self.client
+    async def _connect(self) -> Client:
+        """Connect; the client reconnects by itself afterwards."""
         errors: list[Exception] = []
 
         async def remember(exc: Exception) -> None:
             # nats-py reports connection errors here and keeps retrying (it reconnects forever).
             errors[:] = [exc]
 
+        servers = [self._target] if isinstance(self._target, str) else list(self._target)
         try:
-            async with asyncio.timeout(connect_timeout):
-                self.client = await nats.connect(
-                    self.servers, connect_timeout=min(2.0, connect_timeout), allow_reconnect=True,
+            async with asyncio.timeout(self._timeout):
+                return await nats.connect(
+                    servers, connect_timeout=min(2.0, self._timeout), allow_reconnect=True,
                     max_reconnect_attempts=-1, reconnect_time_wait=0.25,
                     error_cb=remember, disconnected_cb=_noop, reconnected_cb=_noop, closed_cb=_noop,
                 )
         except Exception as exc:
             why = describe(errors[0]) if errors and isinstance(exc, TimeoutError) else describe(exc)
             raise BackendUnavailable(
-                f"cannot connect to NATS at {self.url} within {connect_timeout:g} s: {why}; is nats-server "
+                f"cannot connect to NATS at {self.url} within {self._timeout:g} s: {why}; is nats-server "
                 "running (with JetStream: `nats-server -js`) and the URL right?"
             ) from exc
-        return self.client
 
-    async def close(self) -> None:
-        """Close the client if this backend opened it."""
-        client = self.client
-        if client is not None and self.owned:
-            self.client = None
-            try:
-                await client.close()
-            except Exception:
-                pass
+    async def _disconnect(self, client: Client) -> None:
+        await client.close()
+
+    async def _shutdown(self) -> None:
+        self._js = None
+
+    def _jetstream(self) -> JetStreamContext:
+        """The JetStream context of the open connection."""
+        if self._js is None:
+            self._js = self.client.jetstream(timeout=self._timeout)
+        return self._js
+
+    def _translate(self, exc: Exception, doing: str) -> BackendError | None:
+        """nats-py's errors, and socket errors, as anarchon's."""
+        if isinstance(exc, _UNAVAILABLE):
+            return BackendUnavailable(f"cannot {doing} on NATS at {self.url}: {describe(exc)}")
+        if isinstance(exc, nats.errors.Error):
+            return BackendError(f"cannot {doing} on NATS at {self.url}: {describe(exc)}")
+        return None
 
 
 async def _noop(*_: Any) -> None:

@@ -1,4 +1,4 @@
-"""`NatsKVBackend`: the DESIGN §3 lease state machine on JetStream Key-Value (nats-server 2.9+).
+"""`NatsKVBackend`: the lease state machine on JetStream Key-Value (nats-server 2.9+).
 
 Two buckets, both plain JetStream streams in the Key-Value layout (`KV_<bucket>`, subjects
 `$KV.<bucket>.<key>`, one message kept per key), written with compare-and-set publishes
@@ -9,41 +9,44 @@ Two buckets, both plain JetStream streams in the Key-Value layout (`KV_<bucket>`
   server's clock, so "the lease expired" is decided by the store alone.
 - `<bucket>_state` has no TTL. Its entry for a job is the **record**: `{slot, attempt, token, owner,
   status, fingerprint}`, i.e. the attempt count and done/failed/released, which must outlive a lease.
-  Its `token` is the fencing token: 1 for a job's first claim, +1 on each claim after (DESIGN §3).
+  Its `token` is the fencing token: 1 for a job's first claim, +1 on each claim after.
 
-A claim reads both, decides by the table, then wins only if (1) it creates the lease entry (or
-replaces the live one it read, for `overlap="replace"`) and (2) it replaces the record it read.
-Both are compare-and-set, so a decision made on stale reads fails and is made again.
+A claim reads both, applies the claim table (`anarchon.backends.decide`), then wins only if (1) it
+creates the lease entry (or replaces the live one it read, for `overlap="replace"`) and (2) it
+replaces the record it read. Both are compare-and-set, so a decision made on stale reads fails and
+is made again. Renewals and releases apply `decide_renew` and `decide_release` the same way.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import nats.js.errors
 from nats.aio.client import Client
-from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 
-from anarchon import BackendError, ConfigError, SchemaMismatch
-from anarchon._duration import Duration, parse_duration
+from anarchon import ConfigError, Duration, SchemaMismatch, parse_duration
 from anarchon.backends import (
-    BackendBase,
     Capability,
     ClaimOutcome,
     ClaimRequest,
     ClaimResult,
-    JobState,
     JobStatus,
     Lease,
+    LeaseBackendBase,
+    LeaseRecord,
     Overlap,
     ReleaseOutcome,
+    decide,
+    decide_release,
+    decide_renew,
 )
 
-from ._common import WRONG_LAST_SEQUENCE, Connection, check_name, encode_token, raise_backend_error
+from ._common import WRONG_LAST_SEQUENCE, NatsConnection, check_name, encode_token
 
 __all__ = ["NatsKVBackend"]
 
@@ -66,7 +69,7 @@ class _Entry:
     time_ms: int
 
 
-class NatsKVBackend(BackendBase):
+class NatsKVBackend(NatsConnection, LeaseBackendBase):
     """A lease backend on JetStream Key-Value: create, compare-and-set update, TTL expiry (no push)."""
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.CLAIM, Capability.LEASE})
@@ -84,15 +87,13 @@ class NatsKVBackend(BackendBase):
             servers_or_client = _plain_url(servers_or_client)
         elif isinstance(servers_or_client, list):
             servers_or_client = [_plain_url(s) for s in servers_or_client]
-        self._conn = Connection(servers_or_client, ("nats", "tls"))
         self.bucket = check_name("bucket", bucket)
         self.state_bucket = f"{bucket}_state"
         check_name("bucket", self.state_bucket)
         self.lease_ms = parse_duration(lease, name="lease")
         if self.lease_ms < 100:
             raise ValueError(f"invalid lease {lease!r}: the bucket TTL must be at least 100ms")
-        self._timeout = parse_duration(timeout, name="timeout") / 1000
-        self._js: JetStreamContext | None = None
+        self._use_servers(servers_or_client, timeout, {"bucket": bucket, "lease": lease})
 
     @classmethod
     def from_url(cls, url: str) -> NatsKVBackend:
@@ -105,11 +106,6 @@ class NatsKVBackend(BackendBase):
         return cls(urlunsplit(parts._replace(query="")), **options)
 
     @property
-    def url(self) -> str:
-        """The server(s), passwords redacted."""
-        return self._conn.url
-
-    @property
     def fixed_lease_ms(self) -> int:
         """The one lease length this bucket allows (its TTL); claims and renews must ask for it."""
         return self.lease_ms
@@ -120,18 +116,15 @@ class NatsKVBackend(BackendBase):
 
     # -- connecting ------------------------------------------------------------------------------
 
-    async def open(self) -> None:
-        """Connect, then create both buckets or check that existing ones have the expected TTL."""
-        client = await self._conn.open(self._timeout)
-        self._js = client.jetstream(timeout=self._timeout)
+    async def _prepare(self) -> None:
+        """Create both buckets, or check that existing ones have the expected TTL."""
         await self._ensure_bucket(self.bucket, self.lease_ms)
         await self._ensure_bucket(self.state_bucket, None)
 
     async def _ensure_bucket(self, bucket: str, ttl_ms: int | None) -> None:
-        js = self._js
-        assert js is not None
+        js = self._jetstream()
         stream = f"KV_{bucket}"
-        try:
+        with self._errors(f"open bucket {bucket!r} (is JetStream enabled?)"):
             try:
                 info = await js.stream_info(stream)
             except nats.js.errors.NotFoundError:
@@ -142,10 +135,6 @@ class NatsKVBackend(BackendBase):
                     allow_rollup_hdrs=True, deny_delete=True, storage=StorageType.FILE,
                     description="anarchon leases" if ttl_ms else "anarchon job records",
                 ))
-        except BackendError:
-            raise
-        except Exception as exc:
-            raise_backend_error(self.url, exc, f"open bucket {bucket!r} (is JetStream enabled?)")
         have = round((info.config.max_age or 0) * 1000)
         if have != (ttl_ms or 0):
             fix = (f"use NatsKVBackend(bucket=..., lease='{have}ms') to match, another bucket, or delete it "
@@ -155,17 +144,7 @@ class NatsKVBackend(BackendBase):
                 f"{ttl_ms or 0} ms ({'the lease' if ttl_ms else 'none: records must not expire'}); {fix}"
             )
 
-    async def close(self) -> None:
-        """Close the connection if this backend opened it."""
-        self._js = None
-        await self._conn.close()
-
     # -- the primitives --------------------------------------------------------------------------
-
-    def _jetstream(self) -> JetStreamContext:
-        if self._js is None:
-            raise BackendError(f"{self!r} is not open: call `await backend.open()` (Scheduler.start does)")
-        return self._js
 
     async def _get(self, bucket: str, key: str) -> _Entry:
         js = self._jetstream()
@@ -201,25 +180,23 @@ class NatsKVBackend(BackendBase):
 
     # -- claim -------------------------------------------------------------------------------------
 
-    async def claim(self, request: ClaimRequest) -> ClaimResult:
-        """Decide by the DESIGN §3 table (see `LeaseBackend.claim`), with compare-and-set writes."""
-        r = request
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        """Claim each slot by the claim table (see `LeaseBackend.claim`), with compare-and-set writes."""
+        return [await self._claim(r) for r in requests]
+
+    async def _claim(self, r: ClaimRequest) -> ClaimResult:
         self._check_lease(r.lease_ms, r.job)
         if r.overlap is Overlap.ALLOW:
             raise ConfigError(
                 f"NatsKVBackend keeps one lease per job, so it cannot run slots of {r.job!r} side by side: "
                 "overlap='allow' is not supported; use 'skip', 'buffer_one' or 'replace'"
             )
-        try:
+        with self._errors(f"claim {r.job!r} slot {r.slot}"):
             for _ in range(_ROUNDS):
                 result = await self._claim_round(r)
                 if result is not None:
                     return result
-        except BackendError:
-            raise
-        except Exception as exc:
-            raise_backend_error(self.url, exc, f"claim {r.job!r} slot {r.slot}")
-        holder = await self._get(self.bucket, self.key(r.namespace, r.job))
+            holder = await self._get(self.bucket, self.key(r.namespace, r.job))
         owner = holder.value.get("owner") if holder.value else None
         return ClaimResult(ClaimOutcome.TAKEN, r.job, r.slot, holder=owner)
 
@@ -232,85 +209,68 @@ class NatsKVBackend(BackendBase):
             )
 
     async def _claim_round(self, r: ClaimRequest) -> ClaimResult | None:
-        """One read-decide-write round; None when a compare-and-set lost and the round must be redone."""
+        """One read-decide-write round; None when a compare-and-set lost and the round must be redone.
+
+        NATS tells the time only of a message it stored, so the table (`decide`) is applied twice:
+        on the latest store time read, to learn whether to write at all, then, after the lease entry
+        is written, on that entry's time, which also judges EARLY. The record is then written
+        compare-and-set against the one read, so no two wins can take the same token.
+        """
         key = self.key(r.namespace, r.job)
         rec_entry = await self._get(self.state_bucket, key)
         live = await self._get(self.bucket, key)
-        rec, held = rec_entry.value, live.value
-        holder = held.get("owner") if held else None
-        expires = live.time_ms + self.lease_ms if held else None
-
-        def answer(outcome: ClaimOutcome, **extra: Any) -> ClaimResult:
-            return ClaimResult(
-                outcome, r.job, r.slot, holder=holder if held else (rec or {}).get("owner"),
-                attempt=int((rec or {}).get("attempt", 0)), fingerprint=(rec or {}).get("fingerprint"),
-                record_slot=(rec or {}).get("slot"), **extra,
-            )
-
-        # A lease entry that does not match the record belongs to a claim still in flight (or one
-        # that died between its two writes): it blocks every claim until it is gone or ages out.
-        matches = bool(held and rec and held.get("slot") == rec.get("slot")
-                       and held.get("attempt") == rec.get("attempt") and rec.get("status") == "running")
-        if held and not matches:
+        held = live.value
+        head = self._record(rec_entry, live)
+        if held and (head is None or head.expires_at == 0):
+            # A lease entry that does not match the record belongs to a claim still in flight (or one
+            # that died between its two writes): it blocks every claim until it is gone or ages out.
             if int(held.get("slot", 0)) > r.slot:
-                return answer(ClaimOutcome.STALE)
-            return answer(ClaimOutcome.TAKEN, expires_at=expires)
-        if rec is None:
-            return await self._win(r, key, rec_entry, live, attempt=1, revoke=False, previous=None)
-        slot = int(rec["slot"])
-        status = JobStatus(rec["status"])
-        if r.slot == slot:
-            if held:
-                return answer(ClaimOutcome.TAKEN, expires_at=expires)
-            if status in (JobStatus.DONE, JobStatus.FAILED):
-                return answer(ClaimOutcome.DONE)
-            # Released, or running with no live lease (it aged out): a takeover, if attempts remain.
-            if int(rec["attempt"]) >= r.max_attempts:
-                return answer(ClaimOutcome.EXHAUSTED, previous_status=status)
-            return await self._win(r, key, rec_entry, live, attempt=int(rec["attempt"]) + 1, revoke=False,
-                                   previous=status)
-        if r.slot < slot:
-            return answer(ClaimOutcome.STALE)
-        if held:  # an older slot still runs under a live lease
-            if r.overlap in (Overlap.SKIP, Overlap.BUFFER_ONE):
-                return answer(ClaimOutcome.SKIPPED, expires_at=expires)
-            return await self._win(r, key, rec_entry, live, attempt=1, revoke=True, previous=None)
-        return await self._win(r, key, rec_entry, live, attempt=1, revoke=False, previous=None)
-
-    async def _win(
-        self, r: ClaimRequest, key: str, rec_entry: _Entry, live: _Entry, *, attempt: int, revoke: bool,
-        previous: JobStatus | None,
-    ) -> ClaimResult | None:
-        rec = rec_entry.value
-        value = {"slot": r.slot, "attempt": attempt, "owner": r.owner}
+                return ClaimResult(ClaimOutcome.STALE, r.job, r.slot, holder=held.get("owner"))
+            return ClaimResult(ClaimOutcome.TAKEN, r.job, r.slot, holder=held.get("owner"),
+                               expires_at=live.time_ms + self.lease_ms)
+        token = 0 if head is None else head.token
+        seen = max(rec_entry.time_ms, live.time_ms)
+        first = decide(head, r, seen, token=token, check_early=False)
+        if first.write is None:
+            return replace(first.result, now=None)  # `seen` is a past store time, not the store's now
+        # Create the lease entry: last=0 (never written or aged out) or the delete marker's revision.
+        # For overlap="replace", overwrite the live entry read above, which revokes its lease.
         try:
-            # Create the lease: last=0 (never written or aged out) or the delete marker's revision.
-            # For overlap="replace", overwrite the live lease read above, which revokes it.
-            revision = await self._put(self.bucket, key, value, live.last)
+            revision = await self._put(self.bucket, key, self._entry(first.write), live.last)
         except _Conflict:
             return None
-        now = await self._time_of(self.bucket, revision)
-        if r.slot > now + r.max_skew_ms:
+        decision = decide(head, r, await self._time_of(self.bucket, revision), token=token)
+        w = decision.write
+        if w is None or (w.slot, w.attempt, w.token) != (first.write.slot, first.write.attempt,
+                                                         first.write.token):
             await self._drop(key, revision)
-            return ClaimResult(ClaimOutcome.EARLY, r.job, r.slot, now=now)
-        # The job's token: the record's plus one (DESIGN §3). The record is written compare-and-set
-        # against the one read, so no two wins can take the same token.
-        token = int(rec.get("token", 0)) + 1 if rec else 1
-        record = {"slot": r.slot, "attempt": attempt, "token": token, "owner": r.owner, "status": "running",
-                  "fingerprint": r.fingerprint}
+            return decision.result if w is None else None
+        record = {"slot": w.slot, "attempt": w.attempt, "token": w.token, "owner": w.owner,
+                  "status": w.status.value, "fingerprint": w.fingerprint}
         try:
             await self._put(self.state_bucket, key, record, rec_entry.last)
         except _Conflict:
             await self._drop(key, revision)
             return None
-        expires_at = now + self.lease_ms
-        lease = Lease(r.namespace, r.job, r.slot, attempt, token, r.owner, expires_at)
-        return ClaimResult(
-            ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=r.owner, attempt=attempt,
-            expires_at=expires_at, now=now, previous_status=previous,
-            fingerprint=rec.get("fingerprint") if rec else None,
-            record_slot=int(rec["slot"]) if rec else None,
-        )
+        return decision.result
+
+    def _record(self, entry: _Entry, live: _Entry) -> LeaseRecord | None:
+        """The job's record as the lease rules see it: its lease runs until the lease entry's time plus
+        the TTL while that entry is the record's own; otherwise it has expired (`expires_at` 0)."""
+        rec = entry.value
+        if rec is None:
+            return None
+        record = LeaseRecord(int(rec["slot"]), int(rec["attempt"]), int(rec.get("token", 0)),
+                             str(rec["owner"]), JobStatus(rec["status"]), 0, str(rec.get("fingerprint", "")),
+                             entry.time_ms)
+        if record.status is JobStatus.RUNNING and live.value == self._entry(record):
+            record = replace(record, expires_at=live.time_ms + self.lease_ms)
+        return record
+
+    @staticmethod
+    def _entry(rec: LeaseRecord | Lease) -> dict[str, Any]:
+        """The lease entry of a record or a lease."""
+        return {"slot": rec.slot, "attempt": rec.attempt, "owner": rec.owner}
 
     async def _drop(self, key: str, revision: int) -> None:
         """Delete a lease entry this instance wrote at `revision`, unless something replaced it."""
@@ -321,70 +281,52 @@ class NatsKVBackend(BackendBase):
 
     # -- renew and release ---------------------------------------------------------------------
 
-    async def _owned(self, lease: Lease) -> tuple[str, _Entry] | None:
-        """The record's entry when it still names this lease's slot, token and owner and is running."""
-        key = self.key(lease.namespace, lease.job)
-        entry = await self._get(self.state_bucket, key)
-        rec = entry.value
-        if (rec is None or rec.get("slot") != lease.slot or rec.get("token") != lease.token
-                or rec.get("owner") != lease.owner or rec.get("status") != "running"):
-            return None
-        return key, entry
+    async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
+        """Renew each lease (see `LeaseBackend.renew`) by writing its lease entry again, a full TTL.
 
-    async def renew(self, lease: Lease, lease_ms: int) -> Lease | None:
-        """Extend the lease entry to a full TTL (see `LeaseBackend.renew`).
-
-        An entry that aged out while nobody took the slot over is created again, as the reference
-        model renews an expired lease that nobody took over.
+        An entry that aged out while nobody took the slot over is created again, as the lease rules
+        renew an expired lease that nobody took over.
         """
+        return [await self._renew(lease, lease_ms) for lease, lease_ms in renewals]
+
+    async def _renew(self, lease: Lease, lease_ms: int) -> Lease | None:
         self._check_lease(lease_ms, lease.job)
-        try:
-            owned = await self._owned(lease)
-            if owned is None:
-                return None
-            key = owned[0]
+        key = self.key(lease.namespace, lease.job)
+        with self._errors(f"renew {lease.job!r} slot {lease.slot}"):
+            entry = await self._get(self.state_bucket, key)
             live = await self._get(self.bucket, key)
-            mine = {"slot": lease.slot, "attempt": lease.attempt, "owner": lease.owner}
-            if live.value is not None and live.value != mine:
+            if live.value is not None and live.value != self._entry(lease):
+                return None  # another claim's entry, in flight
+            rec = self._record(entry, live)
+            if decide_renew(rec, lease, lease_ms, max(entry.time_ms, live.time_ms)).lease is None:
                 return None
             try:
-                revision = await self._put(self.bucket, key, mine, live.last)
+                revision = await self._put(self.bucket, key, self._entry(lease), live.last)
             except _Conflict:
                 return None
-            expires_at = await self._time_of(self.bucket, revision) + self.lease_ms
-        except Exception as exc:
-            raise_backend_error(self.url, exc, f"renew {lease.job!r} slot {lease.slot}")
-        return Lease(lease.namespace, lease.job, lease.slot, lease.attempt, lease.token, lease.owner,
-                     expires_at)
+            return decide_renew(rec, lease, lease_ms, await self._time_of(self.bucket, revision)).lease
 
-    async def release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
-        """Record done, failed or released, then delete the lease entry (see `LeaseBackend.release`)."""
-        status = {ReleaseOutcome.DONE: "done", ReleaseOutcome.FAILED: "failed",
-                  ReleaseOutcome.HANDOVER: "released"}[outcome]
-        try:
-            owned = await self._owned(lease)
-            if owned is None:
+    async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
+        """Record each run's end, then delete its lease entry (see `LeaseBackend.release`)."""
+        return [await self._release(lease, outcome) for lease, outcome in releases]
+
+    async def _release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
+        key = self.key(lease.namespace, lease.job)
+        with self._errors(f"release {lease.job!r} slot {lease.slot}"):
+            entry = await self._get(self.state_bucket, key)
+            live = await self._get(self.bucket, key)
+            decision = decide_release(self._record(entry, live), lease, outcome,
+                                      max(entry.time_ms, live.time_ms), newest=True)
+            if decision.write is None or entry.value is None:
                 return False
-            key, entry = owned
-            assert entry.value is not None
             try:
-                await self._put(self.state_bucket, key, {**entry.value, "status": status}, entry.last)
+                ended = {**entry.value, "status": decision.write.status.value}
+                await self._put(self.state_bucket, key, ended, entry.last)
             except _Conflict:
                 return False
-            live = await self._get(self.bucket, key)
-            if live.value == {"slot": lease.slot, "attempt": lease.attempt, "owner": lease.owner}:
+            if live.value == self._entry(lease):
                 await self._drop(key, live.last)
-        except Exception as exc:
-            raise_backend_error(self.url, exc, f"release {lease.job!r} slot {lease.slot}")
         return True
-
-    async def inspect(self, namespace: str, job: str) -> JobState | None:
-        """Not supported: NATS offers no read of the server's clock (capability `inspect` is absent)."""
-        raise NotImplementedError("NatsKVBackend lacks the 'inspect' capability")
-
-    async def jobs(self, namespace: str) -> list[JobState]:
-        """Not supported (capability `inspect` is absent)."""
-        raise NotImplementedError("NatsKVBackend lacks the 'inspect' capability")
 
 
 def _plain_url(url: str) -> str:

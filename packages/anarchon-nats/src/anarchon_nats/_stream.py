@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Sequence
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
@@ -11,16 +13,15 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import StorageType, StreamConfig
 
-from anarchon import BackendError, SchemaMismatch
-from anarchon._duration import Duration, parse_duration
-from anarchon.backends import BackendBase, Capability, ClaimOutcome, ClaimRequest, ClaimResult, Lease
+from anarchon import Duration, SchemaMismatch, parse_duration
+from anarchon.backends import Capability, ClaimOutcome, ClaimRequest, ClaimResult, Lease
 
-from ._common import Connection, check_name, encode_token, raise_backend_error
+from ._common import NatsConnection, check_name, encode_token
 
 __all__ = ["NatsBackend"]
 
 
-class NatsBackend(BackendBase):
+class NatsBackend(NatsConnection):
     """A claim-only backend: the first publish of a slot's `Nats-Msg-Id` wins; a duplicate is taken."""
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.CLAIM})
@@ -35,14 +36,13 @@ class NatsBackend(BackendBase):
         prefix: str = "anarchon",
         timeout: Duration = "5s",
     ) -> None:
-        self._conn = Connection(servers_or_client, self.url_schemes)
         self.stream = check_name("stream", stream)
         self.prefix = check_name("prefix", prefix)
         self._window_ms = parse_duration(duplicate_window, name="duplicate_window")
         if self._window_ms < 100:
             raise ValueError(f"invalid duplicate_window {duplicate_window!r}: JetStream needs at least 100ms")
-        self._timeout = parse_duration(timeout, name="timeout") / 1000
-        self._js: JetStreamContext | None = None
+        self._use_servers(servers_or_client, timeout,
+                          {"stream": stream, "duplicate_window": duplicate_window, "prefix": prefix})
 
     @classmethod
     def from_url(cls, url: str) -> NatsBackend:
@@ -54,11 +54,6 @@ class NatsBackend(BackendBase):
             raise ValueError(f"unknown option(s) {sorted(unknown)} in the NATS URL: use stream, "
                              "duplicate_window or prefix")
         return cls(urlunsplit(parts._replace(query="")), **options)
-
-    @property
-    def url(self) -> str:
-        """The server(s), passwords redacted."""
-        return self._conn.url
 
     @property
     def horizon_ms(self) -> int:
@@ -78,29 +73,26 @@ class NatsBackend(BackendBase):
         window = self._window_ms / 1000
         return {"subjects": [f"{self.prefix}.>"], "duplicate_window": window, "max_age": window}
 
-    async def open(self) -> None:
-        """Connect, then create the stream or check that an existing one has the expected settings."""
-        client = await self._conn.open(self._timeout)
-        self._js = js = client.jetstream(timeout=self._timeout)
+    async def _prepare(self) -> None:
+        """Create the stream, or check that an existing one has the expected settings."""
+        js = self._jetstream()
         want = self._expected()
-        try:
+        with self._errors(f"open stream {self.stream!r} (is JetStream enabled?)"):
             try:
                 info = await js.stream_info(self.stream)
             except nats.js.errors.NotFoundError:
-                info = await js.add_stream(StreamConfig(
-                    name=self.stream, subjects=want["subjects"], duplicate_window=want["duplicate_window"],
-                    max_age=want["max_age"], storage=StorageType.FILE,
-                    description="anarchon claim gates (Nats-Msg-Id deduplication)",
-                ))
-        except BackendError:
-            raise
-        except nats.js.errors.BadRequestError as exc:
-            raise SchemaMismatch(
-                f"cannot create stream {self.stream!r} on {self.url}: {exc.description}; another stream may "
-                f"already capture '{self.prefix}.>': pass another prefix= or stream="
-            ) from exc
-        except Exception as exc:
-            raise_backend_error(self.url, exc, f"open stream {self.stream!r} (is JetStream enabled?)")
+                try:
+                    info = await js.add_stream(StreamConfig(
+                        name=self.stream, subjects=want["subjects"],
+                        duplicate_window=want["duplicate_window"], max_age=want["max_age"],
+                        storage=StorageType.FILE,
+                        description="anarchon claim gates (Nats-Msg-Id deduplication)",
+                    ))
+                except nats.js.errors.BadRequestError as exc:
+                    raise SchemaMismatch(
+                        f"cannot create stream {self.stream!r} on {self.url}: {exc.description}; another "
+                        f"stream may already capture '{self.prefix}.>': pass another prefix= or stream="
+                    ) from exc
         cfg = info.config
         wrong = []
         if want["subjects"][0] not in (cfg.subjects or []):
@@ -116,29 +108,23 @@ class NatsBackend(BackendBase):
                 f"(`nats stream rm {self.stream}`)"
             )
 
-    async def close(self) -> None:
-        """Close the connection if this backend opened it."""
-        self._js = None
-        await self._conn.close()
-
-    async def claim(self, request: ClaimRequest) -> ClaimResult:
-        """Publish with `Nats-Msg-Id: <namespace>:<job>:<slot>`; a duplicate PubAck means taken.
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        """Publish each claim with `Nats-Msg-Id: <namespace>:<job>:<slot>`, concurrently; a duplicate
+        PubAck means taken.
 
         Every duplicate is TAKEN, this owner's own earlier publish included: one WON per slot.
         """
-        r = request
-        js = self._js
-        if js is None:
-            raise BackendError(f"{self!r} is not open: call `await backend.open()` (Scheduler.start does)")
+        return list(await asyncio.gather(*(self._claim(r) for r in requests)))
+
+    async def _claim(self, r: ClaimRequest) -> ClaimResult:
+        js = self._jetstream()
         body = json.dumps({"owner": r.owner, "job": r.job, "slot": r.slot}).encode()
-        try:
+        with self._errors(f"claim {r.job!r} slot {r.slot}"):
             ack = await js.publish(self.subject(r.namespace, r.job), body, stream=self.stream,
                                    headers={"Nats-Msg-Id": self.msg_id(r.namespace, r.job, r.slot)})
             if ack.duplicate:
                 holder = await self._holder(js, ack.seq)
                 return ClaimResult(ClaimOutcome.TAKEN, r.job, r.slot, holder=holder, attempt=1)
-        except Exception as exc:
-            raise_backend_error(self.url, exc, f"claim {r.job!r} slot {r.slot}")
         lease = Lease(r.namespace, r.job, r.slot, 1, 0, r.owner, 0)
         return ClaimResult(ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=r.owner, attempt=1)
 

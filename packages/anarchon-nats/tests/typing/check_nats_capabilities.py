@@ -18,6 +18,6 @@ claim_only.every("a", "10s", handler, timeout="5s")
 leases.every("b", "10s", handler, overlap="replace", max_attempts=2)
 
 # Rejected: lease-only options on the claim-only backend.
-claim_only.every("c", "10s", handler, overlap="skip")  # type: ignore[call-overload]
-claim_only.at("d", 1_800_000_000, handler, catch_up="5m")  # type: ignore[call-overload]
-Scheduler(backend=NatsBackend("nats://127.0.0.1:4222"), heartbeat="1s")  # type: ignore[call-overload]
+claim_only.every("c", "10s", handler, overlap="skip")  # type: ignore[arg-type]
+claim_only.at("d", 1_800_000_000, handler, catch_up="5m")  # type: ignore[arg-type]
+Scheduler(backend=NatsBackend("nats://127.0.0.1:4222"), heartbeat="1s")  # type: ignore[arg-type]

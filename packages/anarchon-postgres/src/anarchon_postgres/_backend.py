@@ -1,4 +1,4 @@
-"""`PostgresBackend`: the DESIGN §3 lease state machine in one table, over asyncpg."""
+"""`PostgresBackend`: the lease state machine in one table, over asyncpg."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 
 from anarchon import (
+    BackendError,
     Capability,
     ClaimOutcome,
     ClaimRequest,
@@ -22,9 +23,9 @@ from anarchon import (
     LeaseLost,
     ReleaseOutcome,
 )
-from anarchon.backends import BackendBase, ReleaseCallback, redact_url
+from anarchon.backends import LeaseBackendBase, LeaseRecord, ReleaseCallback, redact_url
 
-from ._errors import translating
+from ._errors import translate
 from ._listener import Listener
 from ._migrations import migrate
 from ._sql import Statements, validate_identifier
@@ -33,11 +34,6 @@ __all__ = ["PostgresBackend"]
 
 log = logging.getLogger("anarchon.postgres")
 
-_STATUS = {
-    ReleaseOutcome.DONE: JobStatus.DONE.value,
-    ReleaseOutcome.FAILED: JobStatus.FAILED.value,
-    ReleaseOutcome.HANDOVER: JobStatus.RELEASED.value,
-}
 # A loser whose snapshot predates a concurrent claim asks again this often before answering TAKEN.
 _RECHECKS = 3
 
@@ -55,11 +51,11 @@ class FenceContext(Protocol):
     def token(self) -> int: ...
 
 
-class PostgresBackend(BackendBase):
+class PostgresBackend(LeaseBackendBase):
     """A lease backend on PostgreSQL: one-statement claims, LISTEN/NOTIFY handover, fenced writes."""
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.CLAIM_MANY, Capability.INSPECT,
+        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT,
          Capability.RELEASE_MANY, Capability.RENEW_MANY}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
@@ -76,29 +72,23 @@ class PostgresBackend(BackendBase):
         max_size: int = 10,
     ) -> None:
         self.sql = Statements(validate_identifier(schema, "schema"), validate_identifier(table, "table"))
-        self._statement_cache_size = statement_cache_size
-        self._min_size, self._max_size = min_size, max_size
         if isinstance(connection, str):
-            scheme = urlsplit(connection).scheme.lower()
-            if scheme not in self.url_schemes:
+            if urlsplit(connection).scheme.lower() not in self.url_schemes:
                 raise ValueError(
                     f"unsupported URL {redact_url(connection)!r}: use postgresql://user@host:5432/dbname"
                 )
-            self._dsn: str | None = connection
-            self._pool: asyncpg.Pool | None = None
-            self._owns_pool = True
-        elif isinstance(connection, asyncpg.Pool):
-            self._dsn = None
-            self._pool = connection
-            self._owns_pool = False
-        else:
+        elif not isinstance(connection, asyncpg.Pool):
             raise TypeError(
                 f"connection must be a postgresql:// URL or an asyncpg.Pool, not {type(connection).__name__}"
             )
+        self._statement_cache_size = statement_cache_size
+        self._min_size, self._max_size = min_size, max_size
         self._listen_dsn = listen_url
         self._listener: Listener | None = None
-        self._opened = False
-        self._open_lock = asyncio.Lock()
+        self._use(connection, asyncpg.Pool, {
+            "schema": schema, "table": table, "statement_cache_size": statement_cache_size,
+            "listen_url": listen_url, "min_size": min_size, "max_size": max_size,
+        })
 
     @classmethod
     def from_url(cls, url: str) -> PostgresBackend:
@@ -128,7 +118,7 @@ class PostgresBackend(BackendBase):
     @property
     def url(self) -> str:
         """Where the store is, password redacted, with the table."""
-        where = redact_url(self._dsn) if self._dsn else "<asyncpg.Pool>"
+        where = redact_url(self._target) if self._target is not None else "<asyncpg.Pool>"
         return f"{where} ({self.sql.schema}.{self.sql.table})"
 
     @property
@@ -139,70 +129,61 @@ class PostgresBackend(BackendBase):
     @property
     def pool(self) -> asyncpg.Pool:
         """The asyncpg pool (after `open`)."""
-        if self._pool is None:
-            raise RuntimeError(f"{self!r} is not open: await backend.open() first")
-        return self._pool
+        pool: asyncpg.Pool = self.client
+        return pool
 
     def _connect_kwargs(self) -> dict[str, Any]:
         if self._statement_cache_size is None:
             return {}
         return {"statement_cache_size": self._statement_cache_size}
 
-    async def open(self) -> None:
-        """Connect, and create or migrate the table; raise `BackendUnavailable` when unreachable."""
-        async with self._open_lock:
-            if self._opened:
-                return
-            if self._pool is None:
-                assert self._dsn is not None
-                try:
-                    self._pool = await asyncpg.create_pool(
-                        self._dsn, min_size=self._min_size, max_size=self._max_size,
-                        **self._connect_kwargs(),
-                    )
-                except (ValueError, asyncpg.exceptions.ClientConfigurationError):
-                    # asyncpg's message may quote the DSN, password included: do not chain it.
-                    raise ValueError(
-                        f"invalid PostgreSQL URL {redact_url(self._dsn)!r}: "
-                        "use postgresql://user:password@host:5432/dbname"
-                    ) from None
-                except Exception as exc:
-                    with translating("connect", self.url):
-                        raise exc
-            with translating("migrate", self.url):
-                async with self._pool.acquire() as conn:
-                    applied = await migrate(conn, self.sql)
-            if applied:
-                log.info("migrated %s by %d version(s)", self.url, applied)
-            self._opened = True
+    async def _connect(self) -> asyncpg.Pool:
+        try:
+            return await asyncpg.create_pool(
+                self._target, min_size=self._min_size, max_size=self._max_size, **self._connect_kwargs(),
+            )
+        except (ValueError, asyncpg.exceptions.ClientConfigurationError):
+            # asyncpg's message may quote the DSN, password included: do not chain it.
+            raise ValueError(
+                f"invalid PostgreSQL URL {redact_url(self._target)!r}: "
+                "use postgresql://user:password@host:5432/dbname"
+            ) from None
 
-    async def close(self) -> None:
-        """Stop listening and close the pool we created (a pool passed in is left open)."""
+    async def _disconnect(self, client: asyncpg.Pool) -> None:
+        try:
+            await asyncio.wait_for(client.close(), 5)
+        except Exception:
+            client.terminate()
+
+    async def _prepare(self) -> None:
+        """Create or migrate the table."""
+        with self._errors("migrate"):
+            async with self.pool.acquire() as conn:
+                applied = await migrate(conn, self.sql)
+        if applied:
+            log.info("migrated %s by %d version(s)", self.url, applied)
+
+    async def _shutdown(self) -> None:
+        """Stop listening."""
         listener, self._listener = self._listener, None
         if listener is not None:
             await listener.close()
-        if self._owns_pool and self._pool is not None:
-            pool, self._pool = self._pool, None
-            try:
-                await asyncio.wait_for(pool.close(), 5)
-            except Exception:
-                pool.terminate()
-        self._opened = False
+
+    def _translate(self, exc: Exception, doing: str) -> BackendError | None:
+        """asyncpg's errors, and socket errors, as anarchon's (see `_errors.translate`)."""
+        return translate(exc, doing, self.url)
 
     async def _fetch(self, what: str, query: str, *args: Any) -> list[Any]:
         if not self._opened:
             await self.open()
-        with translating(what, self.url):
+        with self._errors(what):
             return list(await self.pool.fetch(query, *args))
 
     # -- claims ------------------------------------------------------------------------------
 
-    async def claim(self, request: ClaimRequest) -> ClaimResult:
-        """Claim one slot in one statement (see `anarchon.LeaseBackend.claim`)."""
-        return (await self.claim_many([request]))[0]
-
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
-        """Claim a batch in one statement; a job that appears twice goes in a second statement."""
+        """Claim a batch in one statement (see `anarchon.LeaseBackend.claim`); a job that appears
+        twice goes in a second statement."""
         results: list[ClaimResult | None] = [None] * len(requests)
         pending = list(range(len(requests)))
         rechecks = 0
@@ -277,19 +258,8 @@ class PostgresBackend(BackendBase):
 
     # -- leases ------------------------------------------------------------------------------
 
-    async def renew(self, lease: Lease, lease_ms: int) -> Lease | None:
-        """Extend a lease still owned by its holder (see `anarchon.LeaseBackend.renew`)."""
-        rows = await self._fetch(
-            "renew", self.sql.renew,
-            lease.namespace, lease.job, lease.slot, lease.token, lease.owner, lease_ms,
-        )
-        if not rows:
-            return None
-        return Lease(lease.namespace, lease.job, lease.slot, lease.attempt, lease.token, lease.owner,
-                     rows[0]["expires_at"])
-
     async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
-        """Extend a batch of leases in one statement (see `anarchon.backends.RenewManyBackend`)."""
+        """Renew a batch of leases in one statement (see `anarchon.LeaseBackend.renew`)."""
         if not renewals:
             return []
         leases = [lease for lease, _ in renewals]
@@ -305,17 +275,9 @@ class PostgresBackend(BackendBase):
                                             row["expires_at"])
         return results
 
-    async def release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
-        """End a run and NOTIFY the release, in one statement (see `anarchon.LeaseBackend.release`)."""
-        rows = await self._fetch(
-            "release", self.sql.release,
-            lease.namespace, lease.job, lease.slot, lease.token, lease.owner, _STATUS[outcome],
-            self.sql.channel,
-        )
-        return bool(rows)
-
     async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
-        """End a batch of runs in one statement; a job that appears twice goes in a second one."""
+        """End a batch of runs and NOTIFY the handovers in one statement (see
+        `anarchon.LeaseBackend.release`); a job that appears twice goes in a second one."""
         results = [False] * len(releases)
         pending = list(range(len(releases)))
         while pending:
@@ -331,7 +293,7 @@ class PostgresBackend(BackendBase):
                 "release", self.sql.release_many,
                 [x.namespace for x in leases], [x.job for x in leases], [x.slot for x in leases],
                 [x.token for x in leases], [x.owner for x in leases],
-                [_STATUS[releases[i][1]] for i in batch], self.sql.channel,
+                [releases[i][1].status.value for i in batch], self.sql.channel,
             )
             for row in rows:
                 results[batch[row["ord"] - 1]] = True
@@ -350,7 +312,7 @@ class PostgresBackend(BackendBase):
                 "fence() must run inside a transaction: `async with conn.transaction(): "
                 "await backend.fence(conn, ctx); ...`"
             )
-        with translating("fence", self.url):
+        with self._errors("fence"):
             row = await conn.fetchrow(self.sql.fence, ctx.namespace, ctx.name, ctx.slot, ctx.token)
         if row is None or not row["current"]:
             now = "no record" if row is None else f"the record holds slot={row['slot']} token={row['token']}"
@@ -363,10 +325,10 @@ class PostgresBackend(BackendBase):
 
     @staticmethod
     def _state(row: Any) -> JobState:
-        return JobState(
-            row["namespace"], row["job"], row["slot"], row["attempt"], row["token"], row["owner"],
-            JobStatus(row["status"]), row["expires_at"], row["fingerprint"], row["updated_at"], row["now"],
-        )
+        status = JobStatus(row["status"])
+        record = LeaseRecord(row["slot"], row["attempt"], row["token"], row["owner"], status,
+                             row["expires_at"], row["fingerprint"], row["updated_at"])
+        return JobState.of(record, namespace=row["namespace"], job=row["job"], now=row["now"])
 
     async def inspect(self, namespace: str, job: str) -> JobState | None:
         """Read one job's current record."""
@@ -379,19 +341,29 @@ class PostgresBackend(BackendBase):
 
     # -- push --------------------------------------------------------------------------------
 
-    async def _listen_connection(self) -> asyncpg.Connection:
-        if self._listen_dsn is not None or self._dsn is not None:
-            dsn = self._listen_dsn or self._dsn
+    async def _listen_connect(self) -> asyncpg.Connection:
+        """The LISTEN connection: its own, from `listen_url` or the URL; or, for a pool passed in,
+        one of the pool's connections, held while this backend listens."""
+        dsn = self._listen_dsn or self._target
+        if dsn is not None:
             return await asyncpg.connect(dsn, **self._connect_kwargs())
-        # A pool passed in: open one more connection with the pool's own connect arguments.
-        pool: Any = self.pool
-        return await pool._connect(*pool._connect_args, **pool._connect_kwargs)
+        conn: asyncpg.Connection = await self.pool.acquire()
+        return conn
+
+    async def _listen_disconnect(self, conn: asyncpg.Connection) -> None:
+        if self._listen_dsn is None and self._target is None:
+            await self.pool.release(conn)  # the pool resets it (UNLISTEN *) or replaces a broken one
+        elif not conn.is_closed():
+            try:
+                await asyncio.wait_for(conn.close(), 2)
+            except Exception:
+                conn.terminate()
 
     async def subscribe(self, namespace: str, callback: ReleaseCallback) -> None:
         """Call `callback(job, slot)` on this event loop whenever a run in `namespace` is released."""
         if self._listener is None:
             where = redact_url(self._listen_dsn) if self._listen_dsn else self.url
-            self._listener = Listener(self._listen_connection, self.sql.channel, where)
+            self._listener = Listener(self._listen_connect, self._listen_disconnect, self.sql.channel, where)
             self._listener.add(namespace, callback)
             await self._listener.start()
         else:
@@ -401,6 +373,3 @@ class PostgresBackend(BackendBase):
     def listener(self) -> Listener | None:
         """The LISTEN connection's supervisor, once `subscribe` was called."""
         return self._listener
-
-    def __repr__(self) -> str:
-        return f"PostgresBackend({self.url!r})"

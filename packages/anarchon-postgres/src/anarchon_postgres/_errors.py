@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Iterator
 
 import asyncpg
 
 from anarchon import BackendError, BackendUnavailable, SchemaMismatch
 
-__all__ = ["translate", "translating"]
+__all__ = ["translate"]
 
 # Errors after which the connection (or the server) is gone: the operation may be retried later.
 _UNAVAILABLE: tuple[type[BaseException], ...] = (
@@ -32,8 +30,11 @@ _SCHEMA: tuple[type[BaseException], ...] = (
 )
 
 
-def translate(exc: BaseException, what: str, where: str) -> BaseException:
-    """Return anarchon's error for `exc`, raised while doing `what` on `where` (a redacted URL)."""
+def translate(exc: BaseException, what: str, where: str) -> BackendError | None:
+    """Return anarchon's error for `exc`, raised while doing `what` on `where` (a redacted URL);
+    None when it is not asyncpg's or a socket's."""
+    if not isinstance(exc, (asyncpg.PostgresError, *_UNAVAILABLE)):
+        return None
     detail = f"{type(exc).__name__}: {exc}".strip()
     if isinstance(exc, _SCHEMA):
         return SchemaMismatch(
@@ -45,12 +46,3 @@ def translate(exc: BaseException, what: str, where: str) -> BaseException:
     if isinstance(exc, asyncpg.exceptions.InvalidAuthorizationSpecificationError):
         return BackendUnavailable(f"{what} on {where} failed: {detail}; check the user and password")
     return BackendError(f"{what} on {where} failed: {detail}")
-
-
-@contextlib.contextmanager
-def translating(what: str, where: str) -> Iterator[None]:
-    """Re-raise asyncpg and socket errors inside the block as anarchon's errors."""
-    try:
-        yield
-    except (asyncpg.PostgresError, *_UNAVAILABLE) as exc:
-        raise translate(exc, what, where) from exc

@@ -18,19 +18,21 @@ __all__ = ["Listener"]
 log = logging.getLogger("anarchon.postgres")
 
 Connect = Callable[[], Awaitable[asyncpg.Connection]]
+Disconnect = Callable[[asyncpg.Connection], Awaitable[None]]
 
 
 class Listener:
     """LISTENs on one channel and calls back subscribers of the notified namespace, on the loop.
 
     asyncpg's pool resets connections with `UNLISTEN *`, and PgBouncer in transaction mode drops
-    LISTEN between transactions, so the listener owns a plain connection. When it drops (server
-    restart, `pg_terminate_backend`), the listener reconnects with backoff; releases pushed while
-    it was away are missed, and backups fall back to the holder's lease expiry.
+    LISTEN between transactions, so the listener holds one connection for as long as it listens.
+    When it drops (server restart, `pg_terminate_backend`), the listener reconnects with backoff;
+    releases pushed while it was away are missed, and backups fall back to the holder's lease expiry.
     """
 
-    def __init__(self, connect: Connect, channel: str, where: str) -> None:
+    def __init__(self, connect: Connect, disconnect: Disconnect, channel: str, where: str) -> None:
         self._connect = connect
+        self._disconnect = disconnect
         self._channel = channel
         self._where = where
         self._subs: list[tuple[str, ReleaseCallback]] = []
@@ -70,7 +72,7 @@ class Listener:
             conn.add_termination_listener(self._on_terminated)
             await conn.add_listener(self._channel, self._on_notify)
         except BaseException:
-            conn.terminate()
+            await self._drop(conn)
             raise
         self._conn = conn
         self._lost.clear()
@@ -87,8 +89,8 @@ class Listener:
             await self._lost.wait()
             self.connected.clear()
             if self._conn is not None:
-                self._conn.terminate()
-                self._conn = None
+                conn, self._conn = self._conn, None
+                await self._drop(conn)
             while not self._closed:
                 try:
                     await self._open()
@@ -126,11 +128,17 @@ class Listener:
             self._task = None
         conn, self._conn = self._conn, None
         self.connected.clear()
-        if conn is not None and not conn.is_closed():
-            try:
-                await asyncio.wait_for(conn.close(), 2)
-            except Exception:
-                conn.terminate()
+        if conn is not None:
+            await self._drop(conn)
+
+    async def _drop(self, conn: asyncpg.Connection) -> None:
+        """Stop listening on `conn` and hand it back (closed, or returned to its pool)."""
+        with contextlib.suppress(Exception):
+            conn.remove_termination_listener(self._on_terminated)
+            if not conn.is_closed():
+                await conn.remove_listener(self._channel, self._on_notify)
+        with contextlib.suppress(Exception):
+            await self._disconnect(conn)
 
 
 def _short(exc: BaseException) -> str:

@@ -43,7 +43,7 @@ def _live(rec: str, now: str) -> str:
 
 
 def _judge_same(status: str, expires_at: str, attempt: str, now: str, max_attempts: str) -> str:
-    """The DESIGN §3 rows for a record of the same slot."""
+    """The claim table's rows for a record of the same slot."""
     return (
         f"CASE WHEN {status} = 'running' AND {expires_at} > {now} THEN 'taken' "
         f"WHEN {status} IN ('done', 'failed') THEN 'done' "
@@ -221,32 +221,6 @@ ORDER BY r.ord
 
     # -- renew, release, fence ----------------------------------------------------------------
 
-    def _match(self) -> str:
-        """The lease ($1 namespace, $2 job, $3 slot, $4 token, $5 owner) is the record's, running."""
-        o = "others -> $3::text"
-        return (
-            "namespace = $1 AND job = $2 AND ("
-            "(slot = $3 AND token = $4 AND owner = $5 AND status = 'running') OR "
-            f"(slot <> $3 AND ({o} ->> 'token')::bigint = $4 AND {o} ->> 'owner' = $5 "
-            f"AND {o} ->> 'status' = 'running'))"
-        )
-
-    @property
-    def renew(self) -> str:
-        """Extend a lease by $6 ms; returns the new expiry, or no row when the lease is lost."""
-        return f"""
-WITH n AS MATERIALIZED (SELECT {NOW_MS} AS now)
-UPDATE {self.qualified} AS t SET
-    expires_at = CASE WHEN t.slot = $3 THEN n.now + $6 ELSE t.expires_at END,
-    updated_at = CASE WHEN t.slot = $3 THEN n.now ELSE t.updated_at END,
-    others = CASE WHEN t.slot = $3 THEN t.others
-                  ELSE jsonb_set(t.others, ARRAY[$3::text], (t.others -> $3::text)
-                       || jsonb_build_object('expires_at', n.now + $6, 'updated_at', n.now)) END
-FROM n
-WHERE {self._match()}
-RETURNING n.now + $6 AS expires_at
-"""
-
     @property
     def renew_many(self) -> str:
         """Extend a batch of leases in one statement, each as `renew` would.
@@ -303,30 +277,6 @@ u AS (
 SELECT ok.ord, n.now + ok.lease_ms AS expires_at
 FROM ok CROSS JOIN n
 ORDER BY ok.ord
-"""
-
-    @property
-    def release(self) -> str:
-        """End a run with status $6 and NOTIFY the release, in one statement."""
-        return f"""
-WITH n AS MATERIALIZED (SELECT {NOW_MS} AS now),
-u AS (
-    UPDATE {self.qualified} AS t SET
-        status = CASE WHEN t.slot = $3 THEN $6 ELSE t.status END,
-        updated_at = CASE WHEN t.slot = $3 THEN n.now ELSE t.updated_at END,
-        others = CASE WHEN t.slot = $3 THEN t.others
-                      ELSE {_release_other("t.others", "$3", "$6::text", "n.now")} END
-    FROM n
-    WHERE {self._match()}
-    RETURNING t.namespace
-),
-p AS (SELECT json_build_array($1::text, $2::text, $3::bigint)::text AS payload)
-SELECT true AS released
-FROM u CROSS JOIN p
-LEFT JOIN LATERAL (
-    -- Only a handover wakes the backups: after done or failed there is nothing left to claim.
-    SELECT pg_notify($7, p.payload) WHERE $6 = 'released' AND octet_length(p.payload) < 8000
-) x ON true
 """
 
     @property

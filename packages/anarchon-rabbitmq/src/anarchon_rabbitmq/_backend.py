@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import aio_pika
 import aiormq
-from aio_pika.abc import AbstractChannel, AbstractRobustConnection
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractRobustConnection
 
-from anarchon import BackendError, BackendUnavailable, SchemaMismatch
-from anarchon._duration import Duration, parse_duration
+from anarchon import BackendError, BackendUnavailable, Duration, SchemaMismatch, parse_duration
 from anarchon.backends import (
     BackendBase,
     Capability,
@@ -45,20 +44,13 @@ class RabbitMQBackend(BackendBase):
         channels: int = 4,
         timeout: Duration = "10s",
     ) -> None:
-        if isinstance(url_or_connection, str):
-            scheme = urlsplit(url_or_connection).scheme.lower()
-            if scheme not in self.url_schemes:
-                raise ValueError(
-                    f"invalid RabbitMQ URL {redact_url(url_or_connection)!r}: use "
-                    "amqp://user:pass@host:5672/vhost or amqps://…"
-                )
-            self._url: str | None = url_or_connection
-            self._connection: AbstractRobustConnection | None = None
-            self._owns_connection = True
-        else:
-            self._url = None
-            self._connection = url_or_connection
-            self._owns_connection = False
+        if isinstance(url_or_connection, str) and urlsplit(url_or_connection).scheme.lower() not in (
+            self.url_schemes
+        ):
+            raise ValueError(
+                f"invalid RabbitMQ URL {redact_url(url_or_connection)!r}: use "
+                "amqp://user:pass@host:5672/vhost or amqps://…"
+            )
         self.prefix = check_prefix(prefix)
         self._horizon_ms = parse_duration(horizon, name="horizon")
         if channels < 1:
@@ -67,6 +59,8 @@ class RabbitMQBackend(BackendBase):
         self._timeout = parse_duration(timeout, name="timeout") / 1000
         self._idle: asyncio.Queue[AbstractChannel] | None = None
         self._created = 0
+        self._use(url_or_connection, AbstractConnection,
+                  {"prefix": prefix, "horizon": horizon, "channels": channels, "timeout": timeout})
 
     @classmethod
     def from_url(cls, url: str) -> RabbitMQBackend:
@@ -84,9 +78,9 @@ class RabbitMQBackend(BackendBase):
     @property
     def url(self) -> str:
         """The broker's URL, password redacted."""
-        if self._url is not None:
-            return redact_url(self._url)
-        return redact_url(str(getattr(self._connection, "url", "amqp://<connection>")))
+        if self._target is not None:
+            return redact_url(self._target)
+        return redact_url(str(getattr(self._client, "url", "amqp://<connection>")))
 
     @property
     def horizon_ms(self) -> int:
@@ -99,26 +93,29 @@ class RabbitMQBackend(BackendBase):
 
     # -- connection ------------------------------------------------------------------------------
 
-    async def open(self) -> None:
-        """Connect (a robust connection that reconnects by itself) and check one channel works."""
-        if self._connection is None:
-            assert self._url is not None
-            try:
-                async with asyncio.timeout(self._timeout):
-                    self._connection = await aio_pika.connect_robust(self._url)
-            except Exception as exc:
-                raise BackendUnavailable(
-                    f"cannot connect to RabbitMQ at {self.url}: {_describe(exc)}; is the broker running "
-                    "and the URL right?"
-                ) from exc
-            self._owns_connection = True
+    async def _connect(self) -> AbstractRobustConnection:
+        """A robust connection, which reconnects by itself."""
+        try:
+            async with asyncio.timeout(self._timeout):
+                return await aio_pika.connect_robust(self._target)
+        except Exception as exc:
+            raise BackendUnavailable(
+                f"cannot connect to RabbitMQ at {self.url}: {_describe(exc)}; is the broker running "
+                "and the URL right?"
+            ) from exc
+
+    async def _disconnect(self, client: AbstractRobustConnection) -> None:
+        await client.close()
+
+    async def _prepare(self) -> None:
+        """Check that one channel works."""
         self._idle = asyncio.Queue()
         self._created = 0
         async with self._channel():
             pass
 
-    async def close(self) -> None:
-        """Close the pooled channels, and the connection when this backend opened it."""
+    async def _shutdown(self) -> None:
+        """Close the pooled channels."""
         idle, self._idle = self._idle, None
         while idle is not None and not idle.empty():
             ch = idle.get_nowait()
@@ -126,22 +123,22 @@ class RabbitMQBackend(BackendBase):
                 await ch.close()
             except Exception:
                 pass
-        conn = self._connection
-        if conn is not None and self._owns_connection:
-            self._connection = None
-            try:
-                await conn.close()
-            except Exception:
-                pass
+
+    def _translate(self, exc: Exception, doing: str) -> BackendError:
+        """aio-pika's and aiormq's errors, and socket errors, as anarchon's."""
+        if isinstance(exc, (ConnectionError, OSError, TimeoutError, aiormq.exceptions.AMQPError,
+                            aiormq.exceptions.ChannelInvalidStateError)):
+            return BackendUnavailable(f"cannot {doing} on RabbitMQ at {self.url}: {_describe(exc)}")
+        return BackendError(f"cannot {doing} on RabbitMQ at {self.url}: {_describe(exc)}")
 
     @asynccontextmanager
     async def _channel(self) -> AsyncIterator[AbstractChannel]:
         """Borrow a confirming channel from the pool; a channel the broker closed is replaced."""
-        if self._idle is None or self._connection is None:
+        if self._idle is None or self._client is None:
             raise BackendError(f"{self!r} is not open: call `await backend.open()` (Scheduler.start does)")
         idle = self._idle
         ch: AbstractChannel | None = None
-        try:
+        with self._errors("open a channel"):
             async with asyncio.timeout(self._timeout):
                 while ch is None:
                     if not idle.empty():
@@ -152,8 +149,8 @@ class RabbitMQBackend(BackendBase):
                     elif self._created < self._pool_size:
                         self._created += 1
                         try:
-                            ch = await self._connection.channel(publisher_confirms=True,
-                                                                on_return_raises=True)
+                            ch = await self._client.channel(publisher_confirms=True,
+                                                            on_return_raises=True)
                         except BaseException:
                             self._created -= 1
                             raise
@@ -162,8 +159,6 @@ class RabbitMQBackend(BackendBase):
                         if ch.is_closed:
                             self._created -= 1
                             ch = None
-        except Exception as exc:
-            _raise(self, exc, "open a channel")
         try:
             yield ch
         finally:
@@ -172,9 +167,12 @@ class RabbitMQBackend(BackendBase):
 
     # -- the claim ---------------------------------------------------------------------------
 
-    async def claim(self, request: ClaimRequest) -> ClaimResult:
-        """Declare the slot's gate queue, publish one message with confirms: ack won, nack taken."""
-        r = request
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        """Claim each slot, concurrently: declare the slot's gate queue, publish one message with
+        confirms: ack won, nack taken."""
+        return list(await asyncio.gather(*(self._claim(r) for r in requests)))
+
+    async def _claim(self, r: ClaimRequest) -> ClaimResult:
         name = self.queue_name(r.namespace, r.job, r.slot)
         body = json.dumps({"owner": r.owner, "job": r.job, "slot": r.slot}).encode()
         try:
@@ -197,7 +195,7 @@ class RabbitMQBackend(BackendBase):
         except aiormq.exceptions.DeliveryError as exc:
             if isinstance(getattr(exc, "frame", None), aiormq.spec.Basic.Nack):
                 return ClaimResult(ClaimOutcome.TAKEN, r.job, r.slot, attempt=1)
-            _raise(self, exc, f"publish to {name!r}")
+            raise self._translate(exc, f"publish to {name!r}") from exc
         except aiormq.exceptions.ChannelPreconditionFailed as exc:
             raise SchemaMismatch(
                 f"the gate queue {name!r} on {self.url} exists with other arguments ({exc}): another "
@@ -207,7 +205,7 @@ class RabbitMQBackend(BackendBase):
         except BackendError:
             raise
         except Exception as exc:
-            _raise(self, exc, f"claim {name!r}")
+            raise self._translate(exc, f"claim {name!r}") from exc
         lease = Lease(r.namespace, r.job, r.slot, 1, 0, r.owner, 0)
         return ClaimResult(ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=r.owner, attempt=1)
 
@@ -216,13 +214,3 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "timed out"
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-def _raise(backend: RabbitMQBackend, exc: BaseException, doing: str) -> NoReturn:
-    """The one place that maps aio-pika/aiormq errors to anarchon's."""
-    if isinstance(exc, BackendError):
-        raise exc
-    if isinstance(exc, (ConnectionError, OSError, TimeoutError, aiormq.exceptions.AMQPError,
-                        aiormq.exceptions.ChannelInvalidStateError)):
-        raise BackendUnavailable(f"cannot {doing} on RabbitMQ at {backend.url}: {_describe(exc)}") from exc
-    raise BackendError(f"cannot {doing} on RabbitMQ at {backend.url}: {_describe(exc)}") from exc

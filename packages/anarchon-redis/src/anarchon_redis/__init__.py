@@ -11,7 +11,7 @@ Install with `pip install anarchon-redis` (add `[valkey]` for valkey-py). Then a
     scheduler = Scheduler.from_url("redis+stream://cache:6379/0?strategy=script")  # claim-only
 
 `RedisBackend` / `ValkeyBackend` (URL schemes `redis`, `rediss`, `unix` / `valkey`, `valkeys`) are lease
-backends: the whole DESIGN §3 state machine runs as one Lua script per operation with the server's `TIME`,
+backends: the whole lease state machine runs as one Lua script per operation with the server's `TIME`,
 every key of a job carries the hash tag `{prefix:namespace:job}` (Redis Cluster safe), `claim_many` is one
 pipeline round trip, and a handover is published on `prefix:namespace:released` so that backups take a
 graceful handover over at once.

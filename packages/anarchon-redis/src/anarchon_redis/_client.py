@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from anarchon import BackendError, BackendUnavailable
@@ -33,22 +31,6 @@ class Driver:
         if isinstance(exc, self.unavailable) or _retryable_reply(text):
             return BackendUnavailable(f"{self.name} at {redact_url(url)} unreachable while {doing}: {text}")
         return BackendError(f"{self.name} at {redact_url(url)} failed while {doing}: {text}")
-
-    @contextlib.contextmanager
-    def translate(self, url: str, doing: str) -> Iterator[None]:
-        """Re-raise the client library's errors as `BackendUnavailable` or `BackendError`."""
-        try:
-            yield
-        except (BackendError, OSError) as exc:
-            if isinstance(exc, BackendError):
-                raise
-            self.raise_(exc, url, doing)
-        except self.base_error as exc:
-            self.raise_(exc, url, doing)
-
-    def raise_(self, exc: BaseException, url: str, doing: str) -> NoReturn:
-        """Raise our exception for `exc`."""
-        raise self.error(exc, url, doing) from exc
 
 
 def _retryable_reply(text: str) -> bool:

@@ -1,15 +1,16 @@
-"""RedisBackend and ValkeyBackend: the DESIGN §3 lease state machine as Lua scripts."""
+"""RedisBackend and ValkeyBackend: the lease state machine as Lua scripts."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, ClassVar
 
-from anarchon import BackendUnavailable
+from anarchon import BackendError, BackendUnavailable
 from anarchon.backends import (
     BackendBase,
     Capability,
@@ -19,6 +20,8 @@ from anarchon.backends import (
     JobState,
     JobStatus,
     Lease,
+    LeaseBackendBase,
+    LeaseRecord,
     Overlap,
     ReleaseCallback,
     ReleaseOutcome,
@@ -33,17 +36,19 @@ __all__ = ["RedisBackend", "ValkeyBackend"]
 
 log = logging.getLogger("anarchon.redis")
 
-_STATUS = {
-    ReleaseOutcome.DONE: JobStatus.DONE.value,
-    ReleaseOutcome.FAILED: JobStatus.FAILED.value,
-    ReleaseOutcome.HANDOVER: JobStatus.RELEASED.value,
-}
-
 
 BATCH = 500
 """Jobs per script call in a batch: one call holds the server for about a millisecond."""
 _INDEX_REFRESH_S = 60.0
 _OUTCOMES: dict[Any, ClaimOutcome] = {o.value.encode(): o for o in ClaimOutcome}
+
+
+class Script:
+    """A Lua script: its source and the SHA1 that EVALSHA names it by."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
 
 
 def _s(value: Any) -> str:
@@ -69,8 +74,8 @@ def describe_client(driver: Driver, client: Any) -> str:
     return f"{driver.name}://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
 
 
-class _ScriptedStore(BackendBase):
-    """Client handling shared by the Redis backends: URL or client, scripts, NOSCRIPT, errors."""
+class RedisStore(BackendBase):
+    """What the Redis backends share: a URL or a client, scripts and NOSCRIPT, deadlines, errors."""
 
     _schemes: ClassVar[dict[str, str]] = {}
     _url_options: ClassVar[tuple[str, ...]] = ("prefix",)
@@ -79,48 +84,53 @@ class _ScriptedStore(BackendBase):
     def _driver(cls) -> Driver:
         return REDIS
 
-    def _setup(self, redis: Any, prefix: str) -> dict[str, str]:
+    def _setup(self, redis: Any, prefix: str, settings: dict[str, Any]) -> dict[str, str]:
+        """Take a URL (the client is built now and connects on use) or a client; return the URL's
+        own options."""
         driver = self._driver()
         self._drv = driver
         options: dict[str, str] = {}
         if isinstance(redis, str):
-            client_url, options = split_url(redis, self._url_options, self._schemes)
-            self._client = client_from_url(driver, client_url)
-            self._owns_client = True
-            self._url = redis
+            self._client_url, options = split_url(redis, self._url_options, self._schemes)
+            self._where = redis
             prefix = options.get("prefix", prefix)
         elif isinstance(redis, driver.client_type):
-            self._client = redis
-            self._owns_client = False
-            self._url = describe_client(driver, redis)
+            self._where = describe_client(driver, redis)
         else:
             raise TypeError(
                 f"{type(self).__name__} needs a URL ({', '.join(self._schemes)}) or a "
                 f"{driver.client_type.__module__}.{driver.client_type.__name__}, not {type(redis).__name__}"
             )
+        self._use(redis, driver.client_type, {"prefix": prefix, **settings})
+        if self._client is None:
+            self._client = client_from_url(driver, self._client_url)
         self.keys = Keys(prefix)
         self.prefix = prefix
         return options
 
+    async def _connect(self) -> Any:
+        return client_from_url(self._drv, self._client_url)
+
+    async def _disconnect(self, client: Any) -> None:
+        await client.aclose()
+
     @property
     def url(self) -> str:
         """Where the store is, password redacted."""
-        return redact_url(self._url)
+        return redact_url(self._where)
 
-    @property
-    def client(self) -> Any:
-        """The client library's connection (redis.asyncio.Redis or valkey.asyncio.Valkey)."""
-        return self._client
-
-    def _translate(self, doing: str) -> contextlib.AbstractContextManager[None]:
-        return self._drv.translate(self._url, doing)
+    def _translate(self, exc: Exception, doing: str) -> BackendError | None:
+        """The client library's errors, and socket errors, as anarchon's (see `Driver.error`)."""
+        if isinstance(exc, (self._drv.base_error, OSError)):
+            return self._drv.error(exc, self._where, doing)
+        return None
 
     @contextlib.asynccontextmanager
     async def _op(self, doing: str) -> AsyncIterator[None]:
         """One store operation: the client library's errors translated, and an answer within
         `OP_TIMEOUT_S` (one timer per operation; the client's own `socket_timeout` would arm
         one per reply, thousands for a pipelined batch)."""
-        with self._translate(doing):
+        with self._errors(doing):
             try:
                 async with asyncio.timeout(OP_TIMEOUT_S):
                     yield
@@ -129,13 +139,8 @@ class _ScriptedStore(BackendBase):
                     f"{self._drv.name} at {self.url} did not answer within {OP_TIMEOUT_S:g} s while {doing}"
                 ) from exc
 
-    async def _close_client(self) -> None:
-        if self._owns_client:
-            with contextlib.suppress(Exception):
-                await self._client.aclose()
-
     async def _eval_many(
-        self, script: Any, calls: Sequence[tuple[list[str], list[Any]]], doing: str,
+        self, script: Script, calls: Sequence[tuple[list[str], list[Any]]], doing: str,
         extra: Callable[[Any], None] | None = None,
     ) -> list[Any]:
         """Run `script` once per call in one pipeline: one round trip.
@@ -146,7 +151,7 @@ class _ScriptedStore(BackendBase):
         results: list[Any] = [None] * len(calls)
         todo = list(range(len(calls)))
         for round_ in range(2):
-            pipe = self._client.pipeline(transaction=False)
+            pipe = self.client.pipeline(transaction=False)
             for i in todo:
                 keys, args = calls[i]
                 pipe.evalsha(script.sha, len(keys), *keys, *args)
@@ -156,50 +161,41 @@ class _ScriptedStore(BackendBase):
                 replies = await pipe.execute(raise_on_error=False)
             for reply in replies[len(todo):]:
                 if isinstance(reply, BaseException):
-                    self._drv.raise_(reply, self._url, doing)
+                    raise self._drv.error(reply, self._where, doing) from reply
             missing = []
             for i, reply in zip(todo, replies, strict=False):
                 if isinstance(reply, self._drv.no_script):
                     missing.append(i)
                 elif isinstance(reply, BaseException):
-                    self._drv.raise_(reply, self._url, doing)
+                    raise self._drv.error(reply, self._where, doing) from reply
                 else:
                     results[i] = reply
             if not missing:
                 return results
             async with self._op("loading scripts"):
-                await self._client.script_load(script.script)
+                await self.client.script_load(script.source)
             todo = missing
-        raise self._drv.error(RuntimeError("NOSCRIPT after SCRIPT LOAD"), self._url, doing)
-
-    async def _eval(self, script: Any, keys: list[str], args: list[Any], doing: str) -> Any:
-        # register_script's object sends EVALSHA and reloads the script on NOSCRIPT itself.
-        async with self._op(doing):
-            return await script(keys=keys, args=args)
+        raise self._drv.error(RuntimeError("NOSCRIPT after SCRIPT LOAD"), self._where, doing)
 
 
-class RedisBackend(_ScriptedStore):
+_CLAIM, _CLAIM_BATCH = Script(_scripts.CLAIM), Script(_scripts.CLAIM_BATCH)
+_RENEW, _RENEW_BATCH = Script(_scripts.RENEW), Script(_scripts.RENEW_BATCH)
+_RELEASE, _RELEASE_BATCH = Script(_scripts.RELEASE), Script(_scripts.RELEASE_BATCH)
+_INSPECT = Script(_scripts.INSPECT)
+
+
+class RedisBackend(RedisStore, LeaseBackendBase):
     """A lease backend on Redis: every operation is one Lua script, releases are pushed by pub/sub."""
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.CLAIM_MANY, Capability.INSPECT,
+        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT,
          Capability.RELEASE_MANY, Capability.RENEW_MANY}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix")
     _schemes: ClassVar[dict[str, str]] = {"redis": "redis", "rediss": "rediss", "unix": "unix"}
 
     def __init__(self, redis: Any, *, prefix: str = "anarchon") -> None:
-        self._setup(redis, prefix)
-        c = self._client
-        self._claim_script = c.register_script(_scripts.CLAIM)
-        self._renew_script = c.register_script(_scripts.RENEW)
-        self._release_script = c.register_script(_scripts.RELEASE)
-        self._inspect_script = c.register_script(_scripts.INSPECT)
-        self._claim_batch = c.register_script(_scripts.CLAIM_BATCH)
-        self._release_batch = c.register_script(_scripts.RELEASE_BATCH)
-        self._renew_batch = c.register_script(_scripts.RENEW_BATCH)
-        # A Cluster client routes each script call by its keys: there, one call per job.
-        self._cluster = hasattr(c, "get_nodes")
+        self._setup(redis, prefix, {})
         self._indexed: set[tuple[str, str]] = set()
         self._indexed_at = time.monotonic()
         self._callbacks: dict[str, list[ReleaseCallback]] = {}
@@ -207,24 +203,25 @@ class RedisBackend(_ScriptedStore):
         self._listener: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()
         self._closed = False
+        self._cluster = False
 
     @classmethod
     def from_url(cls, url: str) -> RedisBackend:
         """Build from a URL; `?prefix=` sets the key prefix."""
         return cls(url)
 
-    async def open(self) -> None:
+    async def _prepare(self) -> None:
         """Check the server answers and load the scripts."""
         self._closed = False
+        # A Cluster client routes each script call by its keys: there, one call per job.
+        self._cluster = hasattr(self.client, "get_nodes")
         async with self._op("connecting"):
-            await self._client.ping()
-            for script in (self._claim_script, self._renew_script, self._release_script,
-                           self._inspect_script, self._claim_batch, self._release_batch,
-                           self._renew_batch):
-                await self._client.script_load(script.script)
+            await self.client.ping()
+            for script in (_CLAIM, _CLAIM_BATCH, _RENEW, _RENEW_BATCH, _RELEASE, _RELEASE_BATCH, _INSPECT):
+                await self.client.script_load(script.source)
 
-    async def close(self) -> None:
-        """Stop the release listener and, when this backend built the client, disconnect it."""
+    async def _shutdown(self) -> None:
+        """Stop the release listener."""
         self._closed = True
         if self._listener is not None:
             self._listener.cancel()
@@ -232,7 +229,6 @@ class RedisBackend(_ScriptedStore):
                 await self._listener
             self._listener = None
         self._callbacks.clear()
-        await self._close_client()
 
     # -- claims --------------------------------------------------------------------------------
 
@@ -245,13 +241,9 @@ class RedisBackend(_ScriptedStore):
                                                          self.keys.others(namespace, job)]
         return keys
 
-    async def claim(self, request: ClaimRequest) -> ClaimResult:
-        """Claim one slot (see `LeaseBackend.claim`): one script, one round trip."""
-        return (await self.claim_many([request]))[0]
-
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
-        """Claim a batch in one round trip: one script call per request on a Cluster client, else
-        one script call per chunk of `BATCH` requests."""
+        """Claim a batch in one round trip (see `LeaseBackend.claim`): one script call per request on a
+        Cluster client, else one script call per chunk of `BATCH` requests."""
         if not requests:
             return []
         calls = [
@@ -267,8 +259,7 @@ class RedisBackend(_ScriptedStore):
             for ns, names in fresh.items():
                 pipe.sadd(self.keys.index(ns), *sorted(names))
 
-        replies = await self._eval_calls(self._claim_script, self._claim_batch, calls, "claiming",
-                                         extra=index)
+        replies = await self._eval_calls(_CLAIM, _CLAIM_BATCH, calls, "claiming", extra=index)
         return [self._result(r, reply) for r, reply in zip(requests, replies, strict=True)]
 
     def _unindexed(self, requests: Sequence[ClaimRequest]) -> dict[str, set[str]]:
@@ -290,7 +281,7 @@ class RedisBackend(_ScriptedStore):
         return fresh
 
     async def _eval_calls(
-        self, script: Any, batch_script: Any, calls: Sequence[tuple[list[str], list[Any]]], doing: str,
+        self, script: Script, batch_script: Script, calls: Sequence[tuple[list[str], list[Any]]], doing: str,
         extra: Callable[[Any], None] | None = None,
     ) -> list[Any]:
         """One reply per call, in one round trip: `script` once per call on a Cluster client (each
@@ -300,7 +291,7 @@ class RedisBackend(_ScriptedStore):
         return await self._eval_batched(batch_script, calls, doing, extra=extra)
 
     async def _eval_batched(
-        self, script: Any, calls: Sequence[tuple[list[str], list[Any]]], doing: str,
+        self, script: Script, calls: Sequence[tuple[list[str], list[Any]]], doing: str,
         extra: Callable[[Any], None] | None = None,
     ) -> list[Any]:
         """Run a batch script (`_scripts._batch`) over `calls`, `BATCH` at a time, in one pipeline."""
@@ -316,7 +307,7 @@ class RedisBackend(_ScriptedStore):
         out = [reply for chunk in replies for reply in chunk]
         if len(out) != len(calls):
             problem = RuntimeError(f"{len(out)} replies for {len(calls)} calls")
-            raise self._drv.error(problem, self._url, doing)
+            raise self._drv.error(problem, self._where, doing)
         return out
 
     @staticmethod
@@ -346,38 +337,27 @@ class RedisBackend(_ScriptedStore):
         return Lease(lease.namespace, lease.job, lease.slot, lease.attempt, lease.token, lease.owner,
                      int(expires))
 
-    async def renew(self, lease: Lease, lease_ms: int) -> Lease | None:
-        """Extend a lease still owned by its holder (see `LeaseBackend.renew`)."""
-        keys, args = self._renew_call(lease, lease_ms)
-        return self._renewed(lease, await self._eval(self._renew_script, keys, args, "renewing"))
-
     async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
-        """Extend a batch of leases in one round trip (see `RenewManyBackend.renew_many`): one script
-        call per lease on a Cluster client, else one script call per chunk of `BATCH` leases."""
+        """Renew a batch of leases in one round trip (see `LeaseBackend.renew`): one script call per
+        lease on a Cluster client, else one script call per chunk of `BATCH` leases."""
         if not renewals:
             return []
         calls = [self._renew_call(lease, lease_ms) for lease, lease_ms in renewals]
-        replies = await self._eval_calls(self._renew_script, self._renew_batch, calls, "renewing")
+        replies = await self._eval_calls(_RENEW, _RENEW_BATCH, calls, "renewing")
         return [self._renewed(lease, expires) for (lease, _), expires in zip(renewals, replies, strict=True)]
 
     def _release_call(self, lease: Lease, outcome: ReleaseOutcome) -> tuple[list[str], list[Any]]:
         return (self._job_keys(lease.namespace, lease.job),
-                [lease.slot, lease.token, lease.owner, _STATUS[outcome], self.keys.channel(lease.namespace),
-                 lease.job])
-
-    async def release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
-        """End a run (see `LeaseBackend.release`); the script publishes it to subscribers."""
-        keys, args = self._release_call(lease, outcome)
-        done = await self._eval(self._release_script, keys, args, "releasing")
-        return bool(int(done))
+                [lease.slot, lease.token, lease.owner, outcome.status.value,
+                 self.keys.channel(lease.namespace), lease.job])
 
     async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
-        """End a batch of runs in one round trip (see `ReleaseManyBackend.release_many`): one script
-        call per release on a Cluster client, else one script call per chunk of `BATCH` releases."""
+        """End a batch of runs in one round trip (see `LeaseBackend.release`): one script call per
+        release on a Cluster client, else one script call per chunk of `BATCH` releases."""
         if not releases:
             return []
         calls = [self._release_call(lease, outcome) for lease, outcome in releases]
-        replies = await self._eval_calls(self._release_script, self._release_batch, calls, "releasing")
+        replies = await self._eval_calls(_RELEASE, _RELEASE_BATCH, calls, "releasing")
         return [bool(int(done)) for done in replies]
 
     # -- inspection ------------------------------------------------------------------------------
@@ -386,25 +366,23 @@ class RedisBackend(_ScriptedStore):
     def _state(namespace: str, job: str, reply: list[Any]) -> JobState | None:
         if len(reply) < 9:
             return None
-        return JobState(
-            namespace, job, int(reply[1]), int(reply[2]), int(reply[3]), _s(reply[4]),
-            JobStatus(_s(reply[5])), int(reply[6]), _s(reply[7]), int(reply[8]), int(reply[0]),
-        )
+        record = LeaseRecord(int(reply[1]), int(reply[2]), int(reply[3]), _s(reply[4]),
+                             JobStatus(_s(reply[5])), int(reply[6]), _s(reply[7]), int(reply[8]))
+        return JobState.of(record, namespace=namespace, job=job, now=int(reply[0]))
 
     async def inspect(self, namespace: str, job: str) -> JobState | None:
         """Read one job's newest record."""
-        reply = await self._eval(self._inspect_script, self._job_keys(namespace, job), [], "inspecting")
+        [reply] = await self._eval_many(_INSPECT, [(self._job_keys(namespace, job), [])], "inspecting")
         return self._state(namespace, job, reply)
 
     async def jobs(self, namespace: str) -> list[JobState]:
         """Read every job's newest record in a namespace, from the namespace's name index."""
         async with self._op("listing jobs"):
-            names = sorted(_s(n) for n in await self._client.smembers(self.keys.index(namespace)))
+            names = sorted(_s(n) for n in await self.client.smembers(self.keys.index(namespace)))
         if not names:
             return []
-        replies = await self._eval_many(
-            self._inspect_script, [(self._job_keys(namespace, n), []) for n in names], "inspecting"
-        )
+        calls: list[tuple[list[str], list[Any]]] = [(self._job_keys(namespace, n), []) for n in names]
+        replies = await self._eval_many(_INSPECT, calls, "inspecting")
         states = [self._state(namespace, n, reply) for n, reply in zip(names, replies, strict=True)]
         return [s for s in states if s is not None]
 
@@ -428,7 +406,7 @@ class RedisBackend(_ScriptedStore):
     async def _listen(self) -> None:
         delay = 0.05
         while not self._closed:
-            pubsub = self._client.pubsub()
+            pubsub = self.client.pubsub()
             try:
                 await pubsub.subscribe(*self._callbacks)
                 while not self._closed:
@@ -444,7 +422,7 @@ class RedisBackend(_ScriptedStore):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                err = self._drv.error(exc, self._url, "listening for releases")
+                err = self._drv.error(exc, self._where, "listening for releases")
                 log.warning("%s; reconnecting in %.2f s (backups poll until then)", err, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)

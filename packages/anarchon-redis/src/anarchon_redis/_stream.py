@@ -10,7 +10,7 @@ from anarchon import BackendError
 from anarchon.backends import Capability, ClaimOutcome, ClaimRequest, ClaimResult, Lease
 
 from . import _scripts
-from ._lease import _opt_s, _s, _ScriptedStore
+from ._lease import RedisStore, Script, _opt_s, _s
 
 __all__ = ["RedisStreamBackend", "Strategy"]
 
@@ -23,20 +23,29 @@ _PRODUCER = "anarchon"
 
 # Creates the stream and sets its IDMP retention once: XCFGSET clears the IDMP map, so it must
 # never run on a stream that already takes claims.
-_IDMP_INIT = r"""
+_IDMP_INIT = Script(r"""
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('XADD', KEYS[1], '*', 'init', '1')
   redis.call('XCFGSET', KEYS[1], 'IDMP-DURATION', ARGV[1], 'IDMP-MAXSIZE', ARGV[2])
 end
 return 1
-"""
+""")
+_CLAIM = Script(_scripts.STREAM_CLAIM)
 
 
 def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
 
 
-class RedisStreamBackend(_ScriptedStore):
+def _server(info: dict[Any, Any]) -> tuple[str, str]:
+    """The server's name and version from `INFO server`: Valkey reports a frozen `redis_version`
+    (7.2.4) beside its own `valkey_version`."""
+    if _s(info.get("server_name", "")) == "valkey":
+        return "Valkey", _s(info.get("valkey_version", "?"))
+    return "Redis", _s(info.get("redis_version", "0"))
+
+
+class RedisStreamBackend(RedisStore):
     """Claim-only on Redis streams: one winner per (job, slot); no lease, no takeover.
 
     - `stream-id`: `XADD <slot>-1` on the job's stream; the stream refuses an ID at or below its top.
@@ -44,7 +53,7 @@ class RedisStreamBackend(_ScriptedStore):
     - `script`: a Lua check-then-XADD, one command per claim, which also names the holder.
     """
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.CLAIM, Capability.CLAIM_MANY})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.CLAIM})
     url_schemes: ClassVar[tuple[str, ...]] = ("redis+stream", "rediss+stream", "unix+stream")
     # The constructor also takes plain redis:// URLs; only the +stream schemes are registered.
     _schemes: ClassVar[dict[str, str]] = {"redis+stream": "redis", "rediss+stream": "rediss",
@@ -56,7 +65,8 @@ class RedisStreamBackend(_ScriptedStore):
         self, redis: Any, *, strategy: Strategy = "stream-id", prefix: str = "anarchon",
         maxlen: int = 100, idmp_duration: int = 3600,
     ) -> None:
-        options = self._setup(redis, prefix)
+        options = self._setup(redis, prefix, {"strategy": strategy, "maxlen": maxlen,
+                                              "idmp_duration": idmp_duration})
         strategy = options.get("strategy", strategy)  # type: ignore[assignment]
         if strategy not in _STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(_STRATEGIES)}")
@@ -67,8 +77,6 @@ class RedisStreamBackend(_ScriptedStore):
             raise ValueError(f"maxlen must be at least 1, not {self.maxlen!r}")
         if not 1 <= self.idmp_duration <= 86_400:
             raise ValueError(f"idmp_duration must be 1..86400 seconds (XCFGSET), not {self.idmp_duration!r}")
-        self._script = self._client.register_script(_scripts.STREAM_CLAIM)
-        self._idmp_init = self._client.register_script(_IDMP_INIT)
 
     @classmethod
     def from_url(cls, url: str) -> RedisStreamBackend:
@@ -81,27 +89,19 @@ class RedisStreamBackend(_ScriptedStore):
         `idmp`: the IDMP retention, `idmp_duration` seconds."""
         return self.idmp_duration * 1000 if self.strategy == "idmp" else None
 
-    async def open(self) -> None:
-        """Check the server; `idmp` is refused on servers older than Redis 8.6."""
+    async def _prepare(self) -> None:
+        """Check the server; `idmp` is refused on Valkey and on servers older than Redis 8.6."""
         async with self._op("connecting"):
-            info = await self._client.info("server")
-        version = _s(info.get("redis_version", "0")) if isinstance(info, dict) else "0"
-        if self.strategy == "idmp" and _version(version) < _IDMP_MIN:
+            info = await self.client.info("server")
+        server, version = _server(info if isinstance(info, dict) else {})
+        if self.strategy == "idmp" and (server != "Redis" or _version(version) < _IDMP_MIN):
             raise BackendError(
                 f"strategy='idmp' needs Redis >= 8.6 (XADD … IDMP), but the server at {self.url} runs "
-                f"Redis {version}: upgrade the server, or use strategy='stream-id' or 'script'"
+                f"{server} {version}: use Redis >= 8.6, or strategy='stream-id' or 'script'"
             )
         if self.strategy == "script":
             async with self._op("loading scripts"):
-                await self._client.script_load(self._script.script)
-
-    async def close(self) -> None:
-        """Disconnect, when this backend built the client."""
-        await self._close_client()
-
-    async def claim(self, request: ClaimRequest) -> ClaimResult:
-        """One winner per (namespace, job, slot)."""
-        return (await self.claim_many([request]))[0]
+                await self.client.script_load(_CLAIM.source)
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
         """Claim a batch; `stream-id` and `script` take one round trip, `idmp` two."""
@@ -110,7 +110,7 @@ class RedisStreamBackend(_ScriptedStore):
         if self.strategy == "script":
             calls = [([self.keys.stream(r.namespace, r.job)], [r.slot, r.owner, self.maxlen])
                      for r in requests]
-            replies = await self._eval_many(self._script, calls, "claiming")
+            replies = await self._eval_many(_CLAIM, calls, "claiming")
             return [self._result(r, bool(int(rep[0])), _opt_s(rep[1])) for r, rep in zip(requests, replies,
                                                                                          strict=True)]
         if self.strategy == "stream-id":
@@ -134,7 +134,7 @@ class RedisStreamBackend(_ScriptedStore):
 
     async def _claim_stream_id(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
         # XADD then XRANGE of the same ID, pipelined: the read names the winner, whoever it was.
-        pipe = self._client.pipeline(transaction=False)
+        pipe = self.client.pipeline(transaction=False)
         for r in requests:
             key, entry_id = self.keys.stream(r.namespace, r.job), f"{r.slot}-1"
             pipe.xadd(key, {"owner": r.owner}, id=entry_id, maxlen=self.maxlen, approximate=True)
@@ -147,18 +147,18 @@ class RedisStreamBackend(_ScriptedStore):
             if isinstance(added, BaseException) and not (
                 isinstance(added, self._drv.response_error) and "equal or smaller" in str(added)
             ):
-                self._drv.raise_(added, self._url, "claiming")
+                raise self._drv.error(added, self._where, "claiming") from added
             if isinstance(read, BaseException):
-                self._drv.raise_(read, self._url, "claiming")
+                raise self._drv.error(read, self._where, "claiming") from read
             holder = self._owner(read)
             results.append(self._result(r, not isinstance(added, BaseException), holder))
         return results
 
     async def _claim_idmp(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
         streams = [self.keys.stream(r.namespace, r.job) for r in requests]
-        pipe = self._client.pipeline(transaction=False)
+        pipe = self.client.pipeline(transaction=False)
         for key in dict.fromkeys(streams):
-            pipe.evalsha(self._idmp_init.sha, 1, key, self.idmp_duration, 10_000)
+            pipe.evalsha(_IDMP_INIT.sha, 1, key, self.idmp_duration, 10_000)
         for r, key in zip(requests, streams, strict=True):
             pipe.execute_command("XADD", key, "IDMP", _PRODUCER, str(r.slot), "MAXLEN", "~", self.maxlen,
                                  "*", "owner", r.owner)
@@ -166,14 +166,14 @@ class RedisStreamBackend(_ScriptedStore):
             replies = await pipe.execute(raise_on_error=False)
         if any(isinstance(rep, self._drv.no_script) for rep in replies):
             async with self._op("loading scripts"):
-                await self._client.script_load(self._idmp_init.script)
+                await self.client.script_load(_IDMP_INIT.source)
             return await self._claim_idmp(requests)
         ids = replies[-len(requests):]
         for rep in replies:
             if isinstance(rep, BaseException):
-                self._drv.raise_(rep, self._url, "claiming")
+                raise self._drv.error(rep, self._where, "claiming") from rep
         # A duplicate gets the original entry's ID: read each entry back to learn who won.
-        pipe = self._client.pipeline(transaction=False)
+        pipe = self.client.pipeline(transaction=False)
         for key, entry_id in zip(streams, ids, strict=True):
             pipe.xrange(key, entry_id, entry_id)
         async with self._op("claiming"):
@@ -181,7 +181,7 @@ class RedisStreamBackend(_ScriptedStore):
         results = []
         for r, read in zip(requests, reads, strict=True):
             if isinstance(read, BaseException):
-                self._drv.raise_(read, self._url, "claiming")
+                raise self._drv.error(read, self._where, "claiming") from read
             holder = self._owner(read)
             results.append(self._result(r, holder == r.owner, holder))
         return results

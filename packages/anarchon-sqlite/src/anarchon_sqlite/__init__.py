@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA_VERSION", "SqliteBackend"]
 
 # Every process that builds a Scheduler imports this package (its plugin module lives here), so the
-# public names, and aiosqlite with them, are imported on first use only (PEP 562).
+# public names, and sqlite3 with them, are imported on first use only (PEP 562).
 _EXPORTS = {
     "SqliteBackend": "_backend",
     "SCHEMA_VERSION": "_schema",

@@ -1,8 +1,9 @@
-"""`SqliteBackend`: the DESIGN §3 lease state machine in one SQLite file, for processes on one host."""
+"""`SqliteBackend`: the lease state machine in one SQLite file, for processes on one host."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
@@ -10,25 +11,25 @@ import re
 import sqlite3
 import stat
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
-
-import aiosqlite
 
 from anarchon import BackendError, BackendUnavailable, Duration, parse_duration
 from anarchon.backends import (
-    BackendBase,
     Capability,
     ClaimRequest,
     ClaimResult,
     JobState,
     JobStatus,
     Lease,
+    LeaseBackendBase,
     LeaseRecord,
     ReleaseOutcome,
     decide,
+    decide_release,
+    decide_renew,
 )
 
 from ._schema import SCHEMA_VERSION, ensure_schema
@@ -46,40 +47,14 @@ NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
-_ENDED = {
-    ReleaseOutcome.DONE: JobStatus.DONE,
-    ReleaseOutcome.FAILED: JobStatus.FAILED,
-    ReleaseOutcome.HANDOVER: JobStatus.RELEASED,
-}
 _URL_HINT = "use 'sqlite:///relative.db' or 'sqlite:////absolute/path.db'"
 _ROW = "slot, attempt, token, owner, status, expires_at, fingerprint, updated_at, head, last_token"
 
 
-@dataclass(slots=True)
-class _Row:
-    """One stored record. `head` marks the job's newest slot; `last_token` (kept on the head row) is
-    the job's token counter, which a takeover of an older slot under overlap=allow also advances."""
-
-    slot: int
-    attempt: int
-    token: int
-    owner: str
-    status: JobStatus
-    expires_at: int
-    fingerprint: str
-    updated_at: int
-    head: bool
-    last_token: int
-
-    @classmethod
-    def of(cls, values: Sequence[Any]) -> _Row:
-        slot, attempt, token, owner, status, expires_at, fingerprint, updated_at, head, last_token = values
-        return cls(slot, attempt, token, owner, JobStatus(status), expires_at, fingerprint, updated_at,
-                   bool(head), last_token)
-
-    def record(self) -> LeaseRecord:
-        return LeaseRecord(self.slot, self.attempt, self.token, self.owner, self.status, self.expires_at,
-                           self.fingerprint, self.updated_at)
+def _record(values: Sequence[Any]) -> LeaseRecord:
+    """The record in a row's first eight columns."""
+    slot, attempt, token, owner, status, expires_at, fingerprint, updated_at = values[:8]
+    return LeaseRecord(slot, attempt, token, owner, JobStatus(status), expires_at, fingerprint, updated_at)
 
 
 def _transaction(body: Callable[[Conn], T]) -> Callable[[Conn], T]:
@@ -97,6 +72,35 @@ def _transaction(body: Callable[[Conn], T]) -> Callable[[Conn], T]:
             raise
 
     return run
+
+
+class _Connection:
+    """A `sqlite3` connection and the one thread that uses it.
+
+    Each call queues one function on the thread, which runs it to the end whatever happens to the
+    awaiting task: a whole transaction cannot be cut between BEGIN and COMMIT.
+    """
+
+    def __init__(self, path: str, timeout_s: float) -> None:
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="anarchon-sqlite")
+        self._conn = self._thread.submit(sqlite3.connect, path, timeout=timeout_s, isolation_level=None)
+
+    async def run(self, fn: Callable[[Conn], T]) -> T:
+        """Run `fn(connection)` on the connection's thread."""
+        conn = await asyncio.wrap_future(self._conn)
+        try:
+            done = self._thread.submit(fn, conn)
+        except RuntimeError as exc:  # the thread has ended: the backend was closed
+            raise BackendUnavailable(f"the SQLite connection is closed ({exc})") from exc
+        return await asyncio.wrap_future(done)
+
+    async def close(self) -> None:
+        """Close the connection on its thread (if it ever opened), then end the thread."""
+        try:
+            with contextlib.suppress(Exception):
+                await self.run(lambda conn: conn.close())
+        finally:
+            self._thread.shutdown(wait=False)
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
@@ -127,16 +131,17 @@ def _parse_url(url: str) -> tuple[str, dict[str, str]]:
     return unquote(parts.path[1:]), options
 
 
-class SqliteBackend(BackendBase):
+class SqliteBackend(LeaseBackendBase):
     """Leases in a SQLite file shared by processes on one host (WAL, `BEGIN IMMEDIATE`, store time).
 
-    Every operation is one statement or one `BEGIN IMMEDIATE` transaction that runs to COMMIT or
-    ROLLBACK on the connection's thread, even when the awaiting task is cancelled.
+    Every operation is one `BEGIN IMMEDIATE` transaction, or one read, that runs to COMMIT or
+    ROLLBACK on the connection's own thread, even when the awaiting task is cancelled. The lease
+    rules are the core's (`decide`, `decide_renew`, `decide_release`), applied inside it.
     """
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.INSPECT, Capability.CLAIM_MANY,
-         Capability.RELEASE_MANY, Capability.RENEW_MANY}
+        {Capability.CLAIM, Capability.LEASE, Capability.INSPECT, Capability.RELEASE_MANY,
+         Capability.RENEW_MANY}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("sqlite",)
 
@@ -174,32 +179,23 @@ class SqliteBackend(BackendBase):
         """The table that holds the records."""
         self.busy_timeout_ms = parse_duration(busy_timeout, name="busy_timeout", allow_zero=True)
         """How long SQLite waits for another connection's write lock before answering 'locked'."""
-        self._db: aiosqlite.Connection | None = None
-        self._open_lock = asyncio.Lock()
+        self._use(raw, None, {"table": table, "busy_timeout": busy_timeout})
         t = f'"{table}"'
-        self._sql_head = f"SELECT {_ROW} FROM {t} WHERE namespace = ? AND job = ? AND head = 1"
-        self._sql_other = f"SELECT {_ROW} FROM {t} WHERE namespace = ? AND job = ? AND slot = ? AND head = 0"
-        self._sql_prune = (f"DELETE FROM {t} WHERE namespace = ? AND job = ? AND head = 0 "
-                           "AND status <> 'running'")
-        self._sql_demote = f"UPDATE {t} SET head = 0 WHERE namespace = ? AND job = ? AND slot = ?"
-        self._sql_delete = f"DELETE FROM {t} WHERE namespace = ? AND job = ? AND slot = ?"
+        where = "WHERE namespace = ? AND job = ?"
+        self._sql_head = f"SELECT {_ROW} FROM {t} {where} AND head = 1"
+        self._sql_slot = f"SELECT {_ROW} FROM {t} {where} AND slot = ?"
+        self._sql_prune = f"DELETE FROM {t} {where} AND head = 0 AND status <> 'running'"
+        self._sql_demote = f"UPDATE {t} SET head = 0 {where} AND slot = ?"
+        self._sql_delete = f"DELETE FROM {t} {where} AND slot = ?"
         self._sql_insert = (
             f"INSERT INTO {t} (namespace, job, {_ROW}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)"
         )
-        self._sql_takeover = (
+        self._sql_write = (
             f"UPDATE {t} SET attempt = ?, token = ?, owner = ?, status = ?, expires_at = ?, "
-            "fingerprint = ?, updated_at = ? WHERE namespace = ? AND job = ? AND slot = ?"
+            f"fingerprint = ?, updated_at = ? {where} AND slot = ?"
         )
-        self._sql_counter = f"UPDATE {t} SET last_token = ? WHERE namespace = ? AND job = ? AND head = 1"
-        self._sql_renew = (
-            f"UPDATE {t} SET expires_at = {NOW_MS} + ?, updated_at = {NOW_MS} WHERE namespace = ? "
-            "AND job = ? AND slot = ? AND token = ? AND owner = ? AND status = 'running' RETURNING expires_at"
-        )
-        self._sql_release = (
-            f"UPDATE {t} SET status = ?, updated_at = {NOW_MS} WHERE namespace = ? AND job = ? "
-            "AND slot = ? AND token = ? AND owner = ? AND status = 'running' RETURNING head"
-        )
-        self._sql_inspect = f"SELECT {_ROW}, {NOW_MS} FROM {t} WHERE namespace = ? AND job = ? AND head = 1"
+        self._sql_counter = f"UPDATE {t} SET last_token = ? {where} AND head = 1"
+        self._sql_inspect = f"SELECT {_ROW}, {NOW_MS} FROM {t} {where} AND head = 1"
         self._sql_jobs = (f"SELECT job, {_ROW}, {NOW_MS} FROM {t} WHERE namespace = ? AND head = 1 "
                           "ORDER BY job")
 
@@ -215,37 +211,32 @@ class SqliteBackend(BackendBase):
 
     # -- connection --------------------------------------------------------------------------------
 
-    async def open(self) -> None:
-        """Open the file (WAL mode) and create or check the schema; idempotent."""
-        async with self._open_lock:
-            if self._db is not None:
-                return
-            self._check_file()
-            try:
-                db = await aiosqlite.connect(
-                    self.path, isolation_level=None, timeout=self.busy_timeout_ms / 1000
-                )
-            except sqlite3.Error as exc:
-                raise self._translate(exc, "open") from exc
-            try:
-                await self._call(db, "open", self._prepare)
-            except BaseException as exc:
-                await db.close()
-                if "not a database" in str(exc.__cause__ or exc).lower():
-                    self._refuse_foreign_file()
-                raise
-            self._db = db
-            logger.debug("opened %s (table %r, schema version %d)", self.url, self.table, SCHEMA_VERSION)
+    async def _connect(self) -> _Connection:
+        """Open the file on a thread of its own (checked first: SQLite never creates a file it cannot use)."""
+        self._check_file()
+        db = _Connection(self.path, self.busy_timeout_ms / 1000)
+        try:
+            await db.run(lambda conn: None)
+        except BaseException:
+            await db.close()
+            raise
+        return db
 
-    async def close(self) -> None:
-        """Close the connection; idempotent."""
-        async with self._open_lock:
-            db, self._db = self._db, None
-            if db is not None:
-                await db.close()
+    async def _disconnect(self, client: _Connection) -> None:
+        await client.close()
+
+    async def _prepare(self) -> None:
+        """WAL mode, and the schema created or checked."""
+        try:
+            await self._call("open", self._setup)
+        except BackendError as exc:
+            if "not a database" in str(exc.__cause__ or exc).lower():
+                self._refuse_foreign_file()
+            raise
+        logger.debug("opened %s (table %r, schema version %d)", self.url, self.table, SCHEMA_VERSION)
 
     def _check_file(self) -> None:
-        """Refuse, before SQLite touches anything, a missing directory, a foreign or a read-only file."""
+        """Refuse, before SQLite touches anything, a missing directory or a read-only file."""
         path = Path(self.path)
         parent = path.parent
         if not parent.is_dir():
@@ -286,7 +277,7 @@ class SqliteBackend(BackendBase):
                 "untouched. Point the URL at a new file or at an anarchon SQLite database"
             )
 
-    def _prepare(self, conn: Conn) -> None:
+    def _setup(self, conn: Conn) -> None:
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # reads the header: is it SQLite?
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -301,27 +292,17 @@ class SqliteBackend(BackendBase):
 
     # -- running one operation -----------------------------------------------------------------
 
-    def _connection(self, what: str) -> aiosqlite.Connection:
-        if self._db is None:
-            raise BackendUnavailable(
-                f"{what} on {self.url}: the backend is not open; call `await open()` first"
-            )
-        return self._db
-
-    async def _call(self, db: aiosqlite.Connection, what: str, fn: Callable[[Conn], T]) -> T:
-        """Run `fn(connection)` on the connection's thread; retry 'database is locked' with backoff.
-
-        aiosqlite queues one function per call on its thread and runs it to the end whatever happens to
-        the awaiting task, so `fn` (a whole transaction) cannot be cut between BEGIN and COMMIT.
-        """
+    async def _call(self, what: str, fn: Callable[[Conn], T]) -> T:
+        """Run `fn(connection)` on the connection's thread; retry 'database is locked' with backoff."""
+        db: _Connection = self.client
         delay, slept = 0.05, 0.0
         budget = max(self.busy_timeout_ms / 1000, 1.0)
         while True:
             try:
-                return cast(T, await cast(Any, db)._execute(lambda: fn(cast(Any, db)._conn)))
+                return await db.run(fn)
             except sqlite3.Error as exc:
                 if not _is_busy(exc):
-                    raise self._translate(exc, what) from exc
+                    raise self._error(exc, what) from exc
                 if slept >= budget:
                     raise BackendUnavailable(
                         f"{what} on {self.url}: the database stayed locked for more than "
@@ -336,10 +317,12 @@ class SqliteBackend(BackendBase):
                 await asyncio.sleep(pause)
                 slept += pause
                 delay = min(delay * 2, 1.0)
-            except ValueError as exc:  # aiosqlite: "Connection closed"
-                raise BackendUnavailable(f"{what} on {self.url}: {exc}") from exc
 
-    def _translate(self, exc: sqlite3.Error, what: str) -> BackendError:
+    def _translate(self, exc: Exception, doing: str) -> BackendError | None:
+        """sqlite3's errors as anarchon's."""
+        return self._error(exc, doing) if isinstance(exc, sqlite3.Error) else None
+
+    def _error(self, exc: sqlite3.Error, what: str) -> BackendError:
         """The one place where sqlite3's exceptions become anarchon's."""
         text = str(exc)
         lower = text.lower()
@@ -361,126 +344,110 @@ class SqliteBackend(BackendBase):
             return BackendUnavailable(f"{what} on {self.url} failed: {text}")
         return BackendError(f"{what} on {self.url} failed: {type(exc).__name__}: {text}")
 
-    # -- the state machine (runs on the connection's thread, inside BEGIN IMMEDIATE) -------------
+    # -- the lease rules, applied inside BEGIN IMMEDIATE on the connection's thread ------------------
 
-    def _claim_all(self, conn: Conn, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
-        now = int(conn.execute(f"SELECT {NOW_MS}").fetchone()[0])
-        return [self._claim_one(conn, r, now) for r in requests]
+    def _now(self, conn: Conn) -> int:
+        return int(conn.execute(f"SELECT {NOW_MS}").fetchone()[0])
+
+    def _write(self, conn: Conn, namespace: str, job: str, w: LeaseRecord) -> None:
+        conn.execute(self._sql_write, (w.attempt, w.token, w.owner, w.status.value, w.expires_at,
+                                       w.fingerprint, w.updated_at, namespace, job, w.slot))
 
     def _claim_one(self, conn: Conn, r: ClaimRequest, now: int) -> ClaimResult:
         key = (r.namespace, r.job)
         found = conn.execute(self._sql_head, key).fetchone()
-        head = None if found is None else _Row.of(found)
+        head = None if found is None else _record(found)
         kept = None
         if head is not None and r.slot < head.slot:  # only older slots can have a kept row
-            other = conn.execute(self._sql_other, (*key, r.slot)).fetchone()
-            kept = None if other is None else _Row.of(other).record()
-        decision = decide(
-            None if head is None else head.record(), r, now, token=0 if head is None else head.last_token,
-            kept=kept,
-        )
+            other = conn.execute(self._sql_slot, (*key, r.slot)).fetchone()
+            kept = None if other is None else _record(other)
+        decision = decide(head, r, now, token=0 if found is None else found[9], kept=kept)
         w = decision.write
         if w is None:
             return decision.result
-        fields = (w.attempt, w.token, w.owner, w.status.value, w.expires_at, w.fingerprint, w.updated_at)
         if decision.new_slot:
             conn.execute(self._sql_prune, key)
             if head is not None:
                 conn.execute(self._sql_demote if decision.keep_previous else self._sql_delete,
                              (*key, head.slot))
-            conn.execute(self._sql_insert, (*key, w.slot, *fields, w.token))
+            conn.execute(self._sql_insert, (*key, w.slot, w.attempt, w.token, w.owner, w.status.value,
+                                            w.expires_at, w.fingerprint, w.updated_at, w.token))
         else:
-            conn.execute(self._sql_takeover, (*fields, *key, w.slot))
+            self._write(conn, r.namespace, r.job, w)
             conn.execute(self._sql_counter, (w.token, *key))
         return decision.result
 
-    def _release_tx(self, conn: Conn, lease: Lease, status: JobStatus) -> bool:
-        key = (lease.namespace, lease.job, lease.slot)
-        found = conn.execute(self._sql_release, (status.value, *key, lease.token, lease.owner)).fetchone()
-        if found is None:
-            return False
-        if not found[0] and status is not JobStatus.RELEASED:
-            # An older slot kept under overlap=allow that is over: forget it. One handed over stays
-            # (released) for a backup to take over, until a newer slot starts (`_sql_prune`).
-            conn.execute(self._sql_delete, key)
-        return True
+    def _renew_one(self, conn: Conn, lease: Lease, lease_ms: int, now: int) -> Lease | None:
+        found = conn.execute(self._sql_slot, (lease.namespace, lease.job, lease.slot)).fetchone()
+        decision = decide_renew(None if found is None else _record(found), lease, lease_ms, now)
+        if decision.write is not None:
+            self._write(conn, lease.namespace, lease.job, decision.write)
+        return decision.lease
 
-    def _state(self, namespace: str, job: str, values: Sequence[Any]) -> JobState:
-        row = _Row.of(values[:-1])
-        return JobState(namespace, job, row.slot, row.attempt, row.token, row.owner, row.status,
-                        row.expires_at, row.fingerprint, row.updated_at, int(values[-1]))
+    def _release_one(self, conn: Conn, lease: Lease, outcome: ReleaseOutcome, now: int) -> bool:
+        key = (lease.namespace, lease.job, lease.slot)
+        found = conn.execute(self._sql_slot, key).fetchone()
+        rec = None if found is None else _record(found)
+        decision = decide_release(rec, lease, outcome, now, newest=found is not None and bool(found[8]))
+        if decision.forget:
+            conn.execute(self._sql_delete, key)
+        elif decision.write is not None:
+            self._write(conn, lease.namespace, lease.job, decision.write)
+        return decision.released
 
     # -- the protocol ----------------------------------------------------------------------------
 
-    async def claim(self, request: ClaimRequest) -> ClaimResult:
-        """Claim one slot in one `BEGIN IMMEDIATE` transaction (see `LeaseBackend.claim`)."""
-        return (await self.claim_many([request]))[0]
-
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
-        """Claim a batch in one `BEGIN IMMEDIATE` transaction; results in request order."""
+        """Claim a batch in one `BEGIN IMMEDIATE` transaction (see `LeaseBackend.claim`)."""
         if not requests:
             return []
         batch = list(requests)
-        db = self._connection("claim")
-        return await self._call(db, "claim", _transaction(lambda c: self._claim_all(c, batch)))
 
-    async def renew(self, lease: Lease, lease_ms: int) -> Lease | None:
-        """Extend a lease still held by its owner, in one UPDATE (see `LeaseBackend.renew`)."""
-        db = self._connection("renew")
-        return await self._call(db, "renew", lambda conn: self._renew_one(conn, lease, lease_ms))
+        def body(conn: Conn) -> list[ClaimResult]:
+            now = self._now(conn)
+            return [self._claim_one(conn, r, now) for r in batch]
+
+        return await self._call("claim", _transaction(body))
 
     async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
-        """Extend a batch of leases in one `BEGIN IMMEDIATE` transaction; results in order."""
+        """Renew a batch of leases in one `BEGIN IMMEDIATE` transaction (see `LeaseBackend.renew`)."""
         if not renewals:
             return []
-        db = self._connection("renew")
+        batch = list(renewals)
 
         def body(conn: Conn) -> list[Lease | None]:
-            return [self._renew_one(conn, lease, lease_ms) for lease, lease_ms in renewals]
+            now = self._now(conn)
+            return [self._renew_one(conn, lease, lease_ms, now) for lease, lease_ms in batch]
 
-        return await self._call(db, "renew", _transaction(body))
-
-    def _renew_one(self, conn: Conn, lease: Lease, lease_ms: int) -> Lease | None:
-        params = (lease_ms, lease.namespace, lease.job, lease.slot, lease.token, lease.owner)
-        found = conn.execute(self._sql_renew, params).fetchone()
-        if found is None:
-            return None
-        return Lease(lease.namespace, lease.job, lease.slot, lease.attempt, lease.token, lease.owner,
-                     int(found[0]))
-
-    async def release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
-        """End a run: done, failed or released for handover (see `LeaseBackend.release`)."""
-        db = self._connection("release")
-        status = _ENDED[outcome]
-        return await self._call(db, "release", _transaction(lambda c: self._release_tx(c, lease, status)))
+        return await self._call("renew", _transaction(body))
 
     async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
-        """End a batch of runs in one `BEGIN IMMEDIATE` transaction; results in order."""
+        """End a batch of runs in one `BEGIN IMMEDIATE` transaction (see `LeaseBackend.release`)."""
         if not releases:
             return []
-        db = self._connection("release")
+        batch = list(releases)
 
         def body(conn: Conn) -> list[bool]:
-            return [self._release_tx(conn, lease, _ENDED[outcome]) for lease, outcome in releases]
+            now = self._now(conn)
+            return [self._release_one(conn, lease, outcome, now) for lease, outcome in batch]
 
-        return await self._call(db, "release", _transaction(body))
+        return await self._call("release", _transaction(body))
 
     async def inspect(self, namespace: str, job: str) -> JobState | None:
         """Read one job's newest record."""
-        db = self._connection("inspect")
 
         def read(conn: Conn) -> JobState | None:
             found = conn.execute(self._sql_inspect, (namespace, job)).fetchone()
-            return None if found is None else self._state(namespace, job, found)
+            return None if found is None else JobState.of(_record(found), namespace=namespace, job=job,
+                                                          now=int(found[-1]))
 
-        return await self._call(db, "inspect", read)
+        return await self._call("inspect", read)
 
     async def jobs(self, namespace: str) -> list[JobState]:
         """Read every job's newest record in a namespace, sorted by job name."""
-        db = self._connection("jobs")
 
         def read(conn: Conn) -> list[JobState]:
             rows = conn.execute(self._sql_jobs, (namespace,)).fetchall()
-            return [self._state(namespace, values[0], values[1:]) for values in rows]
+            return [JobState.of(_record(v[1:]), namespace=namespace, job=v[0], now=int(v[-1])) for v in rows]
 
-        return await self._call(db, "jobs", read)
+        return await self._call("jobs", read)

@@ -1,6 +1,6 @@
 """The pluggy plugin that makes `Scheduler.from_url("sqlite:///jobs.db")` find this backend.
 
-Every process that builds a Scheduler loads this module, so it imports no backend (nor aiosqlite):
+Every process that builds a Scheduler loads this module, so it imports no backend (nor sqlite3):
 the hooks do, when asked.
 """
 

@@ -1,7 +1,7 @@
 """Backend interfaces, result types, the claim decision, and the in-process reference backends."""
 
-from ._base import BackendBase, lazy_exports, redact_url
-from ._decide import ClaimDecision, LeaseRecord, decide
+from ._base import BackendBase, LeaseBackendBase, lazy_exports, redact_url
+from ._decide import ClaimDecision, ReleaseDecision, RenewDecision, decide, decide_release, decide_renew
 from ._memory import MemoryBackend, MemoryClaimBackend, MemoryStore
 from ._protocols import (
     Capability,
@@ -9,10 +9,12 @@ from ._protocols import (
     ClaimOutcome,
     ClaimRequest,
     ClaimResult,
+    InspectBackend,
     JobState,
     JobStatus,
     Lease,
     LeaseBackend,
+    LeaseRecord,
     Overlap,
     ReleaseCallback,
     ReleaseManyBackend,
@@ -28,20 +30,26 @@ __all__ = [
     "ClaimOutcome",
     "ClaimRequest",
     "ClaimResult",
+    "InspectBackend",
     "JobState",
     "JobStatus",
     "Lease",
     "LeaseBackend",
+    "LeaseBackendBase",
     "LeaseRecord",
     "MemoryBackend",
     "MemoryClaimBackend",
     "MemoryStore",
     "Overlap",
     "ReleaseCallback",
+    "ReleaseDecision",
     "ReleaseManyBackend",
     "ReleaseOutcome",
+    "RenewDecision",
     "RenewManyBackend",
     "decide",
+    "decide_release",
+    "decide_renew",
     "lazy_exports",
     "redact_url",
 ]

@@ -1,17 +1,19 @@
-"""Optional plumbing for backends: defaults, URL redaction and store-time helpers."""
+"""Optional plumbing for backends: one client owned or borrowed, one error hook, single-item adapters."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit, urlunsplit
 
-from ._protocols import Capability, ClaimRequest, ClaimResult, ReleaseCallback
+from .._errors import AnarchonError, BackendError, BackendUnavailable
+from ._protocols import Capability, ClaimRequest, ClaimResult, Lease, ReleaseCallback, ReleaseOutcome
 
-__all__ = ["BackendBase", "lazy_exports", "redact_url"]
+__all__ = ["BackendBase", "LeaseBackendBase", "lazy_exports", "redact_url"]
 
 
 def redact_url(url: str) -> str:
@@ -59,10 +61,49 @@ def lazy_exports(
 
 
 class BackendBase:
-    """Defaults shared by backends: no-op open/close, unbounded horizon, claim_many by gather."""
+    """Plumbing a backend may build on; every part is optional.
+
+    - **One operation, implemented once.** A backend implements `claim_many`; `claim` is
+      `claim_many([request])[0]`. (`LeaseBackendBase` does the same for renewals and releases.)
+    - **A client owned or borrowed.** The constructor calls `_use(target, client_type, settings)`
+      with what it was given: a URL (or file path, or list of servers), which the backend connects
+      to in `open` (`_connect`) and disconnects from in `close` (`_disconnect`); or a client object
+      of `client_type`, which it uses and leaves open. `open` and `close` are idempotent, and
+      `sibling()` builds a new backend on a connection of its own from the same target and settings.
+    - **One place for the client library's errors.** `_translate(exc, doing)` turns an exception
+      into `BackendUnavailable` or `BackendError` (or None: not a store error); `with
+      self._errors(doing):` applies it, and `open` applies it to `_connect` and `_prepare`.
+    """
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.CLAIM})
     url_schemes: ClassVar[tuple[str, ...]] = ()
+
+    _target: Any = None
+    """What the backend connects to (a URL, a path), or None when it was given a client."""
+    _settings: dict[str, Any] = {}  # noqa: RUF012 (read only; `_use` sets an instance's own)
+    """The constructor's keyword arguments, for `sibling`."""
+    _client: Any = None
+    """The client library's connection: given, or made by `_connect` in `open`."""
+    _opened: bool = False
+    _open_lock: asyncio.Lock | None = None
+
+    def _use(self, target: Any, client_type: type[Any] | tuple[type[Any], ...] | None,
+             settings: dict[str, Any]) -> None:
+        """Remember how to reach the store: `target` is an instance of `client_type` (borrowed, left
+        open) or what `_connect` connects to (owned); `settings` are the other constructor arguments."""
+        if client_type is not None and isinstance(target, client_type):
+            self._target, self._client = None, target
+        else:
+            self._target, self._client = target, None
+        self._settings = dict(settings)
+
+    def sibling(self) -> Self | None:
+        """A new, unopened backend on the same store with the same settings and a connection of its own;
+        None when this one was given a client object it does not own."""
+        if self._target is None:
+            return None
+        make: Callable[..., Self] = type(self)
+        return make(self._target, **self._settings)
 
     @property
     def horizon_ms(self) -> int | None:
@@ -72,24 +113,123 @@ class BackendBase:
     @property
     def url(self) -> str:
         """Where the store is, password redacted."""
+        if isinstance(self._target, str):
+            return redact_url(self._target)
         return f"<{type(self).__name__}>"
 
+    @property
+    def client(self) -> Any:
+        """The client library's connection (given, or made by `open`)."""
+        if self._client is None:
+            raise BackendUnavailable(
+                f"{self!r} is not open: call `await backend.open()` (Scheduler.start does)"
+            )
+        return self._client
+
+    # -- open and close --------------------------------------------------------------------------
+
+    def _lock(self) -> asyncio.Lock:
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+        return self._open_lock
+
     async def open(self) -> None:
-        """Connect; nothing to do by default."""
+        """Connect (when this backend owns its connection) and prepare the store; idempotent."""
+        async with self._lock():
+            if self._opened:
+                return
+            made = False
+            try:
+                if self._client is None and self._target is not None:
+                    with self._errors("open"):
+                        self._client = await self._connect()
+                    made = True
+                with self._errors("open"):
+                    await self._prepare()
+            except BaseException:
+                if made:
+                    client, self._client = self._client, None
+                    with contextlib.suppress(Exception):
+                        await self._disconnect(client)
+                raise
+            self._opened = True
 
     async def close(self) -> None:
-        """Disconnect; nothing to do by default."""
+        """Stop background work and close the connection this backend made; idempotent."""
+        async with self._lock():
+            self._opened = False
+            await self._shutdown()
+            if self._target is not None and self._client is not None:
+                client, self._client = self._client, None
+                with contextlib.suppress(Exception):
+                    await self._disconnect(client)
+
+    async def _connect(self) -> Any:
+        """Make the connection to `self._target` (owned backends)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement _connect")
+
+    async def _disconnect(self, client: Any) -> None:
+        """Close a connection `_connect` made."""
+
+    async def _prepare(self) -> None:
+        """Check or create what the store needs (schema, scripts, buckets), once connected."""
+
+    async def _shutdown(self) -> None:
+        """Stop background work (listeners) before the connection closes."""
+
+    # -- errors ----------------------------------------------------------------------------------
+
+    def _translate(self, exc: Exception, doing: str) -> BackendError | None:
+        """anarchon's error for the client library's `exc`, raised while `doing`; None: not a store
+        error, raise it as it is. The one place a driver maps its client library's exceptions."""
+        return None
+
+    @contextlib.contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
+        """Raise the client library's errors inside the block as `_translate` says."""
+        try:
+            yield
+        except AnarchonError:
+            raise
+        except Exception as exc:
+            err = self._translate(exc, doing)
+            if err is None:
+                raise
+            raise err from exc
+
+    # -- the operations ----------------------------------------------------------------------------
 
     async def claim(self, request: ClaimRequest) -> ClaimResult:
-        """Claim one slot; subclasses implement this."""
-        raise NotImplementedError
+        """Claim one slot: `claim_many` with one request."""
+        return (await self.claim_many([request]))[0]
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
-        """Claim a batch concurrently, one claim per request (override for one round trip)."""
-        return list(await asyncio.gather(*(self.claim(r) for r in requests)))
-
-    async def subscribe(self, namespace: str, callback: ReleaseCallback) -> None:
-        """Accept a release subscription; backends without push never call back."""
+        """Claim a batch, results in order; subclasses implement this."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement claim_many")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
+
+
+class LeaseBackendBase(BackendBase):
+    """`BackendBase` for lease backends: `renew` and `release` are the batch methods with one item,
+    and `subscribe` is accepted and never calls back (override it with capability `notify`)."""
+
+    async def renew(self, lease: Lease, lease_ms: int) -> Lease | None:
+        """Renew one lease: `renew_many` with one item."""
+        return (await self.renew_many([(lease, lease_ms)]))[0]
+
+    async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
+        """Renew a batch, results in order; subclasses implement this."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement renew_many")
+
+    async def release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
+        """End one run: `release_many` with one item."""
+        return (await self.release_many([(lease, outcome)]))[0]
+
+    async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
+        """End a batch of runs, results in order; subclasses implement this."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement release_many")
+
+    async def subscribe(self, namespace: str, callback: ReleaseCallback) -> None:
+        """Accept a release subscription; backends without `notify` never call back."""

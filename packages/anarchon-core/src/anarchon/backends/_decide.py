@@ -1,38 +1,30 @@
-"""The DESIGN §3 claim decision as one pure function, for lease backends that decide in Python.
+"""The lease rules as pure functions, for lease backends that decide in Python.
 
-A backend reads the job's records and the store's `now` inside one atomic step (a transaction, a
-lock), calls `decide`, writes what the `ClaimDecision` says in that same step, and returns its
-`result`. `MemoryBackend` (the reference model) and `SqliteBackend` both work this way, so the
-decision table has one implementation. Backends that decide inside the store (a Lua script, SQL)
-cannot call it; the conformance kit holds them to the same table.
+`decide` judges a claim, `decide_renew` a renewal, `decide_release` a release (the rules of
+docs/lease-contract.md). A backend reads the job's records and the store's `now` inside one
+atomic step (a transaction, a lock, a compare-and-set round), calls the function, writes what its
+decision says in that same step, and returns its answer. `MemoryBackend` (the reference model),
+`SqliteBackend` and `NatsKVBackend` all work this way, so each rule has one implementation.
+Backends that decide inside the store (a Lua script, SQL) cannot call them; the conformance kit
+holds them to the same rules.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ._protocols import ClaimOutcome, ClaimRequest, ClaimResult, JobStatus, Lease, Overlap
+from ._protocols import (
+    ClaimOutcome,
+    ClaimRequest,
+    ClaimResult,
+    JobStatus,
+    Lease,
+    LeaseRecord,
+    Overlap,
+    ReleaseOutcome,
+)
 
-__all__ = ["ClaimDecision", "LeaseRecord", "decide"]
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseRecord:
-    """One stored record of a job's slot (DESIGN §3): what `decide` reads and writes."""
-
-    slot: int
-    attempt: int
-    token: int
-    owner: str
-    status: JobStatus
-    expires_at: int
-    """Store time, epoch ms. The lease is live while `expires_at > now`."""
-    fingerprint: str
-    updated_at: int
-
-    def live(self, now: int) -> bool:
-        """True while the record runs under an unexpired lease (expiry is inclusive)."""
-        return self.status is JobStatus.RUNNING and self.expires_at > now
+__all__ = ["ClaimDecision", "ReleaseDecision", "RenewDecision", "decide", "decide_release", "decide_renew"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +49,9 @@ class ClaimDecision:
 
 def decide(
     head: LeaseRecord | None, request: ClaimRequest, now: int, *, token: int,
-    kept: LeaseRecord | None = None,
+    kept: LeaseRecord | None = None, check_early: bool = True,
 ) -> ClaimDecision:
-    """Decide one claim by the DESIGN §3 table (see `LeaseBackend.claim`), with `now` the store's clock.
+    """Decide one claim by the claim table (see `LeaseBackend.claim`), with `now` the store's clock.
 
     - `head`: the job's newest record, or None when the job has none.
     - `token`: the job's token counter, the largest token any claim of the job was given (equal to
@@ -67,13 +59,15 @@ def decide(
     - `kept`: the record of `request.slot` when that slot is older than `head` and still kept under
       overlap=allow (running, or released for handover); read it whenever `request.slot < head.slot`.
       It counts only for a request with overlap=allow.
+    - `check_early=False` leaves out the EARLY row, for a store whose clock can only be learned by
+      writing: decide on the latest store time seen, write, then decide again on the write's time.
 
     Nothing is mutated; the caller stores `ClaimDecision.write` as its flags say.
     """
     r = request
     if kept is not None and kept.slot != r.slot:
         raise ValueError(f"kept record is for slot {kept.slot!r}, but the request claims slot {r.slot!r}")
-    if r.slot > now + r.max_skew_ms:
+    if check_early and r.slot > now + r.max_skew_ms:
         return ClaimDecision(ClaimResult(ClaimOutcome.EARLY, r.job, r.slot, now=now))
     if head is None:
         return _start(r, now, token, None, keep_previous=False)
@@ -141,3 +135,63 @@ def _won(
         fingerprint=None if previous is None else previous.fingerprint,
         record_slot=None if previous is None else previous.slot,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class RenewDecision:
+    """What `decide_renew` found: the lease to return, and the record to write in the same atomic step."""
+
+    lease: Lease | None
+    """The renewed lease; None: the lease is lost, and nothing is written."""
+    write: LeaseRecord | None = None
+    """The record to store in place of the record of `lease.slot`."""
+
+
+def decide_renew(rec: LeaseRecord | None, lease: Lease, lease_ms: int, now: int) -> RenewDecision:
+    """Renew `lease` for `lease_ms` at store time `now` (see `LeaseBackend.renew`).
+
+    - `rec`: the stored record of `lease.slot` (the job's newest, or an older one kept under
+      overlap=allow), or None when there is none.
+    - Lost unless `rec` is running with the lease's token and owner (`LeaseRecord.held_by`); a lease
+      that expired while nobody took it over still renews.
+    - The new expiry is `now + lease_ms`: from the store's now, never from the old expiry.
+    """
+    if rec is None or not rec.held_by(lease):
+        return RenewDecision(None)
+    write = replace(rec, expires_at=now + lease_ms, updated_at=now)
+    return RenewDecision(replace(lease, expires_at=write.expires_at), write)
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseDecision:
+    """What `decide_release` found: the answer, and what to write in the same atomic step."""
+
+    released: bool
+    """The answer to return; False: the release is ignored, and nothing is written."""
+    write: LeaseRecord | None = None
+    """The record to store in place of the record of the lease's slot."""
+    forget: bool = False
+    """Delete the record of the lease's slot instead: an older slot kept under overlap=allow whose
+    run is over, so nothing is left to take over."""
+    push: bool = False
+    """Tell subscribers (capability `notify`): a handover, which a backup may take over at once."""
+
+
+def decide_release(
+    rec: LeaseRecord | None, lease: Lease, outcome: ReleaseOutcome, now: int, *, newest: bool
+) -> ReleaseDecision:
+    """End the run of `lease` with `outcome` at store time `now` (see `LeaseBackend.release`).
+
+    - `rec`: the stored record of `lease.slot`, or None when there is none; `newest`: whether it is
+      the job's newest record (False: an older one kept under overlap=allow).
+    - Ignored (False) unless `rec` is running with the lease's token and owner: a second release,
+      or one after a takeover, changes nothing.
+    - The status becomes `outcome.status` (done, failed, released). An older record that ends as
+      done or failed is forgotten instead; a handed-over one stays, `released`, for a backup.
+    """
+    if rec is None or not rec.held_by(lease):
+        return ReleaseDecision(False)
+    handover = outcome is ReleaseOutcome.HANDOVER
+    if not newest and not handover:
+        return ReleaseDecision(True, forget=True)
+    return ReleaseDecision(True, replace(rec, status=outcome.status, updated_at=now), push=handover)

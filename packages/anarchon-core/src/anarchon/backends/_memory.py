@@ -1,8 +1,9 @@
-"""In-process backends: the reference model of DESIGN §3 and §4.
+"""In-process backends: the reference models of a lease backend and of a claim-only one.
 
-`MemoryBackend` is what the conformance kit compares every driver against: its claims apply
-`decide` (the state-machine table, in `_decide.py`) to records in a dict. Several backends over one
-`MemoryStore` act as several connections to one store (several replicas in one process).
+`MemoryBackend` is what the conformance kit compares every driver against: it applies the lease
+rules (`decide`, `decide_renew`, `decide_release`, in `_decide.py`) to records in a dict. Several
+backends over one `MemoryStore` act as several connections to one store (several replicas in one
+process).
 """
 
 from __future__ import annotations
@@ -10,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from .._clock import Clock, SystemClock
 from .._duration import Duration, parse_duration
-from ._base import BackendBase
-from ._decide import LeaseRecord, decide
+from ._base import BackendBase, LeaseBackendBase
+from ._decide import decide, decide_release, decide_renew
 from ._protocols import (
     Capability,
     ClaimOutcome,
@@ -25,18 +26,12 @@ from ._protocols import (
     JobState,
     JobStatus,
     Lease,
+    LeaseRecord,
     ReleaseCallback,
     ReleaseOutcome,
 )
 
 __all__ = ["MemoryBackend", "MemoryClaimBackend", "MemoryStore"]
-
-
-_ENDED = {
-    ReleaseOutcome.DONE: JobStatus.DONE,
-    ReleaseOutcome.FAILED: JobStatus.FAILED,
-    ReleaseOutcome.HANDOVER: JobStatus.RELEASED,
-}
 
 
 @dataclass(slots=True)
@@ -53,6 +48,12 @@ class _Job:
             self.current = rec
         else:
             self.others[rec.slot] = rec
+
+    def get(self, slot: int) -> LeaseRecord | None:
+        """The record of `slot`: the newest one, or an older one kept under overlap=allow."""
+        if self.current is not None and self.current.slot == slot:
+            return self.current
+        return self.others.get(slot)
 
 
 @dataclass(slots=True)
@@ -76,14 +77,14 @@ class MemoryStore:
         """Store operations served: the round trips a real store would see."""
 
 
-class MemoryBackend(BackendBase):
-    """The lease state machine of DESIGN §3 in process memory: the reference model.
+class MemoryBackend(LeaseBackendBase):
+    """The lease state machine in process memory: the reference model.
 
     `notify=False` makes it behave like a backend without push, so backups poll.
     """
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.CLAIM_MANY, Capability.INSPECT,
+        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT,
          Capability.RELEASE_MANY, Capability.RENEW_MANY}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("memory",)
@@ -140,76 +141,46 @@ class MemoryBackend(BackendBase):
             job.put(write)
         return decision.result
 
-    def _find(self, lease: Lease) -> tuple[_Job, LeaseRecord] | None:
-        """The job and the running record `lease` still holds, if it does."""
-        job = self.store.jobs.get((lease.namespace, lease.job))
-        if job is None:
-            return None
-        rec = job.current if job.current and job.current.slot == lease.slot else job.others.get(lease.slot)
-        if (rec is None or rec.token != lease.token or rec.owner != lease.owner
-                or rec.status is not JobStatus.RUNNING):
-            return None
-        return job, rec
-
     # -- the protocol --------------------------------------------------------------------------
 
-    async def claim(self, request: ClaimRequest) -> ClaimResult:
-        """Claim one slot (see `LeaseBackend.claim`)."""
-        with self.store.lock:
-            return self._claim(request)
-
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
-        """Claim a batch under one lock acquisition: one 'round trip'."""
+        """Claim a batch under one lock acquisition: one 'round trip' (see `LeaseBackend.claim`)."""
         with self.store.lock:
             self.store.calls += 1 - len(requests)
             return [self._claim(r) for r in requests]
 
-    async def renew(self, lease: Lease, lease_ms: int) -> Lease | None:
-        """Extend a lease still owned by its holder (see `LeaseBackend.renew`)."""
-        return (await self.renew_many([(lease, lease_ms)]))[0]
-
     async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
-        """Extend a batch of leases in one call (see `RenewManyBackend.renew_many`)."""
+        """Renew a batch of leases in one call (see `LeaseBackend.renew`)."""
         results: list[Lease | None] = []
         with self.store.lock:
             self.store.calls += 1
             now = self._now()
             for lease, lease_ms in renewals:
-                found = self._find(lease)
-                if found is None:
-                    results.append(None)
-                    continue
-                job, rec = found
-                job.put(replace(rec, expires_at=now + lease_ms, updated_at=now))
-                results.append(Lease(lease.namespace, lease.job, lease.slot, lease.attempt, lease.token,
-                                     lease.owner, now + lease_ms))
+                job = self.store.jobs.get((lease.namespace, lease.job))
+                decision = decide_renew(None if job is None else job.get(lease.slot), lease, lease_ms, now)
+                if job is not None and decision.write is not None:
+                    job.put(decision.write)
+                results.append(decision.lease)
         return results
 
-    async def release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
-        """End a run (see `LeaseBackend.release`), and push it to subscribers."""
-        return (await self.release_many([(lease, outcome)]))[0]
-
     async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
-        """End a batch of runs in one call (see `ReleaseManyBackend.release_many`)."""
+        """End a batch of runs in one call (see `LeaseBackend.release`), and push handovers."""
         results: list[bool] = []
         pushed: list[Lease] = []
         with self.store.lock:
             self.store.calls += 1
             now = self._now()
             for lease, outcome in releases:
-                found = self._find(lease)
-                if found is None:
-                    results.append(False)
-                    continue
-                job, rec = found
-                if rec is not job.current and outcome is not ReleaseOutcome.HANDOVER:
-                    # An older slot kept under overlap=allow that is over: forget it. One handed
-                    # over stays (released) for a backup to take over, until a newer slot starts.
-                    del job.others[rec.slot]
-                else:
-                    job.put(replace(rec, status=_ENDED[outcome], updated_at=now))
-                results.append(True)
-                if outcome is ReleaseOutcome.HANDOVER:
+                job = self.store.jobs.get((lease.namespace, lease.job))
+                rec = None if job is None else job.get(lease.slot)
+                decision = decide_release(rec, lease, outcome, now,
+                                          newest=job is not None and rec is job.current)
+                if job is not None and decision.forget:
+                    del job.others[lease.slot]
+                elif job is not None and decision.write is not None:
+                    job.put(decision.write)
+                results.append(decision.released)
+                if decision.push:
                     pushed.append(lease)
             subscriptions = list(self.store.subscriptions)
         if self.notify:
@@ -239,10 +210,7 @@ class MemoryBackend(BackendBase):
             ]
 
     def _state(self, namespace: str, job: str, rec: LeaseRecord) -> JobState:
-        return JobState(
-            namespace, job, rec.slot, rec.attempt, rec.token, rec.owner, rec.status,
-            rec.expires_at, rec.fingerprint, rec.updated_at, self._now(),
-        )
+        return JobState.of(rec, namespace=namespace, job=job, now=self._now())
 
     async def subscribe(self, namespace: str, callback: ReleaseCallback) -> None:
         """Push releases in `namespace` to `callback` (only when `notify` is on)."""
@@ -258,9 +226,9 @@ class MemoryBackend(BackendBase):
 
 
 class MemoryClaimBackend(BackendBase):
-    """A claim-only in-process backend (DESIGN §4): one winner per (job, slot), nothing more."""
+    """A claim-only in-process backend: one winner per (job, slot) within the horizon, nothing more."""
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.CLAIM, Capability.CLAIM_MANY})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.CLAIM})
     url_schemes: ClassVar[tuple[str, ...]] = ("memory-claim",)
 
     def __init__(
@@ -299,12 +267,6 @@ class MemoryClaimBackend(BackendBase):
         self.store.gates[key] = (r.owner, now)
         lease = Lease(r.namespace, r.job, r.slot, 1, 0, r.owner, 0)
         return ClaimResult(ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=r.owner, attempt=1, now=now)
-
-    async def claim(self, request: ClaimRequest) -> ClaimResult:
-        """One winner per (namespace, job, slot) within the horizon."""
-        with self.store.lock:
-            self.store.calls += 1
-            return self._claim(request)
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
         """Claim a batch in one 'round trip'."""

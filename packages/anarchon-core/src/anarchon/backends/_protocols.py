@@ -1,8 +1,9 @@
 """Every backend interface and result type, in one module.
 
 A *claim backend* answers one question per (namespace, job, slot): did this instance win?
-A *lease backend* adds the DESIGN §3 state machine: a lease renewed by heartbeats, takeover
-after expiry or a graceful handover, attempts, fencing tokens and overlap policies.
+A *lease backend* adds the lease state machine: a lease renewed by heartbeats, takeover after
+expiry or a graceful handover, attempts, fencing tokens and overlap policies. The rules are
+published in docs/lease-contract.md; the docstrings below state them method by method.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 __all__ = [
     "Capability",
@@ -18,10 +19,12 @@ __all__ = [
     "ClaimOutcome",
     "ClaimRequest",
     "ClaimResult",
+    "InspectBackend",
     "JobState",
     "JobStatus",
     "Lease",
     "LeaseBackend",
+    "LeaseRecord",
     "Overlap",
     "ReleaseCallback",
     "ReleaseManyBackend",
@@ -34,19 +37,19 @@ class Capability(enum.StrEnum):
     """A feature a backend declares; the conformance kit tests each declared one."""
 
     CLAIM = "claim"
-    """One winner per (namespace, job, slot)."""
+    """One winner per (namespace, job, slot) within the horizon (`ClaimBackend`)."""
     LEASE = "lease"
-    """The DESIGN §3 lease state machine: renew, release, takeover, attempts, tokens, overlap."""
+    """The lease state machine: renew, release, takeover, attempts, tokens, overlap (`LeaseBackend`)."""
     NOTIFY = "notify"
-    """Handovers are pushed to other instances (`subscribe`), so a handover needs no polling."""
-    CLAIM_MANY = "claim_many"
-    """`claim_many` claims a batch in one store round trip."""
+    """Handovers are pushed to `subscribe`rs, so a backup takes a handover over without polling."""
     INSPECT = "inspect"
-    """`inspect` and `jobs` read the stored records."""
+    """`inspect` and `jobs` read the stored records (`InspectBackend`)."""
     RELEASE_MANY = "release_many"
-    """`release_many` ends a batch of runs in one store round trip (lease backends)."""
+    """Transitional: every lease backend has `release_many`; this flag tells an engine that still
+    asks that it may send releases in batches."""
     RENEW_MANY = "renew_many"
-    """`renew_many` extends a batch of leases in one store round trip (lease backends)."""
+    """Transitional: every lease backend has `renew_many`; this flag tells an engine that still
+    asks that it may send renewals in batches."""
 
 
 class ClaimOutcome(enum.StrEnum):
@@ -93,6 +96,18 @@ class ReleaseOutcome(enum.StrEnum):
     FAILED = "failed"
     HANDOVER = "handover"
     """A graceful stop: the record becomes `released`, and a backup may claim the next attempt at once."""
+
+    @property
+    def status(self) -> JobStatus:
+        """The record's status after a release with this outcome."""
+        return _STATUS_AFTER[self]
+
+
+_STATUS_AFTER = {
+    ReleaseOutcome.DONE: JobStatus.DONE,
+    ReleaseOutcome.FAILED: JobStatus.FAILED,
+    ReleaseOutcome.HANDOVER: JobStatus.RELEASED,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,21 +174,51 @@ class ClaimResult:
 
 
 @dataclass(frozen=True, slots=True)
-class JobState:
-    """A stored record, as `inspect` reads it."""
+class LeaseRecord:
+    """One stored record of a job's slot: what the lease rules (`decide` and its siblings) read and write."""
 
-    namespace: str
-    job: str
     slot: int
     attempt: int
     token: int
+    """The fencing token of this slot's current run."""
     owner: str
     status: JobStatus
     expires_at: int
+    """Store time, epoch ms. The lease is live while `expires_at > now`."""
     fingerprint: str
     updated_at: int
+    """Store time of the last write, epoch ms."""
+
+    def live(self, now: int) -> bool:
+        """True while the record runs under an unexpired lease (expiry is inclusive)."""
+        return self.status is JobStatus.RUNNING and self.expires_at > now
+
+    def held_by(self, lease: Lease) -> bool:
+        """True while this is the running record that `lease` was granted: same slot, token and owner."""
+        return (self.status is JobStatus.RUNNING and self.slot == lease.slot and self.token == lease.token
+                and self.owner == lease.owner)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobState(LeaseRecord):
+    """A stored record as `inspect` reads it: the record, the job it belongs to, and when it was read.
+
+    A subclass rather than a second list of fields: it is a `LeaseRecord` with an address and a time.
+    """
+
+    namespace: str
+    job: str
     now: int
     """The store's clock when it was read, so `expires_at - now` is the lease's remaining time."""
+
+    @classmethod
+    def of(cls, record: LeaseRecord, *, namespace: str, job: str, now: int) -> JobState:
+        """`record` of `job` in `namespace`, read at store time `now`."""
+        return cls(
+            slot=record.slot, attempt=record.attempt, token=record.token, owner=record.owner,
+            status=record.status, expires_at=record.expires_at, fingerprint=record.fingerprint,
+            updated_at=record.updated_at, namespace=namespace, job=job, now=now,
+        )
 
 
 ReleaseCallback = Callable[[str, int], None]
@@ -184,21 +229,18 @@ ReleaseCallback = Callable[[str, int], None]
 class ClaimBackend(Protocol):
     """A store that picks one winner per (namespace, job, slot). Claim-only backends stop here."""
 
-    @property
-    def capabilities(self) -> frozenset[Capability]:
-        """What this backend supports; `claim` is always present. Usually a class attribute."""
-        ...
+    capabilities: ClassVar[frozenset[Capability]]
+    """What this backend supports; `claim` is always present. A class attribute."""
 
-    @property
-    def url_schemes(self) -> tuple[str, ...]:
-        """URL schemes `from_url` accepts, e.g. ('redis', 'rediss'). Usually a class attribute."""
-        ...
+    url_schemes: ClassVar[tuple[str, ...]]
+    """URL schemes `from_url` accepts, e.g. ('redis', 'rediss'). A class attribute."""
 
     @property
     def horizon_ms(self) -> int | None:
         """How long the store remembers a claim (its dedupe horizon); None when it never forgets.
 
-        The scheduler never claims a slot older than half the horizon.
+        A claim of a slot is answered TAKEN for at least this long after it was won. The scheduler
+        never claims a slot older than half the horizon.
         """
         ...
 
@@ -208,11 +250,14 @@ class ClaimBackend(Protocol):
         ...
 
     async def open(self) -> None:
-        """Connect and prepare the store; raise `BackendUnavailable` when it cannot be reached."""
+        """Connect and prepare the store; raise `BackendUnavailable` when it cannot be reached.
+
+        Idempotent: a second call while open does nothing.
+        """
         ...
 
     async def close(self) -> None:
-        """Release connections; idempotent."""
+        """Release connections; idempotent. A client object passed in is left open."""
         ...
 
     async def claim(self, request: ClaimRequest) -> ClaimResult:
@@ -220,19 +265,23 @@ class ClaimBackend(Protocol):
 
         Claim-only backends answer:
         - no earlier claim of this (namespace, job, slot) within the horizon: **WON**, attempt 1;
-        - an earlier claim: **TAKEN** (`holder` when the store knows it).
-        They ignore `lease_ms`, `max_attempts` and `overlap`.
+        - an earlier claim: **TAKEN** (`holder` when the store knows it), the same owner's included.
+        They ignore `lease_ms`, `max_attempts` and `overlap`. Names are compared exactly (byte-wise):
+        `report`, `Report` and `report ` are three jobs.
         """
         ...
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
-        """Claim a batch; results are in request order. One round trip where `claim_many` is declared."""
+        """Claim a batch; results are in request order, each judged as if claimed alone in that order.
+
+        An empty batch returns `[]`.
+        """
         ...
 
 
 @runtime_checkable
 class LeaseBackend(ClaimBackend, Protocol):
-    """A store with the full lease state machine of DESIGN §3."""
+    """A store with the whole lease state machine of docs/lease-contract.md."""
 
     async def claim(self, request: ClaimRequest) -> ClaimResult:
         """Decide atomically, with `now` read from the store's clock. One record per (namespace, job):
@@ -250,38 +299,56 @@ class LeaseBackend(ClaimBackend, Protocol):
         - record for an older slot in any other state: `slot, attempt=1, token+1, running`: **WON**.
         - record for a newer slot: **STALE**.
 
+        A won lease runs exactly `lease_ms` from the store's `now`, never less. The result's
+        `fingerprint` is the one stored before this claim, not the request's.
+
         With `overlap=allow` there is one record per (job, slot), judged by the same-slot rows; a slot
         with no record that is older than the job's newest slot is **STALE**. The token is per job.
         An older slot released as done or failed loses its record at once; one released as handover
         keeps it (`released`, taken over as above) until a newer slot is won: a new slot drops every
-        older record that is no longer `running`.
+        older record that is no longer `running`. `anarchon.backends.decide` is this table.
         """
         ...
 
     async def renew(self, lease: Lease, lease_ms: int) -> Lease | None:
         """Extend the lease to store `now + lease_ms`, or return None when it is lost.
 
-        - Succeeds only while the record's slot, token and owner equal the lease's and its status is
+        - Succeeds only while the record of `lease.slot` has the lease's token and owner and status
           `running` (an expired lease that nobody took over is still renewed).
-        - Returns the lease with the new `expires_at`.
+        - The new expiry counts from the store's `now`, never from the old expiry.
+        - Returns the lease with the new `expires_at`; None when the job has no record at all.
+        - Atomic: a renewal and a takeover of the same record never both succeed.
+        `anarchon.backends.decide_renew` is this rule.
+        """
+        ...
+
+    async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
+        """Renew each `(lease, lease_ms)` as `renew` would, in order; results are in order.
+
+        - Each item is judged on its own: a lost lease is None and does not fail the rest.
         """
         ...
 
     async def release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
         """End the run: status `done`, `failed` or `released` (handover). Pushes a handover if `notify`.
 
-        - Ignored (returns False) unless the record's slot, token and owner equal the lease's.
-        - A handover keeps the record for a claim of the same slot to take over, also for an older
-          slot kept under `overlap=allow`.
+        - Returns True, once, only while the record of `lease.slot` has the lease's token and owner
+          and status `running`: a second release, a release after a takeover, and a release of a job
+          with no record at all return False and change nothing.
+        - `failed` is stored as `failed` (a claim answers DONE, `inspect` reads `failed`).
+        - An older slot kept under `overlap=allow` that ends as done or failed loses its record;
+          handed over, it keeps it (`released`) for a claim of the same slot to take over.
+        - Atomic: a release and a takeover of the same record never both succeed.
+        `anarchon.backends.decide_release` is this rule.
         """
         ...
 
-    async def inspect(self, namespace: str, job: str) -> JobState | None:
-        """Read one job's record (capability `inspect`)."""
-        ...
+    async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
+        """End each run as `release` would, in order; results are in order.
 
-    async def jobs(self, namespace: str) -> list[JobState]:
-        """Read every record in a namespace, sorted by job name (capability `inspect`)."""
+        - Each item is judged on its own: a stale lease is ignored (False) and does not fail the rest.
+        - Handovers are pushed as `release` pushes them.
+        """
         ...
 
     async def subscribe(self, namespace: str, callback: ReleaseCallback) -> None:
@@ -296,25 +363,19 @@ class LeaseBackend(ClaimBackend, Protocol):
 
 
 @runtime_checkable
-class ReleaseManyBackend(LeaseBackend, Protocol):
-    """A lease backend that also ends a batch of runs at once (capability `release_many`)."""
+class InspectBackend(Protocol):
+    """A lease backend whose records can be read (capability `inspect`), e.g. by `anarchon status`."""
 
-    async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
-        """End each run as `release` would, in one round trip; results are in order.
+    async def inspect(self, namespace: str, job: str) -> JobState | None:
+        """Read one job's newest record, or None when the job has none."""
+        ...
 
-        - Each item is judged on its own: a stale lease is ignored (False) and does not fail the rest.
-        - Handovers are pushed as `release` pushes them.
-        """
+    async def jobs(self, namespace: str) -> list[JobState]:
+        """Read the newest record of every job in a namespace, sorted by job name (code point order)."""
         ...
 
 
-@runtime_checkable
-class RenewManyBackend(LeaseBackend, Protocol):
-    """A lease backend that also extends a batch of leases at once (capability `renew_many`)."""
-
-    async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
-        """Renew each `(lease, lease_ms)` as `renew` would, in one round trip; results are in order.
-
-        - Each item is judged on its own: a lost lease is None and does not fail the rest.
-        """
-        ...
+# Transitional names: every lease backend now has `release_many` and `renew_many`. An engine that
+# still casts to these names keeps type-checking; new code uses `LeaseBackend`.
+ReleaseManyBackend = LeaseBackend
+RenewManyBackend = LeaseBackend

@@ -23,13 +23,12 @@ from ..backends import (
     ClaimBackend,
     ClaimRequest,
     ClaimResult,
+    InspectBackend,
     JobState,
     Lease,
     LeaseBackend,
     ReleaseCallback,
-    ReleaseManyBackend,
     ReleaseOutcome,
-    RenewManyBackend,
 )
 
 if TYPE_CHECKING:
@@ -172,7 +171,7 @@ def require_service(name: str, url: str, default_port: int) -> None:
 LEASE_ONLY_OPTIONS: dict[str, Any] = {
     "overlap": "skip", "max_attempts": 2, "catch_up": "1m", "lease": "30s", "heartbeat": "1s", "retry": True,
 }
-"""Job options that need a lease backend (DESIGN §4), each with a valid value."""
+"""Job options that need a lease backend (claim-only backends refuse them), each with a valid value."""
 
 
 def check_lease_only_options_refused(backend: Any) -> None:
@@ -230,11 +229,13 @@ async def claim_race(
 class FaultyBackend:
     """Wraps a lease backend to inject faults: a crash (every call fails) or a freeze (calls wait)."""
 
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(Capability)
+    """Each instance declares the wrapped backend's capabilities instead."""
     url_schemes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, inner: LeaseBackend) -> None:
         self.inner = inner
-        self.capabilities: frozenset[Capability] = inner.capabilities
+        self.capabilities = inner.capabilities  # type: ignore[misc]
         self.crashed = False
         self._frozen_until: float | None = None
 
@@ -295,22 +296,22 @@ class FaultyBackend:
         return await self.inner.release(lease, outcome)
 
     async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
-        """Release a batch, unless crashed or frozen (declared when the wrapped backend declares it)."""
+        """Release a batch, unless crashed or frozen."""
         await self._gate()
-        return await cast(ReleaseManyBackend, self.inner).release_many(releases)
+        return await self.inner.release_many(releases)
 
     async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
-        """Renew a batch, unless crashed or frozen (declared when the wrapped backend declares it)."""
+        """Renew a batch, unless crashed or frozen."""
         await self._gate()
-        return await cast(RenewManyBackend, self.inner).renew_many(renewals)
+        return await self.inner.renew_many(renewals)
 
     async def inspect(self, namespace: str, job: str) -> JobState | None:
-        """Inspect through the wrapped backend."""
-        return await self.inner.inspect(namespace, job)
+        """Inspect through the wrapped backend (when it declares `inspect`)."""
+        return await cast(InspectBackend, self.inner).inspect(namespace, job)
 
     async def jobs(self, namespace: str) -> list[JobState]:
-        """List records through the wrapped backend."""
-        return await self.inner.jobs(namespace)
+        """List records through the wrapped backend (when it declares `inspect`)."""
+        return await cast(InspectBackend, self.inner).jobs(namespace)
 
     async def subscribe(self, namespace: str, callback: ReleaseCallback) -> None:
         """Subscribe; a crashed instance hears nothing more."""

@@ -1,0 +1,156 @@
+"""Write docs/benchmarks.md (and its plot and raw data) from one benchmark run's results.
+
+    python bench/page.py RESULTS_DIR      # what `make bench` runs after measuring (run.py --publish)
+
+RESULTS_DIR holds the results.json (and plot.png) that run.py wrote. The page is generated whole:
+the workload, the metrics, the targets judged against this run, the plot and every table.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import SCENARIOS, aggregate, fmt, tables
+
+BENCH = Path(__file__).resolve().parent
+DOCS = BENCH.parent / "docs"
+PAGE = DOCS / "benchmarks.md"
+ASSETS = DOCS / "benchmarks"
+TEXT = BENCH / "page.md"
+"""The page's fixed part (what is measured, how, and the peers' set-up), with `{workload}` to fill in."""
+
+
+
+# The targets, each judged on the anarchon rows of one scenario (or only the backends named):
+# (text, scenario, backends, check of one row).
+Check = Callable[[dict[str, Any]], bool]
+ORDER = ["anarchon-sqlite", "anarchon-redis", "anarchon-postgresql", "anarchon-redis-stream", "anarchon-nats",
+         "anarchon-nats-kv", "anarchon-rabbitmq"]
+
+
+def _median(row: dict[str, Any], key: str) -> float | None:
+    value: float | None = row[key]["median"]
+    return value
+
+
+def _le(key: str, limit: float) -> Check:
+    return lambda r: (v := _median(r, key)) is not None and v <= limit
+
+
+def _none(key: str) -> Check:
+    return lambda r: all(n == 0 for n in r[key])
+
+
+def _clean(r: dict[str, Any]) -> bool:
+    return _none("duplicates")(r) and _none("missed")(r)
+
+
+def _fast(r: dict[str, Any]) -> bool:
+    return _le("p50_ms", 25)(r) and _le("p99_ms", 60)(r)
+
+
+LEASE = ("anarchon-sqlite", "anarchon-redis", "anarchon-postgresql", "anarchon-nats-kv")
+TARGETS: list[tuple[str, str, tuple[str, ...], Check]] = [
+    ("0 duplicates at 10 jobs, with a replica killed", "A", (), _none("duplicates")),
+    ("0 duplicates and 0 missed at 200 jobs", "B", (), _clean),
+    ("p50 ≤ 25 ms and p99 ≤ 60 ms at 10 jobs", "A", (), _fast),
+    ("p50 ≤ 25 ms and p99 ≤ 60 ms at 200 jobs", "B", (), _fast),
+    ("steady CPU ≤ 0.3 s per replica per 45 s at 10 jobs", "A", (), _le("steady_cpu_per_45s", 0.3)),
+    ("steady CPU ≤ 1.2 s per replica per 45 s at 200 jobs", "B", (), _le("steady_cpu_per_45s", 1.2)),
+    ("a killed run taken over as attempt 2 within lease + heartbeat (6 s), where one ran", "A", LEASE,
+     _le("takeover_ms", 6000)),
+    ("10,000 jobs on Redis, none missed", "C", ("anarchon-redis",), _none("missed")),
+    ("5,000 jobs on PostgreSQL, none missed", "C5", ("anarchon-postgresql",), _none("missed")),
+]
+
+
+def _short(name: str) -> str:
+    return name.removeprefix("anarchon-")
+
+
+def targets(rows: list[dict[str, Any]]) -> list[str]:
+    """The targets table: which anarchon backends met each one in this run."""
+    lines = ["| target | scenario | met on | not met on |", "| --- | --- | --- | --- |"]
+    for text, scenario, backends, check in TARGETS:
+        mine = [r for r in rows if r["scenario"] == scenario and r["scheduler"].startswith("anarchon-")
+                and (not backends or r["scheduler"] in backends)]
+        if "attempt 2" in text:  # where a newer slot superseded the killed one first, none ran
+            mine = [r for r in mine if any(r["takeovers_seen"])]
+        if not mine:
+            continue
+        met = [_short(r["scheduler"]) for r in mine if check(r)]
+        missed = [_short(r["scheduler"]) for r in mine if not check(r)]
+        lines.append(f"| {text} | {scenario} | {', '.join(met) or '-'} | {', '.join(missed) or '-'} |")
+    return lines
+
+
+def summary(rows: list[dict[str, Any]], scenario: str) -> list[str]:
+    """One short table per scenario: the numbers a reader compares first."""
+    lines = ["| scheduler | duplicates | missed | p50 / p99 ms | steady CPU s / replica / 45 s "
+             "| store CPU s |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in (r for r in rows if r["scenario"] == scenario):
+        p50, p99 = _median(r, "p50_ms"), _median(r, "p99_ms")
+        latency = "n/a" if p50 is None or p99 is None else f"{p50:,.0f} / {p99:,.0f}"
+        lines.append(f"| {r['scheduler']} | {', '.join(f'{n:,}' for n in r['duplicates'])} "
+                     f"| {', '.join(f'{n:,}' for n in r['missed'])} | {latency} "
+                     f"| {fmt(r['steady_cpu_per_45s'], 2)} | {fmt(r['store_cpu_s'], 1)} |")
+    return lines
+
+
+def render(data: dict[str, Any]) -> str:
+    """The whole page for one run's results.json."""
+    meta = data["meta"]
+    rank = {name: i for i, name in enumerate(ORDER)}
+    runs = sorted(data["runs"], key=lambda r: (rank.get(r["scheduler"], len(ORDER)), r["scheduler"]))
+    rows = aggregate(runs)
+    scenarios = sorted({r["scenario"] for r in rows}, key=list(SCENARIOS).index)
+    workload = ["| scenario | jobs | duration | fault | handler |", "| --- | --- | --- | --- | --- |"]
+    for name in scenarios:
+        sc, secs = SCENARIOS[name], meta["durations"][name]
+        kill = meta["kill_at"].get(name)
+        fault = (f"SIGKILL at {kill:.0f} s of the replica that last started a run, while it runs" if kill
+                 else "none")
+        handler = f"sleeps {sc.sleep * 1000:.0f} ms" if sc.sleep else "returns at once"
+        who = f" (anarchon on {', '.join(_short(s) for s in sc.only)} only)" if sc.only else ""
+        workload.append(f"| {name} | {sc.jobs:,} | {secs:.0f} s{who} | {fault} | {handler} |")
+    repeats = meta["repeats"]
+    cells = ("Each cell is the median over the repeats, with min and max in brackets; duplicates and "
+             "missed list every repeat." if repeats > 1 else
+             "One repeat: read differences of about 10% as noise.")
+    out = [TEXT.read_text().replace("{workload}", "\n".join(workload)),
+           "## Results", "",
+           f"Measured on {meta['machine']}, {repeats} repeat{'s' if repeats > 1 else ''} of each scenario, "
+           f"every store on loopback. {cells} Raw data: [results.json](benchmarks/results.json).", "",
+           "### Against the targets", "", *targets(rows), ""]
+    if (ASSETS / "plot.png").exists():
+        out += ["![due-to-start latency and CPU per replica, by scheduler and scenario]"
+                "(benchmarks/plot.png)", ""]
+    for name in scenarios:
+        sc = SCENARIOS[name]
+        out += [f"### Scenario {name}: {sc.jobs:,} jobs", "", *summary(rows, name), ""]
+    out += ["## Every number", "", tables(rows, meta, heading="###")]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def publish(results: Path) -> None:
+    """Write the page, and copy the plot and the raw data beside it."""
+    data = json.loads((results / "results.json").read_text())
+    ASSETS.mkdir(exist_ok=True)
+    for stale in ASSETS.iterdir():
+        stale.unlink()
+    if (results / "plot.png").exists():
+        shutil.copy(results / "plot.png", ASSETS / "plot.png")
+    runs = [{k: v for k, v in r.items() if k != "latencies"} for r in data["runs"]]
+    (ASSETS / "results.json").write_text(json.dumps({"meta": data["meta"], "runs": runs}, indent=1) + "\n")
+    PAGE.write_text(render(data))
+    print(f"wrote {PAGE.relative_to(BENCH.parent)} and {ASSETS.relative_to(BENCH.parent)}/")
+
+
+if __name__ == "__main__":
+    publish(Path(sys.argv[1]))

@@ -1,0 +1,46 @@
+"""docs/benchmarks.md is generated from a run's results: the targets are judged from the numbers."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from page import render
+
+
+def run(scheduler: str, scenario: str, *, missed: int = 0, p50: float = 10, p99: float = 40,
+        steady: float = 0.2, takeover: float | None = None) -> dict[str, Any]:
+    return {"scheduler": scheduler, "scenario": scenario, "runs": 100, "duplicates": 0, "missed": missed,
+            "latency_ms": {"p50": p50, "p99": p99, "max": p99}, "gap_after_kill_ms": None,
+            "takeover_ms": takeover, "cpu_per_replica_s": 0.5, "steady_cpu_per_45s": steady,
+            "peak_rss_mb": 30.0, "store_cpu_s": 1.0, "round_trips_per_slot": 1.0}
+
+
+def test_the_page_judges_each_target_from_the_runs() -> None:
+    data = {
+        "meta": {"machine": "2 cores", "repeats": 1, "durations": {"A": 45, "B": 45, "C": 60},
+                 "kill_at": {"A": 20, "B": None, "C": None}},
+        "runs": [
+            run("anarchon-redis", "A", missed=9, takeover=5000),
+            run("anarchon-rabbitmq", "A", p50=31, p99=65),
+            run("arq-redis", "A", p50=300, p99=400),
+            run("anarchon-redis", "B", steady=0.4),
+            run("anarchon-rabbitmq", "B", missed=12, steady=4.9),
+            run("anarchon-redis", "C", p50=600, p99=900, steady=16),
+            run("anarchon-postgresql", "C", missed=5),
+        ],
+    }
+    page = render(data)
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| ([^|]+) \| (?:A|B|C|C5) \|.*$", page, re.M)}
+    assert rows["p50 ≤ 25 ms and p99 ≤ 60 ms at 10 jobs"].endswith("| redis | rabbitmq |")
+    assert rows["0 duplicates and 0 missed at 200 jobs"].endswith("| redis | rabbitmq |")
+    takeover = "a killed run taken over as attempt 2 within lease + heartbeat (6 s), where one ran"
+    assert rows[takeover].endswith("| redis | - |")
+    # 10,000 jobs is a target on Redis only: PostgreSQL's misses there are not judged.
+    assert rows["10,000 jobs on Redis, none missed"].endswith("| redis | - |")
+    assert "5,000 jobs on PostgreSQL" not in page  # no C5 in this run
+    assert "| arq-redis | 0 | 0 | 300 / 400 |" in page
+    assert "## Every number" in page and "DESIGN" not in page

@@ -1,0 +1,6 @@
+"""Make the example importable in the monorepo's test run without installing it."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))

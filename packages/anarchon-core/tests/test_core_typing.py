@@ -1,0 +1,96 @@
+"""Both type checkers reject a lease option on a claim-only scheduler, and their errors name the option.
+
+The typing files under tests/typing prove *that* calls are rejected (mypy and pyright both fail on an
+unneeded `type: ignore`); this test reads the messages a user sees.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+
+USER_CODE = '''\
+from anarchon import JobContext, MemoryClaimBackend, Scheduler
+
+
+async def handler(ctx: JobContext) -> None:
+    """A handler."""
+
+
+scheduler = Scheduler(MemoryClaimBackend.from_url("memory-claim://"))
+scheduler.every("sync", "10s", handler, overlap="allow")
+scheduler.cron("digest", "0 8 * * 1-5", handler, max_attempts=2)
+Scheduler(MemoryClaimBackend.from_url("memory-claim://"), lease="30s")
+'''
+EXPECTED = {9: "overlap", 10: "max_attempts", 11: "lease"}
+
+
+@pytest.fixture
+def user_file(tmp_path: Path) -> Path:
+    path = tmp_path / "user_app.py"
+    path.write_text(USER_CODE)
+    return path
+
+
+def _run(args: list[str], cwd: Path) -> str:
+    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0, f"{args[0]} accepted lease options on a claim-only scheduler:\n{done.stdout}"
+    return done.stdout
+
+
+def test_mypy_names_the_lease_option(user_file: Path) -> None:
+    out = _run([str(BIN / "mypy"), "--strict", "--no-incremental", str(user_file)], user_file.parent)
+    errors = {int(line.split(":")[1]): line for line in out.splitlines() if ": error:" in line}
+    assert sorted(errors) == sorted(EXPECTED), out
+    for line, option in EXPECTED.items():
+        assert f'Argument "{option}"' in errors[line] and "NeedsLeaseBackend" in errors[line], out
+
+
+def test_pyright_names_the_lease_option(user_file: Path) -> None:
+    out = _run([str(BIN / "pyright"), "--outputjson", "--pythonpath", sys.executable, str(user_file)],
+               user_file.parent)
+    diagnostics = json.loads(out)["generalDiagnostics"]
+    named = {d["range"]["start"]["line"] + 1: d["message"] for d in diagnostics
+             if d.get("rule") == "reportArgumentType"}
+    assert sorted(named) == sorted(EXPECTED), diagnostics
+    for line, option in EXPECTED.items():
+        assert f'parameter "{option}"' in named[line] and "NeedsLeaseBackend" in named[line], diagnostics
+
+
+ROOT = Path(__file__).resolve().parents[3]
+CHECKED = Path(__file__).parent / "typing" / "check_documented.py"
+# A line of an example that builds a scheduler, or registers, starts or stops jobs.
+API = re.compile(r"\bScheduler(\.from_url)?\(|[.@](every|cron|at|register|start_in_thread|stop_thread|run)\(|"
+                 r"^@(every|cron|at)\(")
+
+
+def _code(line: str) -> str:
+    """A line without indentation, trailing comment or a leading `# or:` (an alternative shown)."""
+    line = line.strip()
+    line = re.sub(r"^# or:? ", "", line)
+    return line.split("  #")[0].strip()
+
+
+def documented_lines() -> list[tuple[str, str]]:
+    """(page, line) for every scheduler line in a Python example of README.md or docs/."""
+    found = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.S):
+            found += [(str(page.relative_to(ROOT)), _code(line)) for line in block.splitlines()
+                      if API.search(_code(line))]
+    return found
+
+
+def test_every_documented_example_is_type_checked() -> None:
+    checked = {_code(line) for line in CHECKED.read_text().splitlines()}
+    lines = documented_lines()
+    assert len(lines) > 30, lines  # the examples were found
+    missing = [f"{page}: {line}" for page, line in lines if line not in checked]
+    assert not missing, f"add these documented lines to {CHECKED.name}:\n" + "\n".join(missing)

@@ -1,0 +1,195 @@
+"""Every documented example, as a user would write it, checked by mypy --strict and pyright strict.
+
+test_core_typing.py keeps this file honest: each line of a Python example in README.md and docs/ that
+builds a scheduler or registers, starts or stops jobs must appear here. Names an example leaves to
+the reader (a mailer, a billing client) are stubbed first. The end of the file shows the rejections
+a user gets on a claim-only backend built the documented way.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+from anarchon import JobContext, Scheduler, cron, every
+from anarchon_nats import NatsBackend, NatsKVBackend
+from anarchon_postgres import PostgresBackend
+from anarchon_rabbitmq import RabbitMQBackend
+from anarchon_redis import RedisBackend
+from anarchon_sqlite import SqliteBackend
+
+# -- what the examples leave to the reader ---------------------------------------------------------
+
+
+async def send_digest(key: str) -> None:
+    """Sends the digest once per key."""
+
+
+class Mailer:
+    """A mail client."""
+
+    async def send_digest(self, key: str) -> None:
+        """Sends the digest once per key."""
+
+
+class Billing:
+    """A payment client."""
+
+    async def charge(self, customer: Any, idempotency_key: str) -> None:
+        """Charges once per key."""
+
+
+billing = Billing()
+
+
+async def due_customers() -> list[Any]:
+    """The customers to invoice."""
+    return []
+
+
+my_app = types.SimpleNamespace(jobs=types.ModuleType("my_app.jobs"))
+jobs = types.ModuleType("jobs")
+
+
+# -- README.md, docs/index.md, docs/quickstart.md ---------------------------------------------------
+
+
+def readme() -> None:
+    scheduler = Scheduler(SqliteBackend.from_url("sqlite:///jobs.db"), lease="6s", heartbeat="1s", log=True)
+
+    @scheduler.every("sync", "10s")
+    async def sync(ctx: JobContext) -> None:
+        print("sync", ctx.scheduled_at.isoformat(), "attempt", ctx.attempt)
+
+    scheduler.run()
+
+
+def index() -> None:
+    scheduler = Scheduler(SqliteBackend.from_url("sqlite:///jobs.db"), lease="30s", heartbeat="5s", log=True)
+
+    @scheduler.cron("weekday-digest", "0 8 * * 1-5", timezone="Europe/Athens")
+    async def digest(ctx: JobContext) -> None:
+        await send_digest(key=ctx.idempotency_key())
+
+    scheduler.run()
+
+
+def quickstart() -> None:
+    scheduler = Scheduler(SqliteBackend.from_url("sqlite:///jobs.db"), lease="6s", heartbeat="1s", log=True)
+
+    @scheduler.every("tick", "5s")
+    async def tick(ctx: JobContext) -> None:
+        print(f"tick {ctx.scheduled_at:%H:%M:%S} attempt {ctx.attempt} on {ctx.instance_id}")
+
+    @scheduler.every("slow", "30s")
+    async def slow(ctx: JobContext) -> None:
+        for _ in range(20):
+            await ctx.sleep(1)
+
+
+# -- docs/backends/ ----------------------------------------------------------------------------------
+
+
+def sqlite_page() -> None:
+    scheduler = Scheduler(SqliteBackend.from_url("sqlite:///jobs.db"), lease="30s", heartbeat="5s")
+    scheduler = Scheduler(SqliteBackend.from_url("sqlite:////var/lib/myapp/jobs.db"))
+    scheduler = Scheduler(SqliteBackend("/var/lib/myapp/jobs.db", table="anarchon_jobs", busy_timeout="5s"))
+    print(scheduler)
+
+
+def postgres_page() -> None:
+    backend = PostgresBackend.from_url("postgresql://app@db:5432/app?schema=jobs&table=anarchon_jobs")
+    backend = PostgresBackend("postgresql://app@db:5432/app", schema="jobs", table="anarchon_jobs")
+    scheduler = Scheduler(backend, lease="30s", heartbeat="5s")
+    print(scheduler)
+
+
+def nats_page() -> None:
+    scheduler = Scheduler(NatsBackend.from_url("nats://127.0.0.1:4222?stream=ANARCHON&duplicate_window=2m"))
+    Scheduler(NatsBackend("nats://127.0.0.1:4222", stream="ANARCHON", duplicate_window="2m"))
+    print(scheduler)
+
+
+def nats_kv_page() -> None:
+    backend = NatsKVBackend.from_url("nats-kv://127.0.0.1:4222?bucket=anarchon&lease=30s")
+    backend = NatsKVBackend("nats://127.0.0.1:4222", bucket="anarchon", lease="30s")
+    scheduler = Scheduler(backend, lease="30s")
+    print(scheduler)
+
+
+def rabbitmq_page() -> None:
+    scheduler = Scheduler(RabbitMQBackend.from_url("amqp://guest:guest@127.0.0.1:5672/?horizon=5m"))
+    Scheduler(RabbitMQBackend("amqp://guest:guest@127.0.0.1:5672/", prefix="anarchon", horizon="5m"))
+    print(scheduler)
+
+
+# -- docs/decorators.md and the recipes ------------------------------------------------------------
+
+
+class ReportsService:
+    def __init__(self, mailer: Mailer) -> None:
+        self.mailer = mailer
+
+    @cron("weekday-digest", "0 8 * * 1-5", timezone="Europe/Athens")
+    async def digest(self, ctx: JobContext) -> None:
+        await self.mailer.send_digest(key=ctx.idempotency_key())
+
+    @every("sync-customers", "10s", timeout="8s")
+    def sync(self) -> None:
+        ...
+
+
+@cron("weekday-digest", "0 8 * * 1-5", timezone="Europe/Athens")
+def digest(ctx: JobContext) -> None:
+    ...
+
+
+def decorators_page(scheduler: Scheduler[SqliteBackend]) -> None:
+    scheduler.register(ReportsService(Mailer()))
+    scheduler.register(my_app.jobs)
+
+
+def fastapi_recipe() -> None:
+    class ReportsService:
+        @every("refresh-reports", "5m")
+        async def refresh(self, ctx: JobContext) -> None:
+            print("refreshing reports for", ctx.scheduled_at)
+
+    scheduler = Scheduler(PostgresBackend.from_url("postgresql://app@db/app"), namespace="myapi")
+    scheduler.register(ReportsService())
+
+
+def flask_recipe() -> None:
+    scheduler = Scheduler(RedisBackend.from_url("redis://redis:6379/0"), namespace="myflask")
+    scheduler.register(jobs)
+    scheduler.start_in_thread()
+    scheduler.stop_thread(timeout=15)
+
+
+def exactly_once_recipe() -> None:
+    backend = PostgresBackend("postgresql://app@db/app")
+    scheduler = Scheduler(backend, lease="30s", heartbeat="5s")
+
+    @scheduler.every("settle", "1m")
+    async def settle(ctx: JobContext) -> None:
+        print(ctx.token)
+
+
+def idempotency_recipe(scheduler: Scheduler[PostgresBackend]) -> None:
+    @scheduler.cron("invoice-run", "0 2 1 * *", timezone="Europe/Athens")
+    async def invoices(ctx: JobContext) -> None:
+        for customer in await due_customers():
+            await billing.charge(customer, idempotency_key=ctx.idempotency_key(customer.id))
+
+
+# -- rejected: lease options on a claim-only scheduler built the documented way -------------------
+
+
+async def handler(ctx: JobContext) -> None:
+    """A handler."""
+
+
+nats = Scheduler(NatsBackend.from_url("nats://127.0.0.1:4222"))
+nats.every("a", "10s", handler, overlap="allow")  # type: ignore[arg-type]
+rabbit = Scheduler(RabbitMQBackend.from_url("amqp://guest:guest@127.0.0.1:5672/"), lease="30s")  # type: ignore[arg-type]
+Scheduler(RedisBackend.from_url("redis://127.0.0.1:6379/0")).every("b", "10s", handler, overlap="allow")
