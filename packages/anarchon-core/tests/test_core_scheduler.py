@@ -27,7 +27,7 @@ from anarchon import (
     Scheduler,
     to_ms,
 )
-from anarchon.backends import BackendBase, Capability
+from anarchon.backends import BackendBase
 from anarchon.testing import FaultyBackend, SkewedClock, VirtualClock, crash
 
 START = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
@@ -389,15 +389,8 @@ def test_max_attempts_and_retry(clock: VirtualClock) -> None:
     assert attempts == [1, 2, 3]
 
 
-class _OneByOneReleases(MemoryBackend):
-    """The reference backend without `release_many`: each run is released on its own."""
-
-    capabilities = frozenset(MemoryBackend.capabilities - {Capability.RELEASE_MANY})
-
-
-@pytest.mark.parametrize(("batched", "releases"), [(True, 1), (False, 100)])
-def test_claims_due_together_go_in_one_round_trip(clock: VirtualClock, batched: bool, releases: int) -> None:
-    backend = MemoryBackend(clock=clock) if batched else _OneByOneReleases(clock=clock)
+def test_claims_due_together_go_in_one_round_trip(clock: VirtualClock) -> None:
+    backend = MemoryBackend(clock=clock)
     scheduler = Scheduler(backend, clock=clock, jitter=0)
     ran: list[int] = []
 
@@ -414,9 +407,9 @@ def test_claims_due_together_go_in_one_round_trip(clock: VirtualClock, batched: 
             await asyncio.sleep(1)
             calls = backend.store.calls - before
             # One claim_many for the 100 jobs, then the 100 runs that end together are released in
-            # one release_many where the backend has it, one by one where it does not.
+            # one release_many.
             assert len(ran) == 100
-            assert calls == 1 + releases
+            assert calls == 1 + 1
             states = await backend.jobs(scheduler.namespace)
             assert [s.status for s in states] == [JobStatus.DONE] * 100
 

@@ -1,7 +1,7 @@
 """An example third-party anarchon backend: one JSON file guarded by an exclusive file lock.
 
 Every process on one machine that opens the same file shares one store. It is claim-only
-(capabilities `claim` and `claim_many`): one winner per (namespace, job, slot), forever.
+(capability `claim`, with `claim_many` for batches): one winner per (namespace, job, slot), forever.
 
     backend = FileLockBackend.from_url("filelock:///tmp/anarchon-claims.json")
 """

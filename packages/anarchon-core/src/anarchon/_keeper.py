@@ -23,7 +23,7 @@ from ._job import Job
 from ._logs import fmt_slot, short
 from ._renewals import Held, Renewals, hold
 from ._tasks import Tasks
-from .backends import Capability, Lease, LeaseBackend, ReleaseOutcome
+from .backends import Lease, LeaseBackend, ReleaseOutcome
 
 __all__ = ["Held", "Keeper", "LeaseKeeper", "NullKeeper", "Releases", "job_names", "lag_threshold",
            "watch_lag"]
@@ -71,16 +71,13 @@ class Keeper(Protocol):
 
 class Releases:
     """Ends runs in the store, on the scheduler's loop and connection: the releases of one loop step
-    go out in one `release_many` where the backend has it."""
+    go out in one `release_many`."""
 
     def __init__(self, backend: LeaseBackend, log: logging.Logger, tasks: Tasks) -> None:
-        self._backend = backend
         self._log = log
         self._tasks = tasks
-        self._batch: StepBatcher[tuple[Lease, ReleaseOutcome], bool] | None = None
-        if Capability.RELEASE_MANY in backend.capabilities:
-            self._batch = StepBatcher(backend.release_many,
-                                      lambda c: tasks.spawn(c, "send"), f"{backend!r}.release_many")
+        self._batch: StepBatcher[tuple[Lease, ReleaseOutcome], bool] = StepBatcher(
+            backend.release_many, lambda c: tasks.spawn(c, "send"), f"{backend!r}.release_many")
 
     async def release(self, held: Held, outcome: ReleaseOutcome, now: Callable[[], float]) -> None:
         """Release `held`'s run, retrying while its lease lasts (by `now`, the keeper's clock)."""
@@ -115,10 +112,8 @@ class Releases:
             await self._send(lease, ReleaseOutcome.HANDOVER)
 
     def _send(self, lease: Lease, outcome: ReleaseOutcome) -> asyncio.Future[bool]:
-        """Release one run; with `release_many`, together with the other runs ending now."""
-        if self._batch is not None:
-            return self._batch.submit((lease, outcome))
-        return self._tasks.spawn(self._backend.release(lease, outcome), "send")
+        """Release one run in one `release_many` with the other runs ending in this loop step."""
+        return self._batch.submit((lease, outcome))
 
 
 class LeaseKeeper:

@@ -29,7 +29,7 @@ from ._batch import StepBatcher
 from ._job import Job
 from ._logs import SlotText, fmt_slot, short
 from ._tasks import Tasks
-from .backends import Capability, Lease, LeaseBackend, ReleaseOutcome
+from .backends import Lease, LeaseBackend, ReleaseOutcome
 
 __all__ = ["Held", "Renewals", "hold"]
 
@@ -93,10 +93,8 @@ class Renewals:
         """When this loop's renewal task wakes next (published for `post`)."""
         self._poke_at = math.inf
         """When `poke` is called next (published for `post`)."""
-        self._batch: StepBatcher[tuple[Lease, int], Lease | None] | None = None
-        if Capability.RENEW_MANY in backend.capabilities:
-            self._batch = StepBatcher(self._renew_many, lambda c: tasks.spawn(c, "send"),
-                                      f"{backend!r}.renew_many")
+        self._batch: StepBatcher[tuple[Lease, int], Lease | None] = StepBatcher(
+            self._renew_many, lambda c: tasks.spawn(c, "send"), f"{backend!r}.renew_many")
 
     def start(self) -> None:
         """Start the renewal task on the running loop."""
@@ -276,17 +274,11 @@ class Renewals:
     # -- the store --------------------------------------------------------------------------------
 
     def _send(self, lease: Lease, lease_ms: int) -> asyncio.Future[Lease | None]:
-        """Renew one lease; with `renew_many`, together with the other renewals made now."""
-        if self._batch is not None:
-            return self._batch.submit((lease, lease_ms))
-        return self._tasks.spawn(self._renew_one(lease, lease_ms), "send")
-
-    async def _renew_one(self, lease: Lease, lease_ms: int) -> Lease | None:
-        # An answer after the lease ended is no use (the deadline judged it lost): bound the call.
-        async with asyncio.timeout(lease_ms / 1000):
-            return await self._backend.renew(lease, lease_ms)
+        """Renew one lease in one `renew_many` with the other renewals made in this loop step."""
+        return self._batch.submit((lease, lease_ms))
 
     async def _renew_many(self, renewals: list[tuple[Lease, int]]) -> list[Lease | None]:
+        # An answer after the leases ended is no use (the deadline judged them lost): bound the call.
         async with asyncio.timeout(max(ms for _, ms in renewals) / 1000):
             return await self._backend.renew_many(renewals)
 

@@ -55,8 +55,7 @@ class PostgresBackend(LeaseBackendBase):
     """A lease backend on PostgreSQL: one-statement claims, LISTEN/NOTIFY handover, fenced writes."""
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT,
-         Capability.RELEASE_MANY, Capability.RENEW_MANY}
+        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
 

@@ -188,8 +188,7 @@ class RedisBackend(RedisStore, LeaseBackendBase):
     """A lease backend on Redis: every operation is one Lua script, releases are pushed by pub/sub."""
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT,
-         Capability.RELEASE_MANY, Capability.RENEW_MANY}
+        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix")
     _schemes: ClassVar[dict[str, str]] = {"redis": "redis", "rediss": "rediss", "unix": "unix"}

@@ -140,8 +140,7 @@ class SqliteBackend(LeaseBackendBase):
     """
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.INSPECT, Capability.RELEASE_MANY,
-         Capability.RENEW_MANY}
+        {Capability.CLAIM, Capability.LEASE, Capability.INSPECT}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("sqlite",)
 

@@ -17,9 +17,7 @@ from ._protocols import (
     LeaseRecord,
     Overlap,
     ReleaseCallback,
-    ReleaseManyBackend,
     ReleaseOutcome,
-    RenewManyBackend,
 )
 
 __all__ = [
@@ -43,10 +41,8 @@ __all__ = [
     "Overlap",
     "ReleaseCallback",
     "ReleaseDecision",
-    "ReleaseManyBackend",
     "ReleaseOutcome",
     "RenewDecision",
-    "RenewManyBackend",
     "decide",
     "decide_release",
     "decide_renew",

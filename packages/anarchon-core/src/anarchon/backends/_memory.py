@@ -84,8 +84,7 @@ class MemoryBackend(LeaseBackendBase):
     """
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT,
-         Capability.RELEASE_MANY, Capability.RENEW_MANY}
+        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("memory",)
 

@@ -27,9 +27,7 @@ __all__ = [
     "LeaseRecord",
     "Overlap",
     "ReleaseCallback",
-    "ReleaseManyBackend",
     "ReleaseOutcome",
-    "RenewManyBackend",
 ]
 
 
@@ -44,12 +42,6 @@ class Capability(enum.StrEnum):
     """Handovers are pushed to `subscribe`rs, so a backup takes a handover over without polling."""
     INSPECT = "inspect"
     """`inspect` and `jobs` read the stored records (`InspectBackend`)."""
-    RELEASE_MANY = "release_many"
-    """Transitional: every lease backend has `release_many`; this flag tells an engine that still
-    asks that it may send releases in batches."""
-    RENEW_MANY = "renew_many"
-    """Transitional: every lease backend has `renew_many`; this flag tells an engine that still
-    asks that it may send renewals in batches."""
 
 
 class ClaimOutcome(enum.StrEnum):
@@ -374,8 +366,3 @@ class InspectBackend(Protocol):
         """Read the newest record of every job in a namespace, sorted by job name (code point order)."""
         ...
 
-
-# Transitional names: every lease backend now has `release_many` and `renew_many`. An engine that
-# still casts to these names keeps type-checking; new code uses `LeaseBackend`.
-ReleaseManyBackend = LeaseBackend
-RenewManyBackend = LeaseBackend
