@@ -149,3 +149,46 @@ def test_valkey_url_without_valkey_py_fails_once_naming_the_extra() -> None:
     # The conformance kit says it once and runs no test, instead of failing every test with it.
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == f"anarchon-conformance: {message}"
+
+
+async def test_a_client_passed_in_keeps_the_keeper_on_the_loop_and_the_log_says_why_once(
+    raw: redis.asyncio.Redis, redis_url: str, prefix: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The backend does not own the client, so it cannot open a second connection for the keeper's
+    # thread: the leases are renewed on the scheduler's loop, as one line at start says.
+    import asyncio
+    import logging
+    import threading
+    import time
+
+    from anarchon import JobContext, JobStatus, Scheduler
+
+    caplog.set_level(logging.INFO, logger="anarchon")
+    backend = RedisBackend(raw, prefix=prefix)
+    assert backend.sibling() is None
+    scheduler = Scheduler(backend, lease="1s", heartbeat="0.3s")
+    attempts: list[int] = []
+
+    async def long(ctx: JobContext) -> None:
+        attempts.append(ctx.attempt)
+        await ctx.sleep(2)  # twice the lease: renewed on the loop
+
+    scheduler.at("long", time.time() + 0.2, long, jitter=0)
+    async with scheduler:
+        assert [t.name for t in threading.enumerate() if t.name.startswith("anarchon-keeper")] == []
+        await asyncio.sleep(3)
+    lines = [m for m in caplog.messages if "renewed on the scheduler's event loop" in m]
+    assert lines == [
+        f"leases on {backend.url} are renewed on the scheduler's event loop, not beside it: it was given "
+        "a client object that it does not own, so it cannot open a second connection; a handler that "
+        "blocks the loop for longer than the lease loses its lease"
+    ], caplog.text
+    assert attempts == [1]
+    reader = RedisBackend(redis_url, prefix=prefix)
+    await reader.open()
+    try:
+        state = await reader.inspect("anarchon", "long")
+    finally:
+        await reader.close()
+    assert state is not None and (state.status, state.attempt) == (JobStatus.DONE, 1), state
+    assert await raw.ping()  # the client passed in is left open

@@ -32,6 +32,9 @@ __all__ = ["Held", "Keeper", "LeaseKeeper", "NullKeeper", "Releases", "job_names
 class Keeper(Protocol):
     """What the engine asks of a keeper, whichever kind it is."""
 
+    where: str
+    """Where it renews the leases, e.g. "on the scheduler's event loop" (for the log and the tests)."""
+
     def now(self) -> float:
         """The keeper's clock, seconds: the send time of a claim is read from it."""
         ...
@@ -119,6 +122,8 @@ class Releases:
 class LeaseKeeper:
     """Keeps every lease of one process on the scheduler's own event loop."""
 
+    where = "on the scheduler's event loop"
+
     def __init__(self, backend: LeaseBackend, log: logging.Logger, *, heartbeat_ms: int) -> None:
         self._log = log
         self._heartbeat_ms = heartbeat_ms
@@ -173,6 +178,8 @@ class LeaseKeeper:
 
 class NullKeeper:
     """The keeper of a claim-only backend: it holds no lease, and watches the loop's lag."""
+
+    where = "nowhere: a claim-only backend holds no lease"
 
     def __init__(self, log: logging.Logger, *, heartbeat_ms: int) -> None:
         self._log = log

@@ -36,7 +36,8 @@ from .backends import Capability, ClaimBackend, Lease, LeaseBackend, ReleaseOutc
 __all__ = ["KeeperThread", "Sibling", "open_keeper"]
 
 Sibling = Callable[[], tuple[LeaseBackend | None, str]]
-"""Returns a new, unopened backend on the same store with a connection of its own, or None and why not."""
+"""Returns a new, unopened backend on the same store with a connection of its own and where it came
+from ("its sibling()"), or None and why not."""
 
 _PING_S = 0.5
 """How often the thread asks the scheduler's loop for a sign of life."""
@@ -54,9 +55,10 @@ async def open_keeper(backend: ClaimBackend, sibling: Sibling, log: logging.Logg
         level = logging.INFO
         if second is not None:
             thread = KeeperThread(cast(LeaseBackend, backend), second, log, heartbeat_ms=heartbeat_ms,
-                                  block_limit_ms=block_limit_ms)
+                                  block_limit_ms=block_limit_ms, source=why)
             try:
                 await thread.start(running)
+                log.debug("leases on %s are renewed %s", backend.url, thread.where)
                 return thread
             except Exception as exc:
                 level, why = logging.WARNING, f"its second connection did not open: {short(exc)}"
@@ -72,7 +74,8 @@ class KeeperThread:
     on the scheduler's loop and connection, batched with the other runs ending there."""
 
     def __init__(self, backend: LeaseBackend, second: LeaseBackend, log: logging.Logger, *,
-                 heartbeat_ms: int, block_limit_ms: int) -> None:
+                 heartbeat_ms: int, block_limit_ms: int, source: str) -> None:
+        self.where = f"beside the scheduler's event loop, on a second connection from {source}"
         self._second = second
         self._log = log
         self._heartbeat_ms = heartbeat_ms

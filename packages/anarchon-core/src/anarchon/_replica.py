@@ -78,8 +78,10 @@ def main(argv: list[str]) -> None:
             loop.add_signal_handler(sig, done.set)
         async with scheduler:
             # Ready only once started: every slot after this moment has this replica as a claimant.
+            engine = scheduler._engine
+            assert engine is not None
             fh.write(json.dumps({"event": "ready", "pid": os.getpid(), "t": time.time(),
-                                 "instance": scheduler.instance_id}) + "\n")
+                                 "instance": scheduler.instance_id, "keeper": engine.keeper.where}) + "\n")
             await done.wait()
 
     asyncio.run(serve())

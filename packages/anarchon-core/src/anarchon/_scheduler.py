@@ -388,7 +388,8 @@ class Scheduler(Generic[B]):
             self.log.exception("plugin hook %s failed", name)
 
     def _sibling(self) -> tuple[Any, str]:
-        """A second, unopened backend on the same store for the lease keeper's thread, or None and why.
+        """A second, unopened backend on the same store for the lease keeper's thread and where it came
+        from, or None and why not.
 
         The backend's own `sibling()` is asked first (it knows what it shares, e.g. an in-process store);
         then a backend made from a URL is made again from that URL.
@@ -402,10 +403,10 @@ class Scheduler(Generic[B]):
                 if second is None:
                     return None, ("it was given a client object that it does not own, so it cannot open a "
                                   "second connection")
-                return second, ""
+                return second, "its sibling()"
             url = url_of(self.backend)
             if url is not None:
-                return backend_for_url(url), ""
+                return backend_for_url(url), "the URL it was built from"
         except Exception as exc:
             return None, f"making a second backend failed: {exc}"
         return None, (f"{type(self.backend).__name__} has no sibling() to open a second connection with, "

@@ -40,6 +40,8 @@ class Event:
     attempt: int = 0
     reason: str = ""
     instance: str = ""
+    keeper: str = ""
+    """On a ready line: where the replica's lease keeper renews its leases."""
 
 
 class Cluster:
@@ -223,10 +225,15 @@ def check_blocked_loops(url: str, workdir: Path | str, *, lease_s: float = 1.0, 
        starts attempt 2 of its slot meanwhile;
     2. a run that blocks for good is taken over as attempt 2 within block_limit + lease + heartbeat
        (plus half a second between the keeper's checks, the claim jitter and a round trip).
+
+    Every replica's keeper renews beside its loop, on a connection its driver's `sibling()` made.
     """
     with Cluster(url, workdir, replicas=3, lease=f"{lease_s}s", heartbeat=f"{heartbeat_s}s",
                  tick_every="1s", long_every="1h", block_every="5s", block_for=[3 * lease_s, 3600.0],
                  block_limit=f"{block_limit_s}s") as c:
+        keepers = {e.pid: e.keeper for e in c.events() if e.event == "ready"}
+        assert set(keepers.values()) == {
+            "beside the scheduler's event loop, on a second connection from its sibling()"}, keepers
         first = c.wait_for(lambda e: e.event == "start" and e.job == "block" and e.slot > c.ready_ms,
                            timeout=20)
         end = c.wait_for(lambda e: e.event == "end" and e.job == "block" and e.slot == first.slot, timeout=20)
