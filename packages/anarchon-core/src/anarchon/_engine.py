@@ -19,7 +19,7 @@ from ._clock import Clock
 from ._job import Job
 from ._keeper import Keeper
 from ._keeper_thread import Sibling, open_keeper
-from ._logs import fmt_slot, short
+from ._logs import fields, fmt_slot, short
 from ._outcomes import Facts, Step, react
 from ._planner import Due, Planner
 from ._runs import Hook, Runs
@@ -159,7 +159,11 @@ class Engine:
         self._check_fingerprint(entry.plan.fingerprint, job, result)
         action = react(job, result, watching=entry.kind == "watch", stopping=self._stopping,
                        facts=self._facts)
-        self._log.log(action.level, action.message, *action.args)
+        if self._log.isEnabledFor(action.level):
+            attempt = result.lease.attempt if result.lease is not None else result.attempt
+            extra = fields(job.name, result.slot, self._config.instance_id, attempt=attempt,
+                           outcome=result.outcome.value)
+            self._log.log(action.level, action.message, *action.args, extra=extra)
         self.planner.settle(entry.plan, action)
         if result.lease is not None:
             if action.step is Step.RUN:

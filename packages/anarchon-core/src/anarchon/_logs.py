@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
+import os
 import sys
+from collections.abc import Iterator
+from types import TracebackType
 from typing import Any
 
 from ._schedules import from_ms
 
-__all__ = ["SlotText", "enable_console_logging", "fmt_slot", "qualname", "short"]
+__all__ = ["SlotText", "app_logging", "enable_console_logging", "fields", "fmt_slot", "handler_exc_info",
+           "qualname", "short"]
 
 logger = logging.getLogger("anarchon")
 """The engine's logger unless the scheduler was given one (`log=<Logger>`)."""
@@ -39,6 +45,19 @@ class SlotText:
         return hash(self.slot)
 
 
+def fields(job: str, slot: int, instance: str, *, attempt: int = 0, outcome: str | None = None
+           ) -> dict[str, object]:
+    """A log line's structured fields, passed as `extra` so that a formatter (JSON, say) reads them as
+    record attributes: `job`, `slot` (epoch ms), `instance` (the instance logging), and `attempt` and
+    `outcome` where they apply."""
+    extra: dict[str, object] = {"job": job, "slot": slot, "instance": instance}
+    if attempt:
+        extra["attempt"] = attempt
+    if outcome is not None:
+        extra["outcome"] = outcome
+    return extra
+
+
 def short(exc: BaseException) -> str:
     """`Type: message` for an exception, or just the type when it has no message."""
     text = str(exc) or type(exc).__name__
@@ -50,8 +69,27 @@ def qualname(obj: object) -> str:
     return getattr(obj, "__qualname__", None) or repr(obj)
 
 
+# The frames between the scheduler and a handler: anarchon's own, and asyncio's and the executor's.
+_INTERNAL = tuple(os.path.dirname(path) + os.sep
+                  for path in (__file__, asyncio.__file__, concurrent.futures.__file__))
+
+
+def handler_exc_info(exc: BaseException, log: logging.Logger) -> tuple[type[BaseException], BaseException,
+                                                                        TracebackType | None]:
+    """`exc_info` for an exception a handler raised: its traceback from the first frame of the user's
+    code on (the frames that called the handler dropped), or whole when `log` is enabled for DEBUG."""
+    tb = exc.__traceback__
+    if not log.isEnabledFor(logging.DEBUG):
+        first = tb
+        while first is not None and first.tb_frame.f_code.co_filename.startswith(_INTERNAL):
+            first = first.tb_next
+        tb = first or tb  # all internal: an error of anarchon's own, shown whole
+    return type(exc), exc, tb
+
+
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to whatever `sys.stderr` is at the time (test runners swap it)."""
+    """`log=True`'s console handler: the records no other handler receives, on whatever `sys.stderr` is
+    at the time (test runners swap it)."""
 
     @property
     def stream(self) -> Any:
@@ -61,14 +99,33 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def stream(self, value: Any) -> None:
         pass
 
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Only a record no other handler takes (the app's own logging, or the CLI's): one line per event."""
+        elsewhere = any(h is not self and record.levelno >= h.level
+                        for h in _handlers_up(logging.getLogger(record.name)))
+        return not elsewhere and bool(super().filter(record))
+
+
+def _handlers_up(logger: logging.Logger) -> Iterator[logging.Handler]:
+    """The handlers a record of `logger` reaches: its own, then each parent's while `propagate` holds."""
+    current: logging.Logger | None = logger
+    while current is not None:
+        yield from current.handlers
+        current = current.parent if current.propagate else None
+
+
+def app_logging(log: logging.Logger) -> bool:
+    """True when `log`'s records reach a handler besides `log=True`'s: the app has set up logging."""
+    return any(not isinstance(h, _StderrHandler) for h in _handlers_up(log))
+
 
 def enable_console_logging(log: logging.Logger) -> None:
-    """`log=True`: INFO lines like 'anarchon: sync slot=… won attempt=1 (host:1:ab12)' on stderr."""
-    if any(getattr(h, "_anarchon", False) for h in log.handlers):
+    """`log=True`: INFO lines like 'anarchon: sync slot=… won attempt=1 (host:1:ab12)' on stderr, unless
+    the app's logging (or the CLI's) already prints them."""
+    if any(isinstance(h, _StderrHandler) for h in log.handlers):
         return
     handler = _StderrHandler()
     handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
-    handler._anarchon = True  # type: ignore[attr-defined]
     log.addHandler(handler)
     if log.level == logging.NOTSET or log.level > logging.INFO:
         log.setLevel(logging.INFO)

@@ -27,7 +27,7 @@ from typing import Literal
 
 from ._batch import StepBatcher
 from ._job import Job
-from ._logs import SlotText, fmt_slot, short
+from ._logs import SlotText, fields, fmt_slot, short
 from ._tasks import Tasks
 from .backends import Lease, LeaseBackend, ReleaseOutcome
 
@@ -65,6 +65,10 @@ class Held:
     lost: bool = False
     gone: bool = False
     """Neither renewed nor watched any more: released, lost or dropped."""
+
+    def log_fields(self) -> dict[str, object]:
+        """The structured fields of a log line about this lease."""
+        return fields(self.job, self.lease.slot, self.lease.owner, attempt=self.lease.attempt)
 
 
 def hold(lease: Lease, job: Job, sent: float, now: float, on_lost: Callable[[str], None]) -> Held:
@@ -153,7 +157,7 @@ class Renewals:
         held.next_renew = sent + held.heartbeat_s
         self.keep(held)
         self._log.info("%s slot=%s renewed before start: the claim was %d ms old", held.job,
-                       SlotText(held.lease.slot), late)
+                       SlotText(held.lease.slot), late, extra=held.log_fields())
         return True
 
     def abandon(self, why: str) -> None:
@@ -225,7 +229,7 @@ class Renewals:
             self.forget(held)
             self._log.warning("%s slot=%s attempt=%d: the store confirmed neither the release nor a renewal "
                               "before the lease ended; a backup may run the slot again", held.job,
-                              fmt_slot(held.lease.slot), held.lease.attempt)
+                              fmt_slot(held.lease.slot), held.lease.attempt, extra=held.log_fields())
             return
         if when < held.deadline:
             # A renewal was due before the deadline, but this loop only got here after it.
@@ -245,7 +249,7 @@ class Renewals:
         exc = future.exception()
         if exc is not None:
             self._log.warning("%s slot=%s renew failed: %s; retrying", held.job, fmt_slot(held.lease.slot),
-                              short(exc))
+                              short(exc), extra=held.log_fields())
             return
         renewed = future.result()
         if renewed is None:
@@ -268,7 +272,7 @@ class Renewals:
         held.lost = True
         self.forget(held)
         self._log.warning("%s slot=%s lease lost attempt=%d: %s", held.job, fmt_slot(held.lease.slot),
-                          held.lease.attempt, why)
+                          held.lease.attempt, why, extra=held.log_fields())
         held.on_lost(why)
 
     # -- the store --------------------------------------------------------------------------------

@@ -13,7 +13,6 @@ import contextlib
 import contextvars
 import inspect
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,7 +20,7 @@ from ._context import CancelSignal, JobContext
 from ._errors import RunCancelled
 from ._job import Job
 from ._keeper import Held, Keeper
-from ._logs import SlotText, fmt_slot, short
+from ._logs import SlotText, fields, fmt_slot, handler_exc_info, short
 from ._tasks import Tasks
 from .backends import Lease, ReleaseOutcome
 
@@ -52,6 +51,8 @@ class _Run:
     in_handler: bool = False
     """True while the task is in the handler: what a stop after `stop_timeout` cancels."""
     lost: bool = False
+    began: float | None = None
+    """When the handler was called (the loop's clock); None while it has not been."""
 
 
 class Runs:
@@ -128,13 +129,13 @@ class Runs:
         # This task's own context: stop() called from the handler must not wait for it.
         _OWNER.set(self._owner)
         job, ctx = run.job, run.ctx
-        started = time.monotonic()
         outcome: ReleaseOutcome | None = ReleaseOutcome.DONE
         error: BaseException | None = None
         try:
             if run.held.late and not await self._keeper.confirm(run.held):
                 return
             self._hook("anarchon_run_started", ctx=ctx)
+            run.began = asyncio.get_running_loop().time()
             try:
                 run.in_handler = True
                 try:
@@ -149,13 +150,14 @@ class Runs:
             except Exception as exc:
                 error, outcome = exc, ReleaseOutcome.FAILED
                 if ctx.signal.reason != TIMEOUT:
-                    self._log.error("%s slot=%s attempt=%d failed: %s", job.name, fmt_slot(ctx.slot),
-                                    ctx.attempt, short(exc), exc_info=exc)
+                    self._log.error("%s slot=%s attempt=%d failed after %d ms: %s", job.name,
+                                    fmt_slot(ctx.slot), ctx.attempt, _ms_since(run.began), short(exc),
+                                    exc_info=handler_exc_info(exc, self._log), extra=_fields(ctx, "failed"))
                     outcome = await self._maybe_retry(run)
             if ctx.signal.reason == TIMEOUT:
                 outcome = ReleaseOutcome.FAILED
                 self._log.warning("%s slot=%s failed: timeout after %d ms", job.name, fmt_slot(ctx.slot),
-                                  job.options.timeout_ms)
+                                  job.options.timeout_ms, extra=_fields(ctx, "failed"))
         except asyncio.CancelledError as exc:  # the scheduler itself is going away
             error, outcome = exc, ReleaseOutcome.HANDOVER
         except BaseException as exc:  # SystemExit or KeyboardInterrupt from the handler: unfinished
@@ -173,7 +175,7 @@ class Runs:
                 if run.lost:
                     outcome = None
             self._runs.discard(run)
-            self._finished(run, outcome, error, started)
+            self._finished(run, outcome, error)
 
     async def _call(self, job: Job, ctx: JobContext) -> None:
         """Call the handler in this task; with `timeout`, cancel it once that has passed."""
@@ -190,15 +192,20 @@ class Runs:
             finally:
                 timer.cancel()
 
-    def _finished(self, run: _Run, outcome: ReleaseOutcome | None, error: BaseException | None,
-                  started: float) -> None:
+    def _finished(self, run: _Run, outcome: ReleaseOutcome | None, error: BaseException | None) -> None:
+        """Log the run's end (a failure was logged as it happened), then tell the observers."""
         job, ctx = run.job, run.ctx
-        elapsed = int((time.monotonic() - started) * 1000)
-        if outcome is ReleaseOutcome.DONE:
-            self._log.debug("%s slot=%s done in %d ms", job.name, SlotText(ctx.slot), elapsed)
-        elif outcome is ReleaseOutcome.HANDOVER:
-            self._log.info("%s slot=%s released for handover attempt=%d", job.name, fmt_slot(ctx.slot),
-                           ctx.attempt)
+        if run.began is not None and self._log.isEnabledFor(logging.INFO):
+            ms = _ms_since(run.began)
+            if outcome is ReleaseOutcome.DONE:
+                self._log.info("%s slot=%s done in %d ms", job.name, SlotText(ctx.slot), ms,
+                               extra=_fields(ctx, "done"))
+            elif outcome is ReleaseOutcome.HANDOVER:
+                self._log.info("%s slot=%s released for handover after %d ms attempt=%d", job.name,
+                               SlotText(ctx.slot), ms, ctx.attempt, extra=_fields(ctx, "handover"))
+            elif outcome is None:
+                self._log.info("%s slot=%s ended after %d ms without its lease: not released", job.name,
+                               SlotText(ctx.slot), ms, extra=_fields(ctx, "lost"))
         self._hook("anarchon_run_finished", ctx=ctx, outcome=outcome, error=error)
         if outcome is ReleaseOutcome.HANDOVER and job.options.retry_ms is not None and not self._stopping:
             self._on_handover(job, ctx.slot)
@@ -209,7 +216,8 @@ class Runs:
         if retry is None or attempt >= run.job.options.max_attempts or run.lost:
             return ReleaseOutcome.FAILED
         backoff = retry * 2 ** (attempt - 1)
-        self._log.info("%s slot=%s retry in %d ms", run.job.name, fmt_slot(run.ctx.slot), backoff)
+        self._log.info("%s slot=%s retry in %d ms", run.job.name, fmt_slot(run.ctx.slot), backoff,
+                       extra=_fields(run.ctx))
         with contextlib.suppress(RunCancelled):
             await run.ctx.sleep(backoff / 1000)
         return ReleaseOutcome.HANDOVER
@@ -232,6 +240,15 @@ async def _invoke(job: Job, ctx: JobContext) -> None:
     result = await asyncio.get_running_loop().run_in_executor(None, lambda: job.handler(*args))
     if inspect.isawaitable(result):
         await result
+
+
+def _fields(ctx: JobContext, outcome: str | None = None) -> dict[str, object]:
+    return fields(ctx.name, ctx.slot, ctx.instance_id, attempt=ctx.attempt, outcome=outcome)
+
+
+def _ms_since(began: float | None) -> int:
+    """Milliseconds since `began` on the running loop's clock (virtual in tests)."""
+    return 0 if began is None else int((asyncio.get_running_loop().time() - began) * 1000)
 
 
 def _expire(signal: CancelSignal, limit: asyncio.Timeout) -> None:

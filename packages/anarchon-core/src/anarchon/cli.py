@@ -25,6 +25,7 @@ from typing import Any, cast
 from zoneinfo import ZoneInfo
 
 from ._errors import AnarchonError, ConfigError
+from ._logs import app_logging
 from ._plugins import backend_classes, backend_for_url, plugin_errors
 from ._scheduler import Scheduler
 from ._schedules import Cron, from_ms, to_ms
@@ -65,11 +66,16 @@ def load_scheduler(target: str) -> Scheduler[Any]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if not logging.getLogger().handlers and not logging.getLogger("anarchon").handlers:
-        logging.basicConfig(level=getattr(logging, args.log_level), format="%(name)s: %(message)s")
     scheduler = load_scheduler(args.target)
     if not scheduler.jobs:
         raise CliError(f"{args.target} has no jobs: register some before running it")
+    # After the import: logging your module set up is used as it is; else one console handler for
+    # every logger. Either way `log=True`'s handler then stays quiet, so each event is one line.
+    if not app_logging(scheduler.log):
+        logging.basicConfig(level=args.log_level or "INFO", format="%(name)s: %(message)s")
+    if args.log_level:
+        for log in {logging.getLogger("anarchon"), scheduler.log}:
+            log.setLevel(args.log_level)
     scheduler.run()
     return 0
 
@@ -216,7 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a scheduler defined in your module until SIGINT/SIGTERM")
     run.add_argument("target", help="module:attribute of a Scheduler (or of a function returning one)")
-    run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    run.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                     help="the scheduler's log level (default: INFO, or what your module set)")
     run.set_defaults(func=_run)
 
     status = sub.add_parser("status", help="print the stored state of every job in a namespace")
