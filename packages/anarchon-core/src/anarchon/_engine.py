@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ __all__ = ["Engine", "EngineConfig", "default_instance_id"]
 
 def default_instance_id() -> str:
     """`host:pid:random`, unique per process start."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+    return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(2).hex()}"
 
 
 @dataclass(frozen=True, slots=True)
