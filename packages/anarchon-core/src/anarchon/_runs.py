@@ -13,6 +13,7 @@ import contextlib
 import contextvars
 import inspect
 import logging
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,7 +43,7 @@ def running_for() -> object | None:
     return _OWNER.get()
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, slots=True, weakref_slot=True)
 class _Run:
     job: Job
     ctx: JobContext
@@ -91,7 +92,18 @@ class Runs:
             instance_id=self._instance_id, namespace=self._namespace,
             signal=CancelSignal(asyncio.get_running_loop()), logger=logger,
         )
-        run = _Run(job, ctx, self._keeper.hold(lease, job, sent, lambda why: self._lost(run, why)))
+        # The keeper's callback reaches the run through a weak reference: a strong one would make
+        # a reference cycle (run -> held -> callback -> run), which only the garbage collector frees,
+        # and the keeper may keep `held` for a heartbeat after the run's end.
+        ref: weakref.ref[_Run] | None = None
+
+        def on_lost(why: str) -> None:
+            lost = ref() if ref is not None else None
+            if lost is not None:
+                self._lost(lost, why)
+
+        run = _Run(job, ctx, self._keeper.hold(lease, job, sent, on_lost))
+        ref = weakref.ref(run)
         if self._stopping:
             ctx.signal.set(STOP)
         self._runs.add(run)
