@@ -123,13 +123,16 @@ class Engine:
     def _claim(self, batch: list[Due]) -> None:
         self.tasks.spawn(self._claim_batch(batch), "claim")
 
-    def _request(self, entry: Due) -> ClaimRequest:
-        o, c = entry.plan.job.options, self._config
-        return ClaimRequest(c.namespace, entry.plan.job.name, entry.slot, c.instance_id, o.lease_ms,
-                            o.max_attempts, o.overlap, entry.plan.fingerprint, c.max_skew_ms)
-
     async def _claim_batch(self, batch: list[Due]) -> None:
-        requests = [self._request(e) for e in batch]
+        c = self._config
+        namespace, owner, skew = c.namespace, c.instance_id, c.max_skew_ms
+        requests = []
+        for e in batch:
+            plan = e.plan
+            job = plan.job
+            o = job.options
+            requests.append(ClaimRequest(namespace, job.name, e.slot, owner, o.lease_ms, o.max_attempts,
+                                         o.overlap, plan.fingerprint, skew))
         backend = self._backend
         sent = self.keeper.now()
         try:
