@@ -5,12 +5,14 @@
     python bench/profile_claims.py postgresql://postgres@127.0.0.1:5432/test --cprofile
 
 `--replicas` schedulers in this one process share the store (one `MemoryStore` for "memory"); each has
-`--jobs` jobs due every second whose handlers return at once. The schedulers' clock is stepped by the
-script: a round is one slot, walked in 5 ms steps across the jitter window, each step waiting until
-every claim, run and release it set off has ended. So each replica makes `jobs` claim attempts per
-round (one wins, the others find the slot taken) however slow the process runs, and the counts do not
-depend on the machine's load. The first `--warmup` rounds are left out. Real time never falls behind
-the stepped clock (a fast round waits for the wall clock), so the store's clock is never behind.
+`--jobs` jobs due every second whose handlers return at once. The schedulers' clock, and the event
+loop's, are stepped by the script: a round is one slot, walked in 5 ms steps across the jitter window,
+each step waiting until every claim, run and release it set off has ended (the loop waits for real I/O
+only). So each replica makes `jobs` claim attempts per round (one wins, the others find the slot taken),
+and every timer (renewals, the lag watch) fires at the same point of the work however slowly the process
+runs: the counts do not depend on the machine's load. The first `--warmup` rounds are left out. Each
+run uses a namespace of its own (`max_skew` is an hour, since the stepped clock runs ahead of the
+store's) and deletes its records at the end.
 
 - `--callgrind` re-runs this script under `valgrind --tool=callgrind`, which splits its profile at the
   measured rounds' start and end, then prints the instructions per claim attempt: the same count on a
@@ -33,6 +35,7 @@ import glob
 import os
 import pstats
 import re
+import selectors
 import subprocess
 import sys
 import tempfile
@@ -42,7 +45,8 @@ from typing import Any
 from anarchon import MemoryBackend, Scheduler
 from anarchon.backends import MemoryStore
 
-_NAMESPACE = "anarchon-profile"
+_REAL_WAIT_S = 1.0
+"""The longest the loop blocks on I/O at a time (a stall, should one happen, costs no work)."""
 _STEP_MS = 5
 _WINDOW_MS = 60
 """The steps of a round cover the default jitter (at most 50 ms) with room to spare."""
@@ -57,6 +61,24 @@ class SteppedClock:
     def now_ms(self) -> int:
         """The stepped time, epoch ms."""
         return self.now
+
+
+class _SteppedSelector(selectors.DefaultSelector):
+    """Waits for real I/O only: a wait for a timer never moves the stepped clock."""
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        return super().select(0 if timeout == 0 else _REAL_WAIT_S)
+
+
+class _SteppedLoop(asyncio.SelectorEventLoop):
+    """An event loop whose `time()` is the stepped clock's."""
+
+    def __init__(self, clock: SteppedClock) -> None:
+        super().__init__(_SteppedSelector())
+        self._stepped = clock
+
+    def time(self) -> float:
+        return self._stepped.now / 1000
 
 
 def _mark() -> None:
@@ -87,16 +109,23 @@ async def _round(schedulers: list[Scheduler[Any]], clock: SteppedClock, slot: in
             s._engine.planner._wake.set()
         await asyncio.sleep(0)
         await _settled(schedulers)
-    ahead = (slot + 1000) / 1000 - time.time()
-    if ahead > 0:  # never ahead of the store's clock
-        await asyncio.sleep(ahead)
+
+
+async def _forget(backend: Any, namespace: str) -> None:
+    """Delete the run's records (Redis and PostgreSQL; the memory store goes with the process)."""
+    if hasattr(backend, "keys") and hasattr(backend, "client"):
+        client = backend.client
+        async for key in client.scan_iter(match=f"*{backend.keys.prefix}:{namespace}*", count=1000):
+            await client.delete(key)
+    elif hasattr(backend, "sql") and hasattr(backend, "pool"):
+        await backend.pool.execute(f"DELETE FROM {backend.sql.qualified} WHERE namespace = $1", namespace)
 
 
 async def profile(url: str, jobs: int, rounds: int, warmup: int, replicas: int,
-                  profiler: cProfile.Profile | None) -> tuple[int, float, int]:
+                  profiler: cProfile.Profile | None, clock: SteppedClock) -> tuple[int, float, int]:
     """Run the rounds; return (claim attempts, CPU seconds, runs) of the measured ones."""
-    start = (time.time_ns() // 1_000_000 // 1000) * 1000 - 1000
-    clock = SteppedClock(start)
+    start = clock.now
+    namespace = f"anarchon-profile-{os.getpid()}-{start}"
     store = MemoryStore(clock) if url == "memory" else None
     runs = 0
 
@@ -106,8 +135,8 @@ async def profile(url: str, jobs: int, rounds: int, warmup: int, replicas: int,
 
     schedulers: list[Scheduler[Any]] = []
     for i in range(replicas):
-        settings: dict[str, Any] = {"namespace": _NAMESPACE, "instance_id": f"p{i}", "clock": clock,
-                                    "block_limit": "1h", "max_skew": "2s"}
+        settings: dict[str, Any] = {"namespace": namespace, "instance_id": f"p{i}", "clock": clock,
+                                    "block_limit": "1h", "max_skew": "1h"}
         s: Scheduler[Any] = (Scheduler(MemoryBackend(store), **settings) if store is not None
                              else Scheduler.from_url(url, **settings))
         for j in range(jobs):
@@ -135,6 +164,12 @@ async def profile(url: str, jobs: int, rounds: int, warmup: int, replicas: int,
     finally:
         for s in schedulers:
             await s.stop()
+        if store is None:
+            await schedulers[0].backend.open()
+            try:
+                await _forget(schedulers[0].backend, namespace)
+            finally:
+                await schedulers[0].backend.close()
     return jobs * replicas * rounds, cpu, runs - runs0
 
 
@@ -184,8 +219,10 @@ def main() -> None:
         _callgrind(args)
         return
     profiler = cProfile.Profile() if args.cprofile else None
-    attempts, cpu, runs = asyncio.run(profile(args.url, args.jobs, args.rounds, args.warmup, args.replicas,
-                                              profiler))
+    clock = SteppedClock((time.time_ns() // 1_000_000 // 1000) * 1000)
+    with asyncio.Runner(loop_factory=lambda: _SteppedLoop(clock)) as runner:
+        attempts, cpu, runs = runner.run(profile(args.url, args.jobs, args.rounds, args.warmup,
+                                                 args.replicas, profiler, clock))
     expected = args.jobs * args.rounds
     print(f"attempts={attempts} runs={runs} (of {expected} slots) "
           f"cpu={cpu:.3f}s: {cpu / attempts * 1e6:.1f} us per claim attempt", flush=True)
