@@ -13,7 +13,6 @@ import contextlib
 import contextvars
 import inspect
 import logging
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -43,7 +42,7 @@ def running_for() -> object | None:
     return _OWNER.get()
 
 
-@dataclass(eq=False, slots=True, weakref_slot=True)
+@dataclass(eq=False, slots=True)
 class _Run:
     job: Job
     ctx: JobContext
@@ -92,18 +91,7 @@ class Runs:
             instance_id=self._instance_id, namespace=self._namespace,
             signal=CancelSignal(asyncio.get_running_loop()), logger=logger,
         )
-        # The keeper's callback reaches the run through a weak reference: a strong one would make
-        # a reference cycle (run -> held -> callback -> run), which only the garbage collector frees,
-        # and the keeper may keep `held` for a heartbeat after the run's end.
-        ref: weakref.ref[_Run] | None = None
-
-        def on_lost(why: str) -> None:
-            lost = ref() if ref is not None else None
-            if lost is not None:
-                self._lost(lost, why)
-
-        run = _Run(job, ctx, self._keeper.hold(lease, job, sent, on_lost))
-        ref = weakref.ref(run)
+        run = _Run(job, ctx, self._keeper.hold(lease, job, sent, lambda why: self._lost(run, why)))
         if self._stopping:
             ctx.signal.set(STOP)
         self._runs.add(run)
@@ -186,6 +174,10 @@ class Runs:
                 await self._keeper.release(run.held, outcome)
                 if run.lost:
                     outcome = None
+            # Break the cycle run -> held -> callback -> run: the keeper may keep `held` for up to a
+            # heartbeat after the run's end, and a cycle would hold the run's objects until a full
+            # garbage collection. A run that has ended is told of no loss.
+            run.held.on_lost = _ended
             self._runs.discard(run)
             self._finished(run, outcome, error)
 
@@ -252,6 +244,10 @@ async def _invoke(job: Job, ctx: JobContext) -> None:
     result = await asyncio.get_running_loop().run_in_executor(None, lambda: job.handler(*args))
     if inspect.isawaitable(result):
         await result
+
+
+def _ended(_why: str) -> None:
+    """The lease callback of a run that has ended."""
 
 
 def _fields(ctx: JobContext, outcome: str | None = None) -> dict[str, object]:
