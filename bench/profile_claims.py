@@ -32,6 +32,7 @@ import argparse
 import asyncio
 import cProfile
 import glob
+import math
 import os
 import pstats
 import re
@@ -46,7 +47,8 @@ from anarchon import MemoryBackend, Scheduler
 from anarchon.backends import MemoryStore
 
 _REAL_WAIT_S = 1.0
-"""The longest the loop blocks on I/O at a time (a stall, should one happen, costs no work)."""
+"""How long the loop waits for I/O before it moves the stepped clock to its next timer: only when
+everything waits for a timer (a retry after a store error, say), never in a normal step."""
 _STEP_MS = 5
 _WINDOW_MS = 60
 """The steps of a round cover the default jitter (at most 50 ms) with room to spare."""
@@ -64,17 +66,26 @@ class SteppedClock:
 
 
 class _SteppedSelector(selectors.DefaultSelector):
-    """Waits for real I/O only: a wait for a timer never moves the stepped clock."""
+    """Waits for real I/O; only after a second without any does a wait for a timer move the clock."""
+
+    def __init__(self, clock: SteppedClock) -> None:
+        super().__init__()
+        self._clock = clock
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        return super().select(0 if timeout == 0 else _REAL_WAIT_S)
+        if timeout == 0:
+            return super().select(0)
+        ready = super().select(_REAL_WAIT_S)
+        if not ready and timeout is not None:
+            self._clock.now += max(1, math.ceil(timeout * 1000))
+        return ready
 
 
 class _SteppedLoop(asyncio.SelectorEventLoop):
     """An event loop whose `time()` is the stepped clock's."""
 
     def __init__(self, clock: SteppedClock) -> None:
-        super().__init__(_SteppedSelector())
+        super().__init__(_SteppedSelector(clock))
         self._stepped = clock
 
     def time(self) -> float:
