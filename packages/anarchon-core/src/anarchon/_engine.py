@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ __all__ = ["Engine", "EngineConfig", "default_instance_id"]
 
 def default_instance_id() -> str:
     """`host:pid:random`, unique per process start."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+    return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(2).hex()}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,13 +123,16 @@ class Engine:
     def _claim(self, batch: list[Due]) -> None:
         self.tasks.spawn(self._claim_batch(batch), "claim")
 
-    def _request(self, entry: Due) -> ClaimRequest:
-        o, c = entry.plan.job.options, self._config
-        return ClaimRequest(c.namespace, entry.plan.job.name, entry.slot, c.instance_id, o.lease_ms,
-                            o.max_attempts, o.overlap, entry.plan.fingerprint, c.max_skew_ms)
-
     async def _claim_batch(self, batch: list[Due]) -> None:
-        requests = [self._request(e) for e in batch]
+        c = self._config
+        namespace, owner, skew = c.namespace, c.instance_id, c.max_skew_ms
+        requests = []
+        for e in batch:
+            plan = e.plan
+            job = plan.job
+            o = job.options
+            requests.append(ClaimRequest(namespace, job.name, e.slot, owner, o.lease_ms, o.max_attempts,
+                                         o.overlap, plan.fingerprint, skew))
         backend = self._backend
         sent = self.keeper.now()
         try:

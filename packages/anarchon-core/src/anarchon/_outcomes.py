@@ -57,7 +57,7 @@ class Facts:
     """The backend pushes handovers, so a backup need not poll for them."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # (not frozen: a frozen dataclass's __init__ is a call per field, per claim)
 class Action:
     """What to do with one claim's result, and the log line that says so."""
 

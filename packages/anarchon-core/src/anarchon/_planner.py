@@ -1,6 +1,8 @@
 """The planner: when is each job's next claim due?
 
-One heap of (due time, job, slot) for every job. A boundary entry is due at `slot + jitter`; popping
+One heap of (due time, job, slot) for every job, its entries tuples of numbers and strings only: the
+garbage collector stops tracking those, so thousands of entries waiting for the next second are not
+traversed again and again. A boundary entry is due at `slot + jitter`; popping
 it pushes the job's next slot, so no slot is lost while a claim is in flight. A backup's watch is an
 entry too, due when the holder's lease expires (or at once on a pushed handover). Catch-up at start
 is one entry for the latest missed slot, when that slot is worth the run (see `_plan_first`).
@@ -49,6 +51,8 @@ class Plan:
     # overlap="allow", where every slot has its own record and each running one may need a takeover.
     watches: dict[int, int] = field(default_factory=dict)
     watch_gen: int = 0
+    index: int = 0
+    """Where the planner keeps it (its heap entries name it by this number)."""
     latest_slot: int | None = None
     """The newest slot claimed from a boundary or a catch-up."""
     next_due: int | None = None
@@ -76,13 +80,15 @@ class Planner:
         self._log = log
         self._default_jitter_ms = jitter_ms
         self._horizon_ms = horizon_ms
-        # (due, sequence, entry): tuples compare in C, and the sequence keeps ties in push order.
-        self._heap: list[tuple[int, int, Due]] = []
+        # (due, sequence, slot, kind, gen, plan index): tuples compare in C, and the sequence keeps
+        # ties in push order (so the rest is never compared).
+        self._heap: list[tuple[int, int, int, str, int, int]] = []
         self._seq = 0
         self._wake = asyncio.Event()
         self._rng = random.Random()
         self._slot_draws: dict[tuple[int, int], float] = {}
         self._plans: dict[str, Plan] = {}
+        self._by_index: list[Plan] = []
         self._closed = False
 
     def add(self, job: Job) -> None:
@@ -93,8 +99,10 @@ class Planner:
         if jitter is None:
             interval = job.schedule.min_interval_ms
             jitter = 50 if interval is None else min(50, interval // 10)
-        plan = Plan(job, jitter, zlib.crc32(job.name.encode()) % _JITTER_GROUPS, job.schedule.fingerprint)
+        plan = Plan(job, jitter, zlib.crc32(job.name.encode()) % _JITTER_GROUPS, job.schedule.fingerprint,
+                    index=len(self._by_index))
         self._plans[job.name] = plan
+        self._by_index.append(plan)
         self._plan_first(plan, self._clock.now_ms())
 
     def close(self) -> None:
@@ -105,6 +113,7 @@ class Planner:
     async def run(self, claim: Callable[[list[Due]], None]) -> None:
         """Hand every claim to `claim` when it is due, those due within a few ms in one batch."""
         heap = self._heap
+        plans = self._by_index
         while True:
             if not heap:
                 self._wake.clear()
@@ -120,8 +129,9 @@ class Planner:
                 continue
             batch: list[Due] = []
             limit = now + _BATCH_WINDOW_MS
-            while heap and (heap[0][0] <= now or (heap[0][0] <= limit and heap[0][2].slot <= now)):
-                entry = heapq.heappop(heap)[2]
+            while heap and (heap[0][0] <= now or (heap[0][0] <= limit and heap[0][2] <= now)):
+                due, _seq, slot, kind, gen, index = heapq.heappop(heap)
+                entry = Due(due, plans[index], slot, kind, gen)
                 if self._accept(entry, now):
                     batch.append(entry)
             if batch:
@@ -174,7 +184,7 @@ class Planner:
         if self._closed:
             return
         self._seq += 1
-        heapq.heappush(self._heap, (due, self._seq, Due(due, plan, slot, kind, gen)))
+        heapq.heappush(self._heap, (due, self._seq, slot, kind, gen, plan.index))
         if self._heap[0][1] == self._seq:
             self._wake.set()
 

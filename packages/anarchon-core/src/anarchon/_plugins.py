@@ -8,9 +8,7 @@ that is not there) fails alone: it is reported once, as a warning on the `anarch
 from __future__ import annotations
 
 import contextlib
-import difflib
 import importlib
-import importlib.metadata
 import logging
 import os
 import threading
@@ -80,6 +78,8 @@ def _failed(plugin: str, distribution: str | None, where: str, exc: BaseExceptio
 
 def _load_entry_points(pm: pluggy.PluginManager) -> None:
     """Register every plugin of the `anarchon` entry-point group; one that cannot load is reported."""
+    import importlib.metadata  # (not at import: it brings email, zipfile and pathlib)
+
     for ep in importlib.metadata.entry_points(group="anarchon"):
         if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
             continue
@@ -192,6 +192,8 @@ _DRIVERS = {
 
 def _scheme_hint(scheme: str, installed: list[str]) -> str:
     """How to fix an unknown scheme: the installed scheme it is a typo of, or the driver to install."""
+    import difflib
+
     close = difflib.get_close_matches(scheme, installed, n=1, cutoff=0.75)
     if close:
         return f"did you mean {close[0] + '://'!r}?"

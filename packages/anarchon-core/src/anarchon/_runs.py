@@ -174,6 +174,10 @@ class Runs:
                 await self._keeper.release(run.held, outcome)
                 if run.lost:
                     outcome = None
+            # Break the cycle run -> held -> callback -> run: the keeper may keep `held` for up to a
+            # heartbeat after the run's end, and a cycle would hold the run's objects until a full
+            # garbage collection. A run that has ended is told of no loss.
+            run.held.on_lost = _ended
             self._runs.discard(run)
             self._finished(run, outcome, error)
 
@@ -241,6 +245,10 @@ async def _invoke(job: Job, ctx: JobContext) -> None:
     result = await asyncio.get_running_loop().run_in_executor(None, lambda: job.handler(*args))
     if inspect.isawaitable(result):
         await result
+
+
+def _ended(_why: str) -> None:
+    """The lease callback of a run that has ended."""
 
 
 def _fields(ctx: JobContext, outcome: str | None = None) -> dict[str, object]:

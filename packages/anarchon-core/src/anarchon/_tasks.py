@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine, Iterable
+from functools import partial
 from typing import Any, TypeVar
 
 __all__ = ["Tasks"]
@@ -27,10 +28,12 @@ class Tasks:
     def spawn(self, coro: Coroutine[Any, Any, T], role: str, name: str | None = None) -> asyncio.Task[T]:
         """Start `coro` as a task owned under `role`."""
         task = asyncio.get_running_loop().create_task(coro, name=name)
-        tasks = self._roles.setdefault(role, set())
+        tasks = self._roles.get(role)
+        if tasks is None:
+            tasks = self._roles[role] = set()
         tasks.add(task)
-        task.add_done_callback(tasks.discard)
-        task.add_done_callback(self._report)
+        # One done callback, not two: each is a loop callback of its own when the task ends.
+        task.add_done_callback(partial(self._done, tasks))
         return task
 
     def of(self, *roles: str) -> list[asyncio.Task[Any]]:
@@ -53,6 +56,7 @@ class Tasks:
             await asyncio.wait(tasks, timeout=within)  # (not asyncio.timeout: the tasks are not cut)
         return not self.of(*roles)
 
-    def _report(self, task: asyncio.Task[Any]) -> None:
+    def _done(self, tasks: set[asyncio.Task[Any]], task: asyncio.Task[Any]) -> None:
+        tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             self._log.error("task %s failed", task.get_name(), exc_info=task.exception())

@@ -36,6 +36,8 @@ log = logging.getLogger("anarchon.postgres")
 
 # A loser whose snapshot predates a concurrent claim asks again this often before answering TAKEN.
 _RECHECKS = 3
+_OUTCOMES = {o.value: o for o in ClaimOutcome}
+"""An outcome's string to the member, without an Enum call per claim."""
 
 
 class FenceContext(Protocol):
@@ -246,7 +248,7 @@ class PostgresBackend(LeaseBackendBase):
             other = json.loads(row["c_other"])
             holder, attempt, status = other["owner"], other["attempt"], other["status"]
             expires_at, fingerprint, record_slot = other["expires_at"], other["fingerprint"], r.slot
-        kind = ClaimOutcome(outcome)
+        kind = _OUTCOMES.get(outcome) or ClaimOutcome(outcome)
         live = kind in (ClaimOutcome.TAKEN, ClaimOutcome.SKIPPED)
         return ClaimResult(
             kind, r.job, r.slot, holder=holder, attempt=attempt,

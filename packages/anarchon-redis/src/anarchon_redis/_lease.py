@@ -41,6 +41,8 @@ BATCH = 500
 """Jobs per script call in a batch: one call holds the server for about a millisecond."""
 _INDEX_REFRESH_S = 60.0
 _OUTCOMES: dict[Any, ClaimOutcome] = {o.value.encode(): o for o in ClaimOutcome}
+_OVERLAPS: dict[Any, str] = {o: o.value for o in Overlap}
+"""An overlap (member or its string) to its value, without an Enum call per claim."""
 
 
 class Script:
@@ -247,8 +249,8 @@ class RedisBackend(RedisStore, LeaseBackendBase):
             return []
         calls = [
             (self._job_keys(r.namespace, r.job),
-             [r.slot, r.owner, r.lease_ms, r.max_attempts, Overlap(r.overlap).value, r.fingerprint,
-              r.max_skew_ms])
+             [r.slot, r.owner, r.lease_ms, r.max_attempts,
+              _OVERLAPS.get(r.overlap) or Overlap(r.overlap).value, r.fingerprint, r.max_skew_ms])
             for r in requests
         ]
         fresh = self._unindexed(requests)
@@ -311,19 +313,23 @@ class RedisBackend(RedisStore, LeaseBackendBase):
 
     @staticmethod
     def _result(r: ClaimRequest, reply: list[Any]) -> ClaimResult:
-        outcome = _OUTCOMES.get(reply[0]) or ClaimOutcome(_s(reply[0]))
-        holder = _opt_s(reply[1])
-        attempt = int(reply[2])
-        expires_at = _opt_i(reply[3])
-        prev = _opt_s(reply[5])
+        # (Inline rather than through _opt_s and _opt_i: this runs once per claim attempt.)
+        code, holder, attempt, expires, now, prev, fingerprint, record_slot = reply[:8]
+        outcome = _OUTCOMES.get(code) or ClaimOutcome(_s(code))
+        if holder is not None:
+            holder = holder.decode() if type(holder) is bytes else str(holder)
+        if fingerprint is not None:
+            fingerprint = fingerprint.decode() if type(fingerprint) is bytes else str(fingerprint)
+        attempt = int(attempt)
+        expires_at = None if expires is None else int(expires)
         lease = None
         if outcome is ClaimOutcome.WON:
             assert expires_at is not None
             lease = Lease(r.namespace, r.job, r.slot, attempt, int(reply[8]), r.owner, expires_at)
         return ClaimResult(
             outcome, r.job, r.slot, lease=lease, holder=holder, attempt=attempt, expires_at=expires_at,
-            now=int(reply[4]), previous_status=None if prev is None else JobStatus(prev),
-            fingerprint=_opt_s(reply[6]), record_slot=_opt_i(reply[7]),
+            now=int(now), previous_status=None if prev is None else JobStatus(_s(prev)),
+            fingerprint=fingerprint, record_slot=None if record_slot is None else int(record_slot),
         )
 
     def _renew_call(self, lease: Lease, lease_ms: int) -> tuple[list[str], list[Any]]:

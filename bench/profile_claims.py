@@ -1,0 +1,248 @@
+"""The CPU a replica spends per claim attempt, counted in instructions: repeatable on a busy machine.
+
+    python bench/profile_claims.py memory [--jobs 2000] [--rounds 5] [--replicas 3]
+    python bench/profile_claims.py redis://127.0.0.1:6379/13 --callgrind
+    python bench/profile_claims.py postgresql://postgres@127.0.0.1:5432/test --cprofile
+
+`--replicas` schedulers in this one process share the store (one `MemoryStore` for "memory"); each has
+`--jobs` jobs due every second whose handlers return at once. The schedulers' clock, and the event
+loop's, are stepped by the script: a round is one slot, walked in 5 ms steps across the jitter window,
+each step waiting until every claim, run and release it set off has ended (the loop waits for real I/O
+only). So each replica makes `jobs` claim attempts per round (one wins, the others find the slot taken),
+and every timer (renewals, the lag watch) fires at the same point of the work however slowly the process
+runs: the counts do not depend on the machine's load. The first `--warmup` rounds are left out. Each
+run uses a namespace of its own (`max_skew` is an hour, since the stepped clock runs ahead of the
+store's) and deletes its records at the end.
+
+- `--callgrind` re-runs this script under `valgrind --tool=callgrind`, which splits its profile at the
+  measured rounds' start and end, then prints the instructions per claim attempt: the same count on a
+  busy machine as on an idle one. With an interpreter that has symbols it also prints the C functions
+  with the most instructions. Takes minutes: 2,000 jobs x 3 replicas x (2 + 3) rounds is about 5.
+- `--cprofile` prints the Python functions with the most own time over the measured rounds, with
+  their call counts (exact, unlike the times).
+- Otherwise it prints the process CPU time per claim attempt (noisy on a shared machine).
+
+The schedulers run on the stepped clock, so a lease backend's keeper stays on the event loop (no
+keeper thread): the renewals' share is not what it is in production, the claim path's is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import glob
+import math
+import os
+import pstats
+import re
+import selectors
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from anarchon import MemoryBackend, Scheduler
+from anarchon.backends import MemoryStore
+
+_REAL_WAIT_S = 1.0
+"""How long the loop waits for I/O before it moves the stepped clock to its next timer: only when
+everything waits for a timer (a retry after a store error, say), never in a normal step."""
+_STEP_MS = 5
+_WINDOW_MS = 60
+"""The steps of a round cover the default jitter (at most 50 ms) with room to spare."""
+
+
+class SteppedClock:
+    """A wall clock that moves only when the script says: slot by slot, step by step."""
+
+    def __init__(self, now_ms: int) -> None:
+        self.now = now_ms
+
+    def now_ms(self) -> int:
+        """The stepped time, epoch ms."""
+        return self.now
+
+
+class _SteppedSelector(selectors.DefaultSelector):
+    """Waits for real I/O; only after a second without any does a wait for a timer move the clock."""
+
+    def __init__(self, clock: SteppedClock) -> None:
+        super().__init__()
+        self._clock = clock
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout == 0:
+            return super().select(0)
+        ready = super().select(_REAL_WAIT_S)
+        if not ready and timeout is not None:
+            self._clock.now += max(1, math.ceil(timeout * 1000))
+        return ready
+
+
+class _SteppedLoop(asyncio.SelectorEventLoop):
+    """An event loop whose `time()` is the stepped clock's."""
+
+    def __init__(self, clock: SteppedClock) -> None:
+        super().__init__(_SteppedSelector(clock))
+        self._stepped = clock
+
+    def time(self) -> float:
+        return self._stepped.now / 1000
+
+
+def _mark() -> None:
+    """Where callgrind splits its profile (`--dump-before=os_getppid`)."""
+    os.getppid()
+
+
+async def _settled(schedulers: list[Scheduler[Any]]) -> None:
+    """Wait until no claim, run or release of any scheduler is in flight (no polling: the work
+    counted must not depend on how fast the process runs)."""
+    while True:
+        pending = [t for s in schedulers if s._engine is not None
+                   for t in s._engine.tasks.of("claim", "run", "send")]
+        if not pending:
+            await asyncio.sleep(0)  # callbacks scheduled by the last task to end run too
+            if not any(s._engine is not None and s._engine.tasks.of("claim", "run", "send")
+                       for s in schedulers):
+                return
+            continue
+        await asyncio.wait(pending)
+
+
+async def _round(schedulers: list[Scheduler[Any]], clock: SteppedClock, slot: int) -> None:
+    for t in range(slot, slot + _WINDOW_MS + 1, _STEP_MS):
+        clock.now = t
+        for s in schedulers:
+            assert s._engine is not None
+            s._engine.planner._wake.set()
+        await asyncio.sleep(0)
+        await _settled(schedulers)
+
+
+async def _forget(backend: Any, namespace: str) -> None:
+    """Delete the run's records (Redis and PostgreSQL; the memory store goes with the process)."""
+    if hasattr(backend, "keys") and hasattr(backend, "client"):
+        client = backend.client
+        async for key in client.scan_iter(match=f"*{backend.keys.prefix}:{namespace}*", count=1000):
+            await client.delete(key)
+    elif hasattr(backend, "sql") and hasattr(backend, "pool"):
+        await backend.pool.execute(f"DELETE FROM {backend.sql.qualified} WHERE namespace = $1", namespace)
+
+
+async def profile(url: str, jobs: int, rounds: int, warmup: int, replicas: int,
+                  profiler: cProfile.Profile | None, clock: SteppedClock) -> tuple[int, float, int]:
+    """Run the rounds; return (claim attempts, CPU seconds, runs) of the measured ones."""
+    start = clock.now
+    namespace = f"anarchon-profile-{os.getpid()}-{start}"
+    store = MemoryStore(clock) if url == "memory" else None
+    runs = 0
+
+    async def handler() -> None:
+        nonlocal runs
+        runs += 1
+
+    schedulers: list[Scheduler[Any]] = []
+    for i in range(replicas):
+        settings: dict[str, Any] = {"namespace": namespace, "instance_id": f"p{i}", "clock": clock,
+                                    "block_limit": "1h", "max_skew": "1h"}
+        s: Scheduler[Any] = (Scheduler(MemoryBackend(store), **settings) if store is not None
+                             else Scheduler.from_url(url, **settings))
+        for j in range(jobs):
+            s.every(f"j{j}", "1s", handler, catch_up=0)
+        schedulers.append(s)
+    for s in schedulers:
+        await s.start()
+    try:
+        slot = start + 1000
+        for _ in range(warmup):
+            await _round(schedulers, clock, slot)
+            slot += 1000
+        runs0 = runs
+        _mark()
+        if profiler is not None:
+            profiler.enable()
+        cpu0 = time.process_time()
+        for _ in range(rounds):
+            await _round(schedulers, clock, slot)
+            slot += 1000
+        cpu = time.process_time() - cpu0
+        if profiler is not None:
+            profiler.disable()
+        _mark()
+    finally:
+        for s in schedulers:
+            await s.stop()
+        if store is None:
+            await schedulers[0].backend.open()
+            try:
+                await _forget(schedulers[0].backend, namespace)
+            finally:
+                await schedulers[0].backend.close()
+    return jobs * replicas * rounds, cpu, runs - runs0
+
+
+def _callgrind(args: argparse.Namespace) -> None:
+    out = tempfile.mkdtemp(prefix="anarchon-callgrind-")
+    cmd = ["valgrind", "--tool=callgrind", "--dump-before=os_getppid",
+           f"--callgrind-out-file={out}/cg.out", sys.executable, __file__, args.url,
+           "--jobs", str(args.jobs), "--rounds", str(args.rounds), "--warmup", str(args.warmup),
+           "--replicas", str(args.replicas)]
+    print("$", " ".join(cmd), flush=True)
+    child = subprocess.run(cmd, capture_output=True, text=True)
+    print(child.stdout, end="")
+    if child.returncode != 0:
+        print(child.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(child.returncode)
+    attempts = int(re.search(r"attempts=(\d+)", child.stdout).group(1))  # type: ignore[union-attr]
+    # Part 1: start-up and warm-up; part 2: the measured rounds; the last file: the stop.
+    measured = sorted(glob.glob(f"{out}/cg.out.*"))
+    part = next(p for p in measured if p.endswith(".2"))
+    with open(part) as f:
+        total = int(next(line for line in f if line.startswith("summary:")).split()[1])
+    print(f"callgrind: {total:,} instructions over {attempts:,} claim attempts: "
+          f"{total / attempts:,.0f} instructions per claim attempt  (profile: {part})")
+    # The top functions by own instructions, when the interpreter has symbols (a stripped one shows
+    # everything under one function: use --cprofile for the shape then).
+    annotate = subprocess.run(["callgrind_annotate", part], capture_output=True, text=True)
+    rows = [line.strip() for line in annotate.stdout.splitlines() if re.match(r"\s*[\d,]+ \(", line)]
+    if len(rows) > 2:
+        print("top functions (own instructions):")
+        for line in rows[1:1 + args.top]:
+            print("  " + line[:150])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("url", help='"memory", or a store URL (redis://…, postgresql://…)')
+    ap.add_argument("--jobs", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=3, help="measured rounds (slots)")
+    ap.add_argument("--warmup", type=int, default=2, help="rounds left out first")
+    ap.add_argument("--replicas", type=int, default=3)
+    ap.add_argument("--top", type=int, default=25)
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--callgrind", action="store_true", help="count instructions under valgrind")
+    mode.add_argument("--cprofile", action="store_true", help="the Python functions with the most time")
+    args = ap.parse_args()
+    if args.callgrind:
+        _callgrind(args)
+        return
+    profiler = cProfile.Profile() if args.cprofile else None
+    clock = SteppedClock((time.time_ns() // 1_000_000 // 1000) * 1000)
+    with asyncio.Runner(loop_factory=lambda: _SteppedLoop(clock)) as runner:
+        attempts, cpu, runs = runner.run(profile(args.url, args.jobs, args.rounds, args.warmup,
+                                                 args.replicas, profiler, clock))
+    expected = args.jobs * args.rounds
+    print(f"attempts={attempts} runs={runs} (of {expected} slots) "
+          f"cpu={cpu:.3f}s: {cpu / attempts * 1e6:.1f} us per claim attempt", flush=True)
+    if runs != expected:
+        print(f"warning: {runs} runs, expected {expected}", file=sys.stderr)
+    if profiler is not None:
+        stats = pstats.Stats(profiler)
+        stats.sort_stats("tottime").print_stats(args.top)
+
+
+if __name__ == "__main__":
+    main()
