@@ -7,25 +7,29 @@ renewing while the scheduler's loop is blocked by `time.sleep`, which virtual ti
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import subprocess
 import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import pytest
 
 from anarchon import (
+    ClaimRequest,
+    ClaimResult,
     JobContext,
     JobStatus,
     Lease,
     MemoryBackend,
     MemoryClaimBackend,
     MemoryStore,
+    ReleaseOutcome,
     ScheduleError,
     Scheduler,
     hookimpl,
@@ -34,6 +38,7 @@ from anarchon import (
 )
 from anarchon.testing import VirtualClock
 
+T = TypeVar("T")
 START = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
 T0 = to_ms(START)
 
@@ -95,6 +100,109 @@ def test_a_renewal_slower_than_the_heartbeat_neither_delays_the_next_nor_loses_t
     assert "lease lost" not in caplog.text
     gaps = [round(b - a, 3) for a, b in zip(slow.sent, slow.sent[1:], strict=False)]
     assert gaps and all(g == 1.0 for g in gaps), gaps
+
+
+class _Network(MemoryBackend):
+    """A store behind a network, in virtual time: every call costs a round trip `rtt`; `reset()` fails
+    the calls in flight at once (a request or an answer may be lost on the way), and each call that
+    starts on a reset connection first pays `reconnect` more round trips for a new one (a pool)."""
+
+    def __init__(self, store: MemoryStore, rtt: float, reconnect: int) -> None:
+        super().__init__(store)
+        self.rtt = rtt
+        self.reconnect = reconnect
+        self.epoch = 0
+        self.warm = 0
+        """The epoch whose connection is established."""
+        self._broken = asyncio.Event()
+
+    def reset(self) -> None:
+        self.epoch += 1
+        self._broken.set()
+        self._broken = asyncio.Event()
+
+    async def _leg(self, seconds: float, epoch: int) -> None:
+        broken = self._broken
+        if self.epoch != epoch:
+            raise ConnectionResetError("connection reset by peer")
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await broken.wait()
+                raise ConnectionResetError("connection reset by peer")
+
+    async def _trip(self, call: Callable[[], Awaitable[T]]) -> T:
+        epoch = self.epoch
+        if self.warm != epoch:
+            await self._leg(self.reconnect * self.rtt, epoch)
+            self.warm = epoch
+        await self._leg(self.rtt / 2, epoch)
+        result = await call()
+        await self._leg(self.rtt / 2, epoch)
+        return result
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        return await self._trip(lambda: super(_Network, self).claim_many(requests))
+
+    async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
+        return await self._trip(lambda: super(_Network, self).renew_many(renewals))
+
+    async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
+        return await self._trip(lambda: super(_Network, self).release_many(releases))
+
+
+def _long_runs_over_a_network(rtt: float, reconnect: int, resets_every: float | None,
+                              caplog: pytest.LogCaptureFixture) -> list[tuple[int, int]]:
+    """A holder (lease 3 s, heartbeat 1 s) behind `_Network`: 20 runs of 6 s, one every 10 s.
+    Returns (slot, attempt) of every start; the caller checks that no lease was lost."""
+    clock = VirtualClock(START)
+    net = _Network(MemoryStore(clock), rtt, reconnect)
+    net.warm = -1  # the first call opens the connection
+    holder = Scheduler(net, instance_id="holder", clock=clock, lease="3s", heartbeat="1s", jitter=0)
+    starts: list[tuple[int, int]] = []
+
+    async def long(ctx: JobContext) -> None:
+        starts.append((ctx.slot, ctx.attempt))
+        await ctx.sleep(6)
+
+    holder.every("long", "10s", long, catch_up=0)
+
+    async def resets() -> None:
+        assert resets_every is not None
+        while True:
+            await asyncio.sleep(resets_every)
+            net.reset()
+
+    async def main() -> None:
+        await holder.start()
+        chaos = asyncio.ensure_future(resets()) if resets_every else None
+        await asyncio.sleep(205)  # slots 10:00:10 to 10:03:20
+        if chaos is not None:
+            chaos.cancel()
+        await holder.stop()
+
+    caplog.set_level(logging.INFO, logger="anarchon")
+    clock.run(main())
+    return starts
+
+
+@pytest.mark.parametrize("reconnect", [0, 3])
+def test_a_400_ms_round_trip_never_loses_a_lease(reconnect: int, caplog: pytest.LogCaptureFixture) -> None:
+    # Lease 3 s, heartbeat 1 s: a renewal has lease - heartbeat = 2 s to come back, five 400 ms round
+    # trips; a new connection (TCP, the store's handshake) plus the call takes four.
+    starts = _long_runs_over_a_network(0.4, reconnect, None, caplog)
+    assert len(starts) == 20 and {attempt for _, attempt in starts} == {1}, starts
+    assert "lease lost" not in caplog.text and "renew failed" not in caplog.text
+
+
+def test_a_connection_reset_at_any_moment_never_loses_a_lease(caplog: pytest.LogCaptureFixture) -> None:
+    # A reset every 2.3 s hits renewals at every phase of the heartbeat, requests and answers alike:
+    # each failed renewal is sent again at once on a new connection (three round trips more), so the
+    # lease holds while (reconnect + 2) round trips fit in lease - heartbeat. Before, a failed
+    # renewal waited for the next heartbeat, and that one had to reconnect within a heartbeat.
+    starts = _long_runs_over_a_network(0.3, 3, 2.3, caplog)
+    assert len(starts) == 20 and {attempt for _, attempt in starts} == {1}, starts
+    assert "lease lost" not in caplog.text
+    assert caplog.text.count("renew failed") > 10  # the resets did hit renewals
 
 
 # -- the keeper thread (real time) ------------------------------------------------------------------
