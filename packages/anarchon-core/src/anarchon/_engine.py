@@ -69,6 +69,8 @@ class Engine:
         self._facts = Facts(config.instance_id, leases=Capability.LEASE in caps,
                             notify=Capability.NOTIFY in caps)
         self._stopping = False
+        self._down_since: float | None = None
+        """Since when claims have failed (the keeper's clock), or None while the store answers."""
         self._warned: set[str] = set()
         """Jobs whose schedule differs from the store's, warned about once."""
 
@@ -139,13 +141,23 @@ class Engine:
             else:
                 results = await backend.claim_many(requests)
         except Exception as exc:  # the store failed: retry, never lose the slot or die
-            retry_ms = min(1000, self._config.heartbeat_ms)
-            self._log.warning(
-                "claim of %d slot(s) failed on %s: %s; retrying in %d ms",
+            # At once, within the jitter (a reset connection is re-established on the way), backing
+            # off to a heartbeat while the store stays away; a newer slot replaces an older one.
+            retry_ms = self.planner.retry(batch, min(1000, self._config.heartbeat_ms))
+            first = self._down_since is None
+            if first:
+                self._down_since = self.keeper.now()
+            # One warning when the store stops answering, one line when it answers again.
+            self._log.log(
+                logging.WARNING if first else logging.DEBUG,
+                "claim of %d slot(s) failed on %s: %s; retrying within %d ms",
                 len(batch), backend.url, short(exc), retry_ms,
             )
-            self.planner.retry(batch, retry_ms)
             return
+        if self._down_since is not None:
+            self._log.info("claims on %s answer again, after %d ms", backend.url,
+                              int((self.keeper.now() - self._down_since) * 1000))
+            self._down_since = None
         for entry, request, result in zip(batch, requests, results, strict=True):
             self._hook("anarchon_claim", request=request, result=result)
             try:

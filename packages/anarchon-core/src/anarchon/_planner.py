@@ -65,6 +65,8 @@ class Due:
     kind: str
     """"slot" (a boundary), "watch" (a backup's re-claim) or "catchup"."""
     gen: int = 0
+    tries: int = 0
+    """Claims of this slot that failed in a row (the store did not answer)."""
 
 
 class Planner:
@@ -140,13 +142,19 @@ class Planner:
         else:
             watches.pop(action.slot, None)
 
-    def retry(self, batch: list[Due], delay_ms: int) -> None:
-        """Claim the slots of a failed batch again after `delay_ms` (plus jitter), unless newer ones
-        took their place meanwhile."""
+    def retry(self, batch: list[Due], max_delay_ms: int) -> int:
+        """Claim the slots of a failed batch again at once, each after a random delay within its
+        job's jitter (at least 20 ms), doubling with each failure in a row up to `max_delay_ms`; not
+        once a newer slot took its place. Returns the longest delay."""
+        longest = 0
         for entry in batch:
             plan = entry.plan
             if plan.latest_slot == entry.slot or entry.kind == "watch":
-                self._watch(plan, entry.slot, delay_ms + self.jitter(plan))
+                window = min(max(plan.jitter_ms, 20) << min(entry.tries, 10), max_delay_ms)
+                delay = int(self._rng.random() * (window + 1))
+                longest = max(longest, delay)
+                self._watch(plan, entry.slot, delay, tries=entry.tries + 1)
+        return longest
 
     def watch(self, job: Job, slot: int) -> None:
         """Claim `slot` of `job` again at once: a run handed over for a retry."""
@@ -170,11 +178,11 @@ class Planner:
 
     # -- the heap -------------------------------------------------------------------------------
 
-    def _push(self, due: int, plan: Plan, slot: int, kind: str, gen: int = 0) -> None:
+    def _push(self, due: int, plan: Plan, slot: int, kind: str, gen: int = 0, tries: int = 0) -> None:
         if self._closed:
             return
         self._seq += 1
-        heapq.heappush(self._heap, (due, self._seq, Due(due, plan, slot, kind, gen)))
+        heapq.heappush(self._heap, (due, self._seq, Due(due, plan, slot, kind, gen, tries)))
         if self._heap[0][1] == self._seq:
             self._wake.set()
 
@@ -225,7 +233,7 @@ class Planner:
             plan.next_due = slot + self._slot_jitter(plan, slot)
             self._push(plan.next_due, plan, slot, "slot")
 
-    def _watch(self, plan: Plan, slot: int, delay_ms: int, *, backup: bool = False) -> None:
+    def _watch(self, plan: Plan, slot: int, delay_ms: int, *, backup: bool = False, tries: int = 0) -> None:
         allow = plan.job.options.overlap is Overlap.ALLOW
         if not allow:
             plan.watches.clear()
@@ -238,7 +246,7 @@ class Planner:
             # small with thousands of jobs; a pushed handover still finds the watch. (Not under
             # overlap="allow": there a newer slot neither supersedes nor skips an older one.)
             return
-        self._push(due, plan, slot, "watch", plan.watch_gen)
+        self._push(due, plan, slot, "watch", plan.watch_gen, tries)
 
     def _accept(self, entry: Due, now: int) -> bool:
         """Plan what follows a popped entry, and say whether it still needs a claim."""
