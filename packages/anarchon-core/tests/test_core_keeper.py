@@ -217,8 +217,8 @@ def test_a_connection_reset_at_any_moment_never_loses_a_lease_nor_a_slot(
 def test_a_reset_just_after_a_boundary_does_not_lose_the_slot(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="anarchon")
     # A reset 5 ms after each boundary fails every claim in flight. The claim is sent again at once,
-    # within the jitter (20 ms at least), and its slot runs, about a new connection late; retried a second later, it
-    # met the next boundary and was replaced by the newer slot.
+    # within the jitter (20 ms at least), and its slot runs, about a new connection late; retried a
+    # second later, it met the next boundary and was replaced by the newer slot.
     clock = VirtualClock(START)
     net = _Network(MemoryStore(clock), 0.02, 3)
     scheduler = Scheduler(net, clock=clock, lease="3s", heartbeat="1s", jitter=0)
