@@ -13,6 +13,7 @@ import asyncpg
 
 from anarchon import (
     BackendError,
+    BackendUnavailable,
     Capability,
     ClaimOutcome,
     ClaimRequest,
@@ -36,6 +37,22 @@ log = logging.getLogger("anarchon.postgres")
 
 # A loser whose snapshot predates a concurrent claim asks again this often before answering TAKEN.
 _RECHECKS = 3
+OP_TIMEOUT_S = 10.0
+"""How long one store call (a claim batch, a renewal, a release batch, a connection) may take."""
+
+
+class _QuietFloor(logging.Filter):
+    """asyncpg's pool logs a warning with a traceback each time it fails to reconnect its idle
+    connections while the server is away; the scheduler says once that the store is unreachable, so
+    these go only to a debug log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith("Failed to restore the pool connection floor"):
+            return log.isEnabledFor(logging.DEBUG)
+        return True
+
+
+logging.getLogger("asyncpg.pool").addFilter(_QuietFloor())
 
 
 class FenceContext(Protocol):
@@ -84,6 +101,7 @@ class PostgresBackend(LeaseBackendBase):
         self._min_size, self._max_size = min_size, max_size
         self._listen_dsn = listen_url
         self._listener: Listener | None = None
+        self._releasing: set[asyncio.Task[None]] = set()
         self._use(connection, asyncpg.Pool, {
             "schema": schema, "table": table, "statement_cache_size": statement_cache_size,
             "listen_url": listen_url, "min_size": min_size, "max_size": max_size,
@@ -139,7 +157,8 @@ class PostgresBackend(LeaseBackendBase):
     async def _connect(self) -> asyncpg.Pool:
         try:
             return await asyncpg.create_pool(
-                self._target, min_size=self._min_size, max_size=self._max_size, **self._connect_kwargs(),
+                self._target, min_size=self._min_size, max_size=self._max_size, timeout=OP_TIMEOUT_S,
+                **self._connect_kwargs(),
             )
         except (ValueError, asyncpg.exceptions.ClientConfigurationError):
             # asyncpg's message may quote the DSN, password included: do not chain it.
@@ -163,7 +182,9 @@ class PostgresBackend(LeaseBackendBase):
             log.info("migrated %s by %d version(s)", self.url, applied)
 
     async def _shutdown(self) -> None:
-        """Stop listening."""
+        """Stop listening; let connections on their way back reach the pool."""
+        if self._releasing:
+            await asyncio.wait(list(self._releasing), timeout=OP_TIMEOUT_S)
         listener, self._listener = self._listener, None
         if listener is not None:
             await listener.close()
@@ -173,10 +194,39 @@ class PostgresBackend(LeaseBackendBase):
         return translate(exc, doing, self.url)
 
     async def _fetch(self, what: str, query: str, *args: Any) -> list[Any]:
+        """Run one statement on a pool connection, answered within `OP_TIMEOUT_S`.
+
+        The connection goes back to the pool after the answer is returned, not before: asyncpg's
+        reset on release costs a round trip, which a renewal on a slow network cannot spare.
+        """
         if not self._opened:
             await self.open()
+        pool = self.pool
         with self._errors(what):
-            return list(await self.pool.fetch(query, *args))
+            try:
+                async with asyncio.timeout(OP_TIMEOUT_S):
+                    conn = await pool.acquire()
+                    try:
+                        rows = await conn.fetch(query, *args)
+                    except BaseException as exc:
+                        if not isinstance(exc, asyncpg.PostgresError):
+                            conn.terminate()  # its state is unknown (a timeout, a lost socket): a new one
+                        await pool.release(conn)
+                        raise
+            except TimeoutError as exc:
+                raise BackendUnavailable(
+                    f"{what} on {self.url} got no answer within {OP_TIMEOUT_S:g} s; is PostgreSQL up "
+                    "and reachable?") from exc
+        task = asyncio.get_running_loop().create_task(self._give_back(conn))
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
+        return list(rows)
+
+    async def _give_back(self, conn: Any) -> None:
+        try:
+            await self.pool.release(conn, timeout=OP_TIMEOUT_S)
+        except Exception as exc:  # the pool replaces a connection it could not reset
+            log.debug("returning a connection to the pool of %s failed: %s", self.url, exc)
 
     # -- claims ------------------------------------------------------------------------------
 
@@ -345,8 +395,8 @@ class PostgresBackend(LeaseBackendBase):
         one of the pool's connections, held while this backend listens."""
         dsn = self._listen_dsn or self._target
         if dsn is not None:
-            return await asyncpg.connect(dsn, **self._connect_kwargs())
-        conn: asyncpg.Connection = await self.pool.acquire()
+            return await asyncpg.connect(dsn, timeout=OP_TIMEOUT_S, **self._connect_kwargs())
+        conn: asyncpg.Connection = await self.pool.acquire(timeout=OP_TIMEOUT_S)
         return conn
 
     async def _listen_disconnect(self, conn: asyncpg.Connection) -> None:
