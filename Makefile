@@ -9,7 +9,7 @@ EMPTY :=
 SPACE := $(EMPTY) $(EMPTY)
 export MYPYPATH := $(subst $(SPACE),:,$(SRC_DIRS))
 
-.PHONY: test lint typecheck pytest docs install demo clean dist bench bench-quick bench-peers chaos
+.PHONY: test lint typecheck pytest docs install demo clean dist bench bench-quick bench-peers chaos test-faults
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -73,6 +73,12 @@ CHAOS_URLS ?= 'sqlite:///$(VENV)/anarchon-chaos.db' 'redis://127.0.0.1:6379/14' 
 	'redis+stream://127.0.0.1:6379/14' 'amqp://guest:guest@127.0.0.1:5672/'
 chaos: install
 	@set -e; for url in $(CHAOS_URLS); do $(BIN)/python -m anarchon.testing.chaos "$$url" --seconds $(CHAOS_SECONDS); done
+
+# Network faults (never part of `make test`): real replicas reach Redis and PostgreSQL through
+# anarchon.testing.faultproxy; each prints one line per scenario (starts, duplicates, missed slots).
+FAULT_RUNS ?= 20
+test-faults: install
+	ANARCHON_FAULT_RUNS=$(FAULT_RUNS) $(BIN)/pytest -m faults -q -rfEs -s packages
 
 # Benchmarks (never part of `make test`): peers come from PyPI into their own venvs, never vendored.
 # APScheduler 3 and 4 share a distribution name, so 4.0.0a6 gets a venv of its own.
