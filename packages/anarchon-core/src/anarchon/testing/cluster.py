@@ -16,10 +16,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
-import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -310,7 +310,8 @@ def check_slow_network(url: str, workdir: Path | str, *, runs: int = 1, delay_s:
     starts, duplicates, and the 1 s slots missed after the first three seconds (the first claims open
     the connections, four round trips)."""
     parts = urlsplit(url)
-    default_port = {"redis": 6379, "rediss": 6379, "postgresql": 5432, "postgres": 5432}.get(parts.scheme, 0)
+    ports = {"redis": 6379, "rediss": 6379, "postgresql": 5432, "postgres": 5432}
+    default_port = ports.get(parts.scheme, 0)
     with ProxyThread(parts.hostname or "127.0.0.1", parts.port or default_port) as proxy:
         proxy.do(proxy.proxy.latency(delay_s))
         with Cluster(proxy.url(url), workdir, replicas=3, lease="3s", heartbeat="1s", tick_every="1s",
