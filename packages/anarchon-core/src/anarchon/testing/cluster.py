@@ -275,7 +275,8 @@ class ProxyThread:
     def __init__(self, host: str, port: int) -> None:
         self.proxy = FaultProxy(host, port)
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="anarchon-faultproxy", daemon=True)
+        self._thread = threading.Thread(target=self._loop.run_forever, name="anarchon-faultproxy",
+                                        daemon=True)
 
     def __enter__(self) -> ProxyThread:
         self._thread.start()
