@@ -115,6 +115,15 @@ class _Network(MemoryBackend):
         self.warm = 0
         """The epoch whose connection is established."""
         self._broken = asyncio.Event()
+        self.flowing = asyncio.Event()
+        self.flowing.set()
+
+    def partition(self) -> None:
+        """Hold every request and answer until `heal()`, then deliver them in order."""
+        self.flowing.clear()
+
+    def heal(self) -> None:
+        self.flowing.set()
 
     def reset(self) -> None:
         self.epoch += 1
@@ -136,8 +145,10 @@ class _Network(MemoryBackend):
             await self._leg(self.reconnect * self.rtt, epoch)
             self.warm = epoch
         await self._leg(self.rtt / 2, epoch)
+        await self.flowing.wait()
         result = await call()
         await self._leg(self.rtt / 2, epoch)
+        await self.flowing.wait()
         return result
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
@@ -241,6 +252,39 @@ def test_a_reset_just_after_a_boundary_does_not_lose_the_slot(caplog: pytest.Log
     assert caplog.text.count("failed on memory://") == caplog.text.count("answer again") == 10, caplog.text
     assert sorted(lags) == [T0 + 1000 * i for i in range(1, 11)], lags
     assert max(lags.values()) < 300, lags
+
+
+def test_after_a_partition_the_current_slot_runs_not_the_claims_held_in_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # For 30 s every request is held, then delivered at the heal: the claims of slots 10 s, 20 s and
+    # 30 s reach the store together. The first wins there, but its answer comes after the next slot
+    # was due: it is released as done, not run, and slot 30 s, which the store had skipped behind it,
+    # is claimed again at once and runs, within a heartbeat of the heal.
+    caplog.set_level(logging.INFO, logger="anarchon")
+    clock = VirtualClock(START)
+    net = _Network(MemoryStore(clock), 0.02, 0)
+    scheduler = Scheduler(net, clock=clock, lease="3s", heartbeat="1s", jitter=0)
+    starts: list[tuple[int, int, int]] = []  # (slot, attempt, ms after the start of the test)
+
+    async def job(ctx: JobContext) -> None:
+        starts.append((ctx.slot - T0, ctx.attempt, clock.now_ms() - T0))
+        await ctx.sleep(2)
+
+    scheduler.every("job", "10s", job, catch_up=0)
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(5)
+            net.partition()
+            await asyncio.sleep(30)
+            net.heal()
+            await asyncio.sleep(20)
+
+    clock.run(main())
+    assert [(slot, attempt) for slot, attempt, _ in starts] == [(30_000, 1), (40_000, 1), (50_000, 1)], starts
+    assert 35_000 <= starts[0][2] <= 36_000, starts  # within a heartbeat of the heal
+    assert "won 25" in caplog.text and "not run" in caplog.text
 
 
 # -- the keeper thread (real time) ------------------------------------------------------------------

@@ -24,7 +24,17 @@ from ._outcomes import Facts, Step, react
 from ._planner import Due, Planner
 from ._runs import Hook, Runs
 from ._tasks import Tasks
-from .backends import Capability, ClaimBackend, ClaimRequest, ClaimResult, LeaseBackend
+from .backends import (
+    Capability,
+    ClaimBackend,
+    ClaimOutcome,
+    ClaimRequest,
+    ClaimResult,
+    Lease,
+    LeaseBackend,
+    Overlap,
+    ReleaseOutcome,
+)
 
 __all__ = ["Engine", "EngineConfig", "default_instance_id"]
 
@@ -71,6 +81,8 @@ class Engine:
         self._stopping = False
         self._down_since: float | None = None
         """Since when claims have failed (the keeper's clock), or None while the store answers."""
+        self._not_run: set[tuple[str, int | None]] = set()
+        """(job, slot) won too late and released without running (see `_too_late`)."""
         self._warned: set[str] = set()
         """Jobs whose schedule differs from the store's, warned about once."""
 
@@ -177,12 +189,40 @@ class Engine:
                            outcome=result.outcome.value)
             self._log.log(action.level, action.message, *action.args, extra=extra)
         self.planner.settle(entry.plan, action)
+        if (result.outcome is ClaimOutcome.SKIPPED and result.holder == self._config.instance_id
+                and (job.name, result.record_slot) in self._not_run):
+            # The older slot is held by a claim of this instance answered too late and released
+            # just now: claim again once that release has landed.
+            self.planner.retry([entry], self._config.heartbeat_ms)
+            return
         if result.lease is not None:
+            if action.step is Step.RUN and self._too_late(job, result.lease):
+                return
             if action.step is Step.RUN:
                 self.runs.start(job, result.lease, sent)
             elif action.step is Step.HAND_BACK:
                 # Won as the instance stops: hand it over at once (batched).
                 self.keeper.hand_back(result.lease)
+
+    def _too_late(self, job: Job, lease: Lease) -> bool:
+        """A first attempt won after the job's next slot was due (a claim answered late, e.g. when a
+        partition heals) is not run: only the latest slot runs, and this one would make it skip.
+        It is released as done at once. (Takeovers of an older slot, and `overlap="allow"`, run.)"""
+        if lease.attempt > 1 or job.options.overlap is Overlap.ALLOW:
+            return False
+        following = job.schedule.next_slot(lease.slot)
+        now = self._config.clock.now_ms()
+        if following is None or following > now:
+            return False
+        self._log.warning("%s slot=%s won %d ms late, after the next slot was due: not run (only the "
+                          "latest slot runs); released as done", job.name, fmt_slot(lease.slot),
+                          now - lease.slot, extra=fields(job.name, lease.slot, self._config.instance_id,
+                                                         attempt=lease.attempt))
+        self.keeper.hand_back(lease, ReleaseOutcome.DONE)
+        if len(self._not_run) > 1000:
+            self._not_run.clear()
+        self._not_run.add((job.name, lease.slot))
+        return True
 
     def _check_fingerprint(self, fingerprint: str, job: Job, result: ClaimResult) -> None:
         if result.fingerprint and result.fingerprint != fingerprint and job.name not in self._warned:
