@@ -107,8 +107,10 @@ class _Network(MemoryBackend):
     the calls in flight at once (a request or an answer may be lost on the way), and each call that
     starts on a reset connection first pays `reconnect` more round trips for a new one (a pool)."""
 
-    def __init__(self, store: MemoryStore, rtt: float, reconnect: int) -> None:
+    def __init__(self, store: MemoryStore, rtt: float, reconnect: int, deadline: float | None = None) -> None:
         super().__init__(store)
+        self.deadline = deadline
+        """The client gives up on a call after this long; its request may still reach the store."""
         self.rtt = rtt
         self.reconnect = reconnect
         self.epoch = 0
@@ -140,6 +142,17 @@ class _Network(MemoryBackend):
                 raise ConnectionResetError("connection reset by peer")
 
     async def _trip(self, call: Callable[[], Awaitable[T]]) -> T:
+        if self.deadline is None:
+            return await self._trip_on(call)
+        trip = asyncio.ensure_future(self._trip_on(call))
+        try:
+            async with asyncio.timeout(self.deadline):
+                return await asyncio.shield(trip)
+        except TimeoutError:
+            trip.add_done_callback(lambda t: t.cancelled() or t.exception())
+            raise ConnectionError(f"no answer within {self.deadline} s") from None
+
+    async def _trip_on(self, call: Callable[[], Awaitable[T]]) -> T:
         epoch = self.epoch
         if self.warm != epoch:
             await self._leg(self.reconnect * self.rtt, epoch)
@@ -285,6 +298,39 @@ def test_after_a_partition_the_current_slot_runs_not_the_claims_held_in_it(
     assert [(slot, attempt) for slot, attempt, _ in starts] == [(30_000, 1), (40_000, 1), (50_000, 1)], starts
     assert 35_000 <= starts[0][2] <= 36_000, starts  # within a heartbeat of the heal
     assert "won 25" in caplog.text and "not run" in caplog.text
+
+
+def test_after_a_partition_a_claim_whose_answer_never_came_delays_the_current_slot_by_a_lease_at_most(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # As above, but the client gives up on each call after 10 s: the claims held in the partition
+    # still reach the store at the heal, and the first wins there for this instance, which never
+    # hears of it and has no token to release it. The store skips the current slot behind it; it
+    # is claimed again every heartbeat and runs once that lease ends, as attempt 1. No older slot runs.
+    caplog.set_level(logging.INFO, logger="anarchon")
+    clock = VirtualClock(START)
+    net = _Network(MemoryStore(clock), 0.02, 0, deadline=10)
+    scheduler = Scheduler(net, clock=clock, lease="3s", heartbeat="1s", jitter=0)
+    starts: list[tuple[int, int, int]] = []
+
+    async def job(ctx: JobContext) -> None:
+        starts.append((ctx.slot - T0, ctx.attempt, clock.now_ms() - T0))
+        await ctx.sleep(1)  # over before the next slot, even when run 3 s late
+
+    scheduler.every("job", "10s", job, catch_up=0)
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(5)
+            net.partition()
+            await asyncio.sleep(30)
+            net.heal()
+            await asyncio.sleep(20)
+
+    clock.run(main())
+    assert [(slot, attempt) for slot, attempt, _ in starts] == [(30_000, 1), (40_000, 1), (50_000, 1)], starts
+    assert 35_000 <= starts[0][2] <= 35_000 + 3_000 + 1_000, starts  # within lease + heartbeat of the heal
+    assert "still runs on" in caplog.text
 
 
 # -- the keeper thread (real time) ------------------------------------------------------------------

@@ -189,11 +189,8 @@ class Engine:
                            outcome=result.outcome.value)
             self._log.log(action.level, action.message, *action.args, extra=extra)
         self.planner.settle(entry.plan, action)
-        if (result.outcome is ClaimOutcome.SKIPPED and result.holder == self._config.instance_id
-                and (job.name, result.record_slot) in self._not_run):
-            # The older slot is held by a claim of this instance answered too late and released
-            # just now: claim again once that release has landed.
-            self.planner.retry([entry], self._config.heartbeat_ms)
+        if result.outcome is ClaimOutcome.SKIPPED and result.holder == self._config.instance_id:
+            self._skipped_by_itself(entry, job, result)
             return
         if result.lease is not None:
             if action.step is Step.RUN and self._too_late(job, result.lease):
@@ -203,6 +200,25 @@ class Engine:
             elif action.step is Step.HAND_BACK:
                 # Won as the instance stops: hand it over at once (batched).
                 self.keeper.hand_back(result.lease)
+
+    def _skipped_by_itself(self, entry: Due, job: Job, result: ClaimResult) -> None:
+        """The store skipped `result.slot` behind an older slot that this very instance holds.
+
+        Held by a claim answered too late and released just now (`_too_late`): claim again at once,
+        once the release has landed. Held by a claim whose answer never came (sent before a
+        partition, delivered at its heal), which this instance does not run and has no token to
+        release: claim again every heartbeat until that lease ends, so the slot runs then rather
+        than never. (A run of this instance that is still going or still releasing is left alone.)
+        """
+        older = result.record_slot
+        if (job.name, older) in self._not_run:
+            self.planner.retry([entry], self._config.heartbeat_ms)
+            return
+        if any(ctx.name == job.name and ctx.slot == older for ctx in self.runs.active):
+            return
+        left = (result.expires_at - result.now if result.expires_at is not None and result.now is not None
+                else job.options.lease_ms)
+        self.planner.again(entry, max(0, min(left, job.options.heartbeat_ms)))
 
     def _too_late(self, job: Job, lease: Lease) -> bool:
         """A first attempt won after the job's next slot was due (a claim answered late, e.g. when a

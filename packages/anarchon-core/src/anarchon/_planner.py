@@ -63,7 +63,8 @@ class Due:
     plan: Plan
     slot: int
     kind: str
-    """"slot" (a boundary), "watch" (a backup's re-claim) or "catchup"."""
+    """"slot" (a boundary), "watch" (a backup's re-claim), "catchup", or "retry" (a boundary or
+    catch-up claim sent again after it failed)."""
     gen: int = 0
     tries: int = 0
     """Claims of this slot that failed in a row (the store did not answer)."""
@@ -153,8 +154,16 @@ class Planner:
                 window = min(max(plan.jitter_ms, 20) << min(entry.tries, 10), max_delay_ms)
                 delay = int(self._rng.random() * (window + 1))
                 longest = max(longest, delay)
-                self._watch(plan, entry.slot, delay, tries=entry.tries + 1)
+                self._watch(plan, entry.slot, delay, tries=entry.tries + 1,
+                            kind="watch" if entry.kind == "watch" else "retry")
         return longest
+
+    def again(self, entry: Due, delay_ms: int) -> None:
+        """Claim `entry`'s slot again after `delay_ms` (plus jitter), unless a newer one took its place."""
+        plan = entry.plan
+        if plan.latest_slot == entry.slot or entry.kind == "watch":
+            self._watch(plan, entry.slot, delay_ms + self.jitter(plan), tries=entry.tries,
+                        kind="watch" if entry.kind == "watch" else "retry")
 
     def watch(self, job: Job, slot: int) -> None:
         """Claim `slot` of `job` again at once: a run handed over for a retry."""
@@ -233,7 +242,8 @@ class Planner:
             plan.next_due = slot + self._slot_jitter(plan, slot)
             self._push(plan.next_due, plan, slot, "slot")
 
-    def _watch(self, plan: Plan, slot: int, delay_ms: int, *, backup: bool = False, tries: int = 0) -> None:
+    def _watch(self, plan: Plan, slot: int, delay_ms: int, *, backup: bool = False, tries: int = 0,
+               kind: str = "watch") -> None:
         allow = plan.job.options.overlap is Overlap.ALLOW
         if not allow:
             plan.watches.clear()
@@ -246,7 +256,7 @@ class Planner:
             # small with thousands of jobs; a pushed handover still finds the watch. (Not under
             # overlap="allow": there a newer slot neither supersedes nor skips an older one.)
             return
-        self._push(due, plan, slot, "watch", plan.watch_gen, tries)
+        self._push(due, plan, slot, kind, plan.watch_gen, tries)
 
     def _accept(self, entry: Due, now: int) -> bool:
         """Plan what follows a popped entry, and say whether it still needs a claim."""
@@ -254,6 +264,9 @@ class Planner:
         job = plan.job
         if entry.kind == "watch":
             return plan.watches.get(entry.slot) == entry.gen
+        if entry.kind == "retry":
+            # A newer slot claimed meanwhile takes its place: only the latest slot is worth a claim.
+            return plan.watches.get(entry.slot) == entry.gen and plan.latest_slot == entry.slot
         following = job.schedule.next_slot(entry.slot)
         if entry.kind == "slot":
             nxt = following
