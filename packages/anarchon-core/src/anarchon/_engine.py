@@ -168,7 +168,7 @@ class Engine:
             return
         if self._down_since is not None:
             self._log.info("claims on %s answer again, after %d ms", backend.url,
-                              int((self.keeper.now() - self._down_since) * 1000))
+                           int((self.keeper.now() - self._down_since) * 1000))
             self._down_since = None
         for entry, request, result in zip(batch, requests, results, strict=True):
             self._hook("anarchon_claim", request=request, result=result)
