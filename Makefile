@@ -9,7 +9,7 @@ EMPTY :=
 SPACE := $(EMPTY) $(EMPTY)
 export MYPYPATH := $(subst $(SPACE),:,$(SRC_DIRS))
 
-.PHONY: test lint typecheck pytest docs install demo clean dist bench bench-quick bench-peers chaos
+.PHONY: test lint typecheck pytest docs install demo clean dist bench bench-quick bench-peers chaos test-faults
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -49,11 +49,11 @@ typecheck: install
 
 # Most tests wait on servers, subprocesses and sleeps, so several workers share the cores well. Tests
 # that disturb a shared server (a restart, SCRIPT FLUSH, CLIENT KILL) are marked `serial` and run alone
-# afterwards. A plain `pytest` runs everything in one process.
+# afterwards. A plain `pytest` runs everything but the `faults` tests (`make test-faults`) in one process.
 PYTEST_WORKERS ?= 3
 pytest: install
-	$(BIN)/pytest -n $(PYTEST_WORKERS) -m 'not serial'
-	$(BIN)/pytest -m serial
+	$(BIN)/pytest -n $(PYTEST_WORKERS) -m 'not serial and not faults'
+	$(BIN)/pytest -m 'serial and not faults'
 
 # A broken link or a page missing from the nav fails the build. Then headless Chromium (Debian's
 # chromium; .ci/run installs it) renders the three widest pages at 1280 px, fails on clipped code or
@@ -78,6 +78,12 @@ CHAOS_URLS ?= 'sqlite:///$(VENV)/anarchon-chaos.db' 'redis://127.0.0.1:6379/14' 
 	'redis+stream://127.0.0.1:6379/14' 'amqp://guest:guest@127.0.0.1:5672/'
 chaos: install
 	@set -e; for url in $(CHAOS_URLS); do $(BIN)/python -m anarchon.testing.chaos "$$url" --seconds $(CHAOS_SECONDS); done
+
+# Network faults (never part of `make test`): real replicas reach Redis and PostgreSQL through
+# anarchon.testing.faultproxy; each prints one line per scenario (starts, duplicates, missed slots).
+FAULT_RUNS ?= 20
+test-faults: install
+	ANARCHON_FAULT_RUNS=$(FAULT_RUNS) $(BIN)/pytest -m faults -q -rfEs -s packages
 
 # Benchmarks (never part of `make test`): peers come from PyPI into their own venvs, never vendored.
 # APScheduler 3 and 4 share a distribution name, so 4.0.0a6 gets a venv of its own.

@@ -7,25 +7,29 @@ renewing while the scheduler's loop is blocked by `time.sleep`, which virtual ti
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import subprocess
 import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import pytest
 
 from anarchon import (
+    ClaimRequest,
+    ClaimResult,
     JobContext,
     JobStatus,
     Lease,
     MemoryBackend,
     MemoryClaimBackend,
     MemoryStore,
+    ReleaseOutcome,
     ScheduleError,
     Scheduler,
     hookimpl,
@@ -34,6 +38,7 @@ from anarchon import (
 )
 from anarchon.testing import VirtualClock
 
+T = TypeVar("T")
 START = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
 T0 = to_ms(START)
 
@@ -95,6 +100,237 @@ def test_a_renewal_slower_than_the_heartbeat_neither_delays_the_next_nor_loses_t
     assert "lease lost" not in caplog.text
     gaps = [round(b - a, 3) for a, b in zip(slow.sent, slow.sent[1:], strict=False)]
     assert gaps and all(g == 1.0 for g in gaps), gaps
+
+
+class _Network(MemoryBackend):
+    """A store behind a network, in virtual time: every call costs a round trip `rtt`; `reset()` fails
+    the calls in flight at once (a request or an answer may be lost on the way), and each call that
+    starts on a reset connection first pays `reconnect` more round trips for a new one (a pool)."""
+
+    def __init__(self, store: MemoryStore, rtt: float, reconnect: int, deadline: float | None = None) -> None:
+        super().__init__(store)
+        self.deadline = deadline
+        """The client gives up on a call after this long; its request may still reach the store."""
+        self.rtt = rtt
+        self.reconnect = reconnect
+        self.epoch = 0
+        self.warm = 0
+        """The epoch whose connection is established."""
+        self._broken = asyncio.Event()
+        self.flowing = asyncio.Event()
+        self.flowing.set()
+
+    def partition(self) -> None:
+        """Hold every request and answer until `heal()`, then deliver them in order."""
+        self.flowing.clear()
+
+    def heal(self) -> None:
+        self.flowing.set()
+
+    def reset(self) -> None:
+        self.epoch += 1
+        self._broken.set()
+        self._broken = asyncio.Event()
+
+    async def _leg(self, seconds: float, epoch: int) -> None:
+        broken = self._broken
+        if self.epoch != epoch:
+            raise ConnectionResetError("connection reset by peer")
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await broken.wait()
+                raise ConnectionResetError("connection reset by peer")
+
+    async def _trip(self, call: Callable[[], Awaitable[T]]) -> T:
+        if self.deadline is None:
+            return await self._trip_on(call)
+        trip = asyncio.ensure_future(self._trip_on(call))
+        try:
+            async with asyncio.timeout(self.deadline):
+                return await asyncio.shield(trip)
+        except TimeoutError:
+            trip.add_done_callback(lambda t: t.cancelled() or t.exception())
+            raise ConnectionError(f"no answer within {self.deadline} s") from None
+
+    async def _trip_on(self, call: Callable[[], Awaitable[T]]) -> T:
+        epoch = self.epoch
+        if self.warm != epoch:
+            await self._leg(self.reconnect * self.rtt, epoch)
+            self.warm = epoch
+        await self._leg(self.rtt / 2, epoch)
+        await self.flowing.wait()
+        result = await call()
+        await self._leg(self.rtt / 2, epoch)
+        await self.flowing.wait()
+        return result
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        return await self._trip(lambda: super(_Network, self).claim_many(requests))
+
+    async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
+        return await self._trip(lambda: super(_Network, self).renew_many(renewals))
+
+    async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
+        return await self._trip(lambda: super(_Network, self).release_many(releases))
+
+
+def _long_runs_over_a_network(rtt: float, reconnect: int, resets_every: float | None,
+                              caplog: pytest.LogCaptureFixture) -> list[tuple[int, int]]:
+    """A holder (lease 3 s, heartbeat 1 s) behind `_Network`: 20 runs of 6 s, one every 10 s.
+    Returns (slot, attempt) of every start; the caller checks that no lease was lost."""
+    clock = VirtualClock(START)
+    net = _Network(MemoryStore(clock), rtt, reconnect)
+    net.warm = -1  # the first call opens the connection
+    holder = Scheduler(net, instance_id="holder", clock=clock, lease="3s", heartbeat="1s", jitter=0)
+    starts: list[tuple[int, int]] = []
+
+    async def long(ctx: JobContext) -> None:
+        starts.append((ctx.slot, ctx.attempt))
+        await ctx.sleep(6)
+
+    holder.every("long", "10s", long, catch_up=0)
+
+    async def resets() -> None:
+        assert resets_every is not None
+        while True:
+            await asyncio.sleep(resets_every)
+            net.reset()
+
+    async def main() -> None:
+        await holder.start()
+        chaos = asyncio.ensure_future(resets()) if resets_every else None
+        await asyncio.sleep(205)  # slots 10:00:10 to 10:03:20
+        if chaos is not None:
+            chaos.cancel()
+        await holder.stop()
+
+    caplog.set_level(logging.DEBUG, logger="anarchon")
+    clock.run(main())
+    return starts
+
+
+@pytest.mark.parametrize("reconnect", [0, 3])
+def test_a_400_ms_round_trip_never_loses_a_lease(reconnect: int, caplog: pytest.LogCaptureFixture) -> None:
+    # Lease 3 s, heartbeat 1 s: a renewal has lease - heartbeat = 2 s to come back, five 400 ms round
+    # trips; a new connection (TCP, the store's handshake) plus the call takes four.
+    starts = _long_runs_over_a_network(0.4, reconnect, None, caplog)
+    assert len(starts) == 20 and {attempt for _, attempt in starts} == {1}, starts
+    assert "lease lost" not in caplog.text and "renew failed" not in caplog.text
+
+
+def test_a_connection_reset_at_any_moment_never_loses_a_lease_nor_a_slot(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A reset every 2.3 s hits renewals at every phase of the heartbeat, requests and answers alike:
+    # each failed renewal is sent again at once on a new connection (three round trips more), so the
+    # lease holds while (reconnect + 2) round trips fit in lease - heartbeat. Before, a failed
+    # renewal waited for the next heartbeat, and that one had to reconnect within a heartbeat.
+    # A failed claim is sent again at once too, so no slot is lost to a reset.
+    starts = _long_runs_over_a_network(0.3, 3, 2.3, caplog)
+    assert "lease lost" not in caplog.text
+    assert caplog.text.count("renew failed") > 10  # the resets did hit renewals
+    # A claim whose answer a reset lost won in the store: its resend finds the slot held by this very
+    # instance, which has no token to run it with, so it is taken over when that lease ends (attempt 2);
+    # that run can make the next slot skip. Every other slot runs as attempt 1.
+    lost_answers = caplog.text.count("taken by holder")
+    retried = [slot for slot, attempt in starts if attempt > 1]
+    assert len(retried) <= lost_answers, (starts, lost_answers)
+    assert len(starts) >= 20 - lost_answers and len({slot for slot, _ in starts}) == len(starts), starts
+
+
+def test_a_reset_just_after_a_boundary_does_not_lose_the_slot(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="anarchon")
+    # A reset 5 ms after each boundary fails every claim in flight. The claim is sent again at once,
+    # within the jitter (20 ms at least), and its slot runs, about a new connection late; retried a
+    # second later, it met the next boundary and was replaced by the newer slot.
+    clock = VirtualClock(START)
+    net = _Network(MemoryStore(clock), 0.02, 3)
+    scheduler = Scheduler(net, clock=clock, lease="3s", heartbeat="1s", jitter=0)
+    lags: dict[int, int] = {}
+
+    async def tick(ctx: JobContext) -> None:
+        lags[ctx.slot] = clock.now_ms() - ctx.slot
+
+    scheduler.every("tick", "1s", tick, catch_up=0)
+
+    async def main() -> None:
+        async with scheduler:
+            for _ in range(10):
+                await asyncio.sleep(1 - (clock.now_ms() % 1000) / 1000 + 0.005)
+                net.reset()
+            await asyncio.sleep(0.5)
+
+    clock.run(main())
+    # Each reset is a short outage: one warning, then one line when the claims are answered again.
+    assert caplog.text.count("failed on memory://") == caplog.text.count("answer again") == 10, caplog.text
+    assert sorted(lags) == [T0 + 1000 * i for i in range(1, 11)], lags
+    assert max(lags.values()) < 300, lags
+
+
+def test_after_a_partition_the_current_slot_runs_not_the_claims_held_in_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # For 30 s every request is held, then delivered at the heal: the claims of slots 10 s, 20 s and
+    # 30 s reach the store together. The first wins there, but its answer comes after the next slot
+    # was due: it is released as done, not run, and slot 30 s, which the store had skipped behind it,
+    # is claimed again at once and runs, within a heartbeat of the heal.
+    caplog.set_level(logging.INFO, logger="anarchon")
+    clock = VirtualClock(START)
+    net = _Network(MemoryStore(clock), 0.02, 0)
+    scheduler = Scheduler(net, clock=clock, lease="3s", heartbeat="1s", jitter=0)
+    starts: list[tuple[int, int, int]] = []  # (slot, attempt, ms after the start of the test)
+
+    async def job(ctx: JobContext) -> None:
+        starts.append((ctx.slot - T0, ctx.attempt, clock.now_ms() - T0))
+        await ctx.sleep(2)
+
+    scheduler.every("job", "10s", job, catch_up=0)
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(5)
+            net.partition()
+            await asyncio.sleep(30)
+            net.heal()
+            await asyncio.sleep(20)
+
+    clock.run(main())
+    assert [(slot, attempt) for slot, attempt, _ in starts] == [(30_000, 1), (40_000, 1), (50_000, 1)], starts
+    assert 35_000 <= starts[0][2] <= 36_000, starts  # within a heartbeat of the heal
+    assert "won 25" in caplog.text and "not run" in caplog.text
+
+
+def test_after_a_partition_a_claim_whose_answer_never_came_delays_the_current_slot_by_a_lease_at_most(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # As above, but the client gives up on each call after 10 s: the claims held in the partition
+    # still reach the store at the heal, and the first wins there for this instance, which never
+    # hears of it and has no token to release it. The store skips the current slot behind it; it
+    # is claimed again every heartbeat and runs once that lease ends, as attempt 1. No older slot runs.
+    caplog.set_level(logging.INFO, logger="anarchon")
+    clock = VirtualClock(START)
+    net = _Network(MemoryStore(clock), 0.02, 0, deadline=10)
+    scheduler = Scheduler(net, clock=clock, lease="3s", heartbeat="1s", jitter=0)
+    starts: list[tuple[int, int, int]] = []
+
+    async def job(ctx: JobContext) -> None:
+        starts.append((ctx.slot - T0, ctx.attempt, clock.now_ms() - T0))
+        await ctx.sleep(1)  # over before the next slot, even when run 3 s late
+
+    scheduler.every("job", "10s", job, catch_up=0)
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(5)
+            net.partition()
+            await asyncio.sleep(30)
+            net.heal()
+            await asyncio.sleep(20)
+
+    clock.run(main())
+    assert [(slot, attempt) for slot, attempt, _ in starts] == [(30_000, 1), (40_000, 1), (50_000, 1)], starts
+    assert 35_000 <= starts[0][2] <= 35_000 + 3_000 + 1_000, starts  # within lease + heartbeat of the heal
+    assert "still runs on" in caplog.text
 
 
 # -- the keeper thread (real time) ------------------------------------------------------------------

@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 from anarchon.testing import require_service
-from anarchon.testing.cluster import Cluster, check_blocked_loops
+from anarchon.testing.cluster import Cluster, check_blocked_loops, check_slow_network
 
 URL = os.environ.get("ANARCHON_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -71,3 +71,11 @@ def test_kill_and_graceful_stop(cluster_url: str, tmp_path: Path) -> None:
 
 def test_a_blocked_event_loop_keeps_its_lease_until_block_limit(cluster_url: str, tmp_path: Path) -> None:
     check_blocked_loops(cluster_url, tmp_path)
+
+
+@pytest.mark.faults
+def test_200_ms_each_way_never_loses_a_lease(cluster_url: str, tmp_path: Path) -> None:
+    # Three replicas behind a fault proxy adding 200 ms each way; lease 3 s, heartbeat 1 s, runs of
+    # 6 s: each ends as attempt 1. `make test-faults` runs it with 20 (ANARCHON_FAULT_RUNS).
+    runs = int(os.environ.get("ANARCHON_FAULT_RUNS", "1"))
+    print(check_slow_network(cluster_url, tmp_path, runs=runs))

@@ -16,7 +16,8 @@ import pytest
 import redis
 
 from anarchon import JobContext, Scheduler
-from anarchon.testing.cluster import Cluster, check_blocked_loops
+from anarchon.testing import require_service
+from anarchon.testing.cluster import Cluster, check_blocked_loops, check_slow_network
 from anarchon_redis import RedisBackend
 
 pytestmark = pytest.mark.slow
@@ -139,3 +140,14 @@ async def test_scheduler_survives_a_server_restart(redis_url: str, prefix: str, 
         assert any(t > up_at for t, _ in starts), "no run after the restart"
     slots = [s for _, s in starts]
     assert len(slots) == len(set(slots))
+
+
+@pytest.mark.faults
+def test_200_ms_each_way_never_loses_a_lease(prefix: str, tmp_path: Path) -> None:
+    # (On the machine's Redis only: Valkey speaks the same protocol through the same client.)
+    url = os.environ.get("ANARCHON_REDIS_URL", "redis://127.0.0.1:6379/0")
+    require_service("redis", url, 6379)
+    # Three replicas behind a fault proxy adding 200 ms each way; lease 3 s, heartbeat 1 s, runs of
+    # 6 s: each ends as attempt 1. `make test-faults` runs it with 20 (ANARCHON_FAULT_RUNS).
+    runs = int(os.environ.get("ANARCHON_FAULT_RUNS", "1"))
+    print(check_slow_network(_with_prefix(url, prefix), tmp_path, runs=runs))

@@ -23,7 +23,17 @@ from ._outcomes import Facts, Step, is_takeover, react, skips
 from ._planner import Due, Planner
 from ._runs import Hook, Runs
 from ._tasks import Tasks
-from .backends import Capability, ClaimBackend, ClaimRequest, ClaimResult, LeaseBackend
+from .backends import (
+    Capability,
+    ClaimBackend,
+    ClaimOutcome,
+    ClaimRequest,
+    ClaimResult,
+    Lease,
+    LeaseBackend,
+    Overlap,
+    ReleaseOutcome,
+)
 
 __all__ = ["Engine", "EngineConfig", "default_instance_id"]
 
@@ -68,6 +78,10 @@ class Engine:
         self._facts = Facts(config.instance_id, leases=Capability.LEASE in caps,
                             notify=Capability.NOTIFY in caps)
         self._stopping = False
+        self._down_since: float | None = None
+        """Since when claims have failed (the keeper's clock), or None while the store answers."""
+        self._not_run: set[tuple[str, int | None]] = set()
+        """(job, slot) won too late and released without running (see `_too_late`)."""
         self._warned: set[str] = set()
         """Jobs whose schedule differs from the store's, warned about once."""
 
@@ -141,13 +155,23 @@ class Engine:
             else:
                 results = await backend.claim_many(requests)
         except Exception as exc:  # the store failed: retry, never lose the slot or die
-            retry_ms = min(1000, self._config.heartbeat_ms)
-            self._log.warning(
-                "claim of %d slot(s) failed on %s: %s; retrying in %d ms",
+            # At once, within the jitter (a reset connection is re-established on the way), backing
+            # off to a heartbeat while the store stays away; a newer slot replaces an older one.
+            retry_ms = self.planner.retry(batch, min(1000, self._config.heartbeat_ms))
+            first = self._down_since is None
+            if first:
+                self._down_since = self.keeper.now()
+            # One warning when the store stops answering, one line when it answers again.
+            self._log.log(
+                logging.WARNING if first else logging.DEBUG,
+                "claim of %d slot(s) failed on %s: %s; retrying within %d ms",
                 len(batch), backend.url, short(exc), retry_ms,
             )
-            self.planner.retry(batch, retry_ms)
             return
+        if self._down_since is not None:
+            self._log.info("claims on %s answer again, after %d ms", backend.url,
+                           int((self.keeper.now() - self._down_since) * 1000))
+            self._down_since = None
         latency_ms = (self.keeper.now() - sent) * 1000
         for entry, request, result in zip(batch, requests, results, strict=True):
             self._hook("anarchon_claim", request=request, result=result, latency_ms=latency_ms)
@@ -170,7 +194,12 @@ class Engine:
         self.planner.settle(entry.plan, action)
         if skips(result, action):
             self._hook("anarchon_slot_skipped", request=request, result=result)
+        if result.outcome is ClaimOutcome.SKIPPED and result.holder == self._config.instance_id:
+            self._skipped_by_itself(entry, job, result)
+            return
         if result.lease is not None:
+            if action.step is Step.RUN and self._too_late(job, result.lease):
+                return
             if action.step is Step.RUN:
                 if is_takeover(result):
                     self._hook("anarchon_takeover", request=request, result=result)
@@ -178,6 +207,45 @@ class Engine:
             elif action.step is Step.HAND_BACK:
                 # Won as the instance stops: hand it over at once (batched).
                 self.keeper.hand_back(result.lease)
+
+    def _skipped_by_itself(self, entry: Due, job: Job, result: ClaimResult) -> None:
+        """The store skipped `result.slot` behind an older slot that this very instance holds.
+
+        Held by a claim answered too late and released just now (`_too_late`): claim again at once,
+        once the release has landed. Held by a claim whose answer never came (sent before a
+        partition, delivered at its heal), which this instance does not run and has no token to
+        release: claim again every heartbeat until that lease ends, so the slot runs then rather
+        than never. (A run of this instance that is still going or still releasing is left alone.)
+        """
+        older = result.record_slot
+        if (job.name, older) in self._not_run:
+            self.planner.retry([entry], self._config.heartbeat_ms)
+            return
+        if any(ctx.name == job.name and ctx.slot == older for ctx in self.runs.active):
+            return
+        left = (result.expires_at - result.now if result.expires_at is not None and result.now is not None
+                else job.options.lease_ms)
+        self.planner.again(entry, max(0, min(left, job.options.heartbeat_ms)))
+
+    def _too_late(self, job: Job, lease: Lease) -> bool:
+        """A first attempt won after the job's next slot was due (a claim answered late, e.g. when a
+        partition heals) is not run: only the latest slot runs, and this one would make it skip.
+        It is released as done at once. (Takeovers of an older slot, and `overlap="allow"`, run.)"""
+        if lease.attempt > 1 or job.options.overlap is Overlap.ALLOW:
+            return False
+        following = job.schedule.next_slot(lease.slot)
+        now = self._config.clock.now_ms()
+        if following is None or following > now:
+            return False
+        self._log.warning("%s slot=%s won %d ms late, after the next slot was due: not run (only the "
+                          "latest slot runs); released as done", job.name, fmt_slot(lease.slot),
+                          now - lease.slot, extra=fields(job.name, lease.slot, self._config.instance_id,
+                                                         attempt=lease.attempt))
+        self.keeper.hand_back(lease, ReleaseOutcome.DONE)
+        if len(self._not_run) > 1000:
+            self._not_run.clear()
+        self._not_run.add((job.name, lease.slot))
+        return True
 
     def _check_fingerprint(self, fingerprint: str, job: Job, result: ClaimResult) -> None:
         if result.fingerprint and result.fingerprint != fingerprint and job.name not in self._warned:

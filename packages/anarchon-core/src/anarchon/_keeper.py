@@ -59,8 +59,8 @@ class Keeper(Protocol):
         """Forget a lease without releasing it."""
         ...
 
-    def hand_back(self, lease: Lease) -> None:
-        """Release a lease as a handover at once, without waiting for the answer."""
+    def hand_back(self, lease: Lease, outcome: ReleaseOutcome = ReleaseOutcome.HANDOVER) -> None:
+        """Release a lease that never ran (a handover by default) at once, without waiting for the answer."""
         ...
 
     async def stop(self) -> None:
@@ -106,13 +106,14 @@ class Releases:
                     return
                 await asyncio.sleep(delay)
 
-    def hand_back(self, lease: Lease) -> None:
-        """Release `lease` as a handover in the background; a failure is no news (it expires)."""
-        self._tasks.spawn(self._hand_back(lease), "send")
+    def hand_back(self, lease: Lease, outcome: ReleaseOutcome = ReleaseOutcome.HANDOVER) -> None:
+        """Release `lease` (as a handover by default) in the background; a failure is no news (it
+        expires)."""
+        self._tasks.spawn(self._hand_back(lease, outcome), "send")
 
-    async def _hand_back(self, lease: Lease) -> None:
+    async def _hand_back(self, lease: Lease, outcome: ReleaseOutcome) -> None:
         with contextlib.suppress(Exception):
-            await self._send(lease, ReleaseOutcome.HANDOVER)
+            await self._send(lease, outcome)
 
     def _send(self, lease: Lease, outcome: ReleaseOutcome) -> asyncio.Future[bool]:
         """Release one run in one `release_many` with the other runs ending in this loop step."""
@@ -161,9 +162,9 @@ class LeaseKeeper:
         """Forget `held` without releasing it."""
         self._renewals.forget(held)
 
-    def hand_back(self, lease: Lease) -> None:
-        """Release `lease` as a handover, in the background."""
-        self._releases.hand_back(lease)
+    def hand_back(self, lease: Lease, outcome: ReleaseOutcome = ReleaseOutcome.HANDOVER) -> None:
+        """Release `lease` (as a handover by default), in the background."""
+        self._releases.hand_back(lease, outcome)
 
     async def stop(self) -> None:
         """Send what is queued (hand-backs, the last batches), then stop renewing."""
@@ -208,7 +209,7 @@ class NullKeeper:
     def drop(self, held: Held) -> None:
         """Nothing is held."""
 
-    def hand_back(self, lease: Lease) -> None:
+    def hand_back(self, lease: Lease, outcome: ReleaseOutcome = ReleaseOutcome.HANDOVER) -> None:
         """Nothing is held."""
 
     async def stop(self) -> None:

@@ -147,9 +147,9 @@ class KeeperThread:
         """Have the thread forget `held`."""
         self._renewals.post("forget", held)
 
-    def hand_back(self, lease: Lease) -> None:
-        """Release `lease` as a handover, in the background."""
-        self._releases.hand_back(lease)
+    def hand_back(self, lease: Lease, outcome: ReleaseOutcome = ReleaseOutcome.HANDOVER) -> None:
+        """Release `lease` (as a handover by default), in the background."""
+        self._releases.hand_back(lease, outcome)
 
     async def stop(self) -> None:
         """Send the queued releases, then let the thread close its connection and end; wait for that."""

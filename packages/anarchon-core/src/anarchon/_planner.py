@@ -67,8 +67,11 @@ class Due:
     plan: Plan
     slot: int
     kind: str
-    """"slot" (a boundary), "watch" (a backup's re-claim) or "catchup"."""
+    """"slot" (a boundary), "watch" (a backup's re-claim), "catchup", or "retry" (a boundary or
+    catch-up claim sent again after it failed)."""
     gen: int = 0
+    tries: int = 0
+    """Claims of this slot that failed in a row (the store did not answer)."""
 
 
 class Planner:
@@ -80,9 +83,9 @@ class Planner:
         self._log = log
         self._default_jitter_ms = jitter_ms
         self._horizon_ms = horizon_ms
-        # (due, sequence, slot, kind, gen, plan index): tuples compare in C, and the sequence keeps
-        # ties in push order (so the rest is never compared).
-        self._heap: list[tuple[int, int, int, str, int, int]] = []
+        # (due, sequence, slot, kind, gen, plan index, tries): tuples compare in C, and the sequence
+        # keeps ties in push order (so the rest is never compared).
+        self._heap: list[tuple[int, int, int, str, int, int, int]] = []
         self._seq = 0
         self._wake = asyncio.Event()
         self._rng = random.Random()
@@ -130,8 +133,8 @@ class Planner:
             batch: list[Due] = []
             limit = now + _BATCH_WINDOW_MS
             while heap and (heap[0][0] <= now or (heap[0][0] <= limit and heap[0][2] <= now)):
-                due, _seq, slot, kind, gen, index = heapq.heappop(heap)
-                entry = Due(due, plans[index], slot, kind, gen)
+                due, _seq, slot, kind, gen, index, tries = heapq.heappop(heap)
+                entry = Due(due, plans[index], slot, kind, gen, tries)
                 if self._accept(entry, now):
                     batch.append(entry)
             if batch:
@@ -150,13 +153,27 @@ class Planner:
         else:
             watches.pop(action.slot, None)
 
-    def retry(self, batch: list[Due], delay_ms: int) -> None:
-        """Claim the slots of a failed batch again after `delay_ms` (plus jitter), unless newer ones
-        took their place meanwhile."""
+    def retry(self, batch: list[Due], max_delay_ms: int) -> int:
+        """Claim the slots of a failed batch again at once, each after a random delay within its
+        job's jitter (at least 20 ms), doubling with each failure in a row up to `max_delay_ms`; not
+        once a newer slot took its place. Returns the longest delay."""
+        longest = 0
         for entry in batch:
             plan = entry.plan
             if plan.latest_slot == entry.slot or entry.kind == "watch":
-                self._watch(plan, entry.slot, delay_ms + self.jitter(plan))
+                window = min(max(plan.jitter_ms, 20) << min(entry.tries, 10), max_delay_ms)
+                delay = int(self._rng.random() * (window + 1))
+                longest = max(longest, delay)
+                self._watch(plan, entry.slot, delay, tries=entry.tries + 1,
+                            kind="watch" if entry.kind == "watch" else "retry")
+        return longest
+
+    def again(self, entry: Due, delay_ms: int) -> None:
+        """Claim `entry`'s slot again after `delay_ms` (plus jitter), unless a newer one took its place."""
+        plan = entry.plan
+        if plan.latest_slot == entry.slot or entry.kind == "watch":
+            self._watch(plan, entry.slot, delay_ms + self.jitter(plan), tries=entry.tries,
+                        kind="watch" if entry.kind == "watch" else "retry")
 
     def watch(self, job: Job, slot: int) -> None:
         """Claim `slot` of `job` again at once: a run handed over for a retry."""
@@ -180,11 +197,11 @@ class Planner:
 
     # -- the heap -------------------------------------------------------------------------------
 
-    def _push(self, due: int, plan: Plan, slot: int, kind: str, gen: int = 0) -> None:
+    def _push(self, due: int, plan: Plan, slot: int, kind: str, gen: int = 0, tries: int = 0) -> None:
         if self._closed:
             return
         self._seq += 1
-        heapq.heappush(self._heap, (due, self._seq, slot, kind, gen, plan.index))
+        heapq.heappush(self._heap, (due, self._seq, slot, kind, gen, plan.index, tries))
         if self._heap[0][1] == self._seq:
             self._wake.set()
 
@@ -235,7 +252,8 @@ class Planner:
             plan.next_due = slot + self._slot_jitter(plan, slot)
             self._push(plan.next_due, plan, slot, "slot")
 
-    def _watch(self, plan: Plan, slot: int, delay_ms: int, *, backup: bool = False) -> None:
+    def _watch(self, plan: Plan, slot: int, delay_ms: int, *, backup: bool = False, tries: int = 0,
+               kind: str = "watch") -> None:
         allow = plan.job.options.overlap is Overlap.ALLOW
         if not allow:
             plan.watches.clear()
@@ -248,7 +266,7 @@ class Planner:
             # small with thousands of jobs; a pushed handover still finds the watch. (Not under
             # overlap="allow": there a newer slot neither supersedes nor skips an older one.)
             return
-        self._push(due, plan, slot, "watch", plan.watch_gen)
+        self._push(due, plan, slot, kind, plan.watch_gen, tries)
 
     def _accept(self, entry: Due, now: int) -> bool:
         """Plan what follows a popped entry, and say whether it still needs a claim."""
@@ -256,6 +274,9 @@ class Planner:
         job = plan.job
         if entry.kind == "watch":
             return plan.watches.get(entry.slot) == entry.gen
+        if entry.kind == "retry":
+            # A newer slot claimed meanwhile takes its place: only the latest slot is worth a claim.
+            return plan.watches.get(entry.slot) == entry.gen and plan.latest_slot == entry.slot
         following = job.schedule.next_slot(entry.slot)
         if entry.kind == "slot":
             nxt = following

@@ -37,6 +37,17 @@ __all__ = ["Held", "Renewals", "hold"]
 _GROUP_S = 0.01
 # A lease with less than this many heartbeats left when its handler would start is renewed first.
 _START_MARGIN = 1.5
+# A failed renewal is sent again after this long, doubling up to a heartbeat, not a heartbeat later:
+# a connection reset costs one reconnection, not the lease.
+_RETRY_S = 0.05
+# The first renewal of a lease goes out half a heartbeat after its claim, not a whole one, when the
+# renewal connection has not answered for this long: a connection dropped while idle (a NAT, a
+# server's idle timeout) is re-established with more of the lease left. (A run over by then costs
+# no renewal at all.)
+_COLD_S = 10.0
+# A lease lost while the store does not answer is handed back (released as a handover) until the store
+# confirms it, for at most this long: a renewal held in the network and delivered later cannot revive it.
+_HAND_BACK_S = 300.0
 
 
 @dataclass(eq=False, slots=True)
@@ -58,6 +69,8 @@ class Held:
     next_renew: float = 0.0
     pending: int = 0
     """Renewals sent and not answered yet."""
+    failures: int = 0
+    """Renewals that failed in a row (each is sent again at once, with backoff)."""
     gen: int = 0
     """The generation of its live heap entry."""
     releasing: bool = False
@@ -97,6 +110,8 @@ class Renewals:
         """When this loop's renewal task wakes next (published for `post`)."""
         self._poke_at = math.inf
         """When `poke` is called next (published for `post`)."""
+        self._answered_at = -math.inf
+        """When the store last answered a renewal on this connection (this loop's clock)."""
         self._batch: StepBatcher[tuple[Lease, int], Lease | None] = StepBatcher(
             self._renew_many, lambda c: tasks.spawn(c, "send"), f"{backend!r}.renew_many")
 
@@ -106,10 +121,19 @@ class Renewals:
         self._tasks.spawn(self._tick(), "keeper", name="anarchon-renewals")
 
     def keep(self, held: Held) -> None:
-        """Keep `held` (on this loop); a late one is renewed by `confirm` first."""
+        """Keep `held` (on this loop); a late one is renewed by `confirm` first. On a connection idle
+        for long, the first renewal goes out at once, so a reconnection has the whole lease to finish."""
         self._held.add(held)
         if not held.late and not held.gone:
+            held.next_renew = self._first_renewal(held)
             self._schedule(held)
+
+    def _first_renewal(self, held: Held) -> float:
+        """When `held` is renewed next: a new lease a heartbeat after its claim, or half of one on a cold
+        connection (until the store answers again, every new lease is: they go out together)."""
+        if held.next_renew == held.sent + held.heartbeat_s and self._answered_at + _COLD_S < held.sent:
+            return held.sent + held.heartbeat_s / 2
+        return held.next_renew
 
     def forget(self, held: Held) -> None:
         """Stop renewing `held` (on this loop)."""
@@ -122,7 +146,8 @@ class Renewals:
         self._inbox.append((what, held))
         # (`_tick` publishes `_wake_at`, and `poke` `_poke_at`, after they last looked at the inbox.)
         due = min(self._wake_at, self._poke_at)
-        if what == "keep" and not held.late and held.next_renew < due and self._loop is not None:
+        first = self._first_renewal(held)
+        if what == "keep" and not held.late and first < due and self._loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop has closed: nothing is renewed any more
                 self._loop.call_soon_threadsafe(self._wake.set)
 
@@ -153,6 +178,7 @@ class Renewals:
                              "could not be renewed; another instance may have taken the slot over")
             return False
         self._extend(held, sent, renewed)
+        self._answered_at = max(self._answered_at, sent)
         held.late = False
         held.next_renew = sent + held.heartbeat_s
         self.keep(held)
@@ -239,18 +265,36 @@ class Renewals:
         else:
             why = "the store did not confirm a renewal before the lease ended"
         self._lose(held, why)
-        if not held.pending:  # the store answers: hand the slot over at once rather than at expiry
-            self._tasks.spawn(self._hand_back(held.lease), "send")
+        # Hand the slot over at once rather than at expiry; and should a renewal still be on its way
+        # (a partition delivers it later), the release lands after it or makes it fail: it cannot
+        # revive a lease its holder has given up.
+        self._tasks.spawn(self._hand_back(held.lease), "send")
 
     def _renewed(self, held: Held, sent: float, future: asyncio.Future[Lease | None]) -> None:
         held.pending -= 1
-        if held.gone or future.cancelled():
+        if future.cancelled():
             return
-        exc = future.exception()
+        exc = future.exception()  # (retrieved even for a lease gone since: no unretrieved futures)
+        if held.gone:
+            return
         if exc is not None:
-            self._log.warning("%s slot=%s renew failed: %s; retrying", held.job, fmt_slot(held.lease.slot),
-                              short(exc), extra=held.log_fields())
+            # Send it again at once (a reset connection is re-established on the way), backing off
+            # while the store stays away, never later than the next heartbeat's renewal.
+            retry = min(_RETRY_S * 2 ** held.failures, held.heartbeat_s)
+            held.failures += 1
+            level = logging.WARNING if held.failures == 1 else logging.DEBUG
+            self._log.log(level, "%s slot=%s renew failed: %s; retrying in %d ms", held.job,
+                          fmt_slot(held.lease.slot), short(exc), int(retry * 1000), extra=held.log_fields())
+            now = asyncio.get_running_loop().time()
+            if now + retry < held.next_renew:
+                held.next_renew = now + retry
+                self._schedule(held)
             return
+        self._answered_at = max(self._answered_at, sent)
+        if held.failures:
+            self._log.info("%s slot=%s renewed again after %d failed renewal(s)", held.job,
+                           fmt_slot(held.lease.slot), held.failures, extra=held.log_fields())
+            held.failures = 0
         renewed = future.result()
         if renewed is None:
             if held.releasing:
@@ -287,5 +331,16 @@ class Renewals:
             return await self._backend.renew_many(renewals)
 
     async def _hand_back(self, lease: Lease) -> None:
-        with contextlib.suppress(Exception):
-            await self._backend.release(lease, ReleaseOutcome.HANDOVER)
+        """Release `lease` as a handover, retrying while the store does not answer (for a while)."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + _HAND_BACK_S
+        delay = _RETRY_S
+        while True:
+            try:
+                await self._backend.release(lease, ReleaseOutcome.HANDOVER)
+                return
+            except Exception:
+                if loop.time() + delay > give_up:
+                    return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)

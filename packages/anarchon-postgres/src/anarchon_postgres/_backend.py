@@ -13,6 +13,7 @@ import asyncpg
 
 from anarchon import (
     BackendError,
+    BackendUnavailable,
     Capability,
     ClaimOutcome,
     ClaimRequest,
@@ -38,6 +39,23 @@ log = logging.getLogger("anarchon.postgres")
 _RECHECKS = 3
 _OUTCOMES = {o.value: o for o in ClaimOutcome}
 """An outcome's string to the member, without an Enum call per claim."""
+
+OP_TIMEOUT_S = 10.0
+"""How long one store call (a claim batch, a renewal, a release batch, a connection) may take."""
+
+
+class _QuietFloor(logging.Filter):
+    """asyncpg's pool logs a warning with a traceback each time it fails to reconnect its idle
+    connections while the server is away; the scheduler says once that the store is unreachable, so
+    these go only to a debug log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith("Failed to restore the pool connection floor"):
+            return log.isEnabledFor(logging.DEBUG)
+        return True
+
+
+logging.getLogger("asyncpg.pool").addFilter(_QuietFloor())
 
 
 class FenceContext(Protocol):
@@ -86,6 +104,7 @@ class PostgresBackend(LeaseBackendBase):
         self._min_size, self._max_size = min_size, max_size
         self._listen_dsn = listen_url
         self._listener: Listener | None = None
+        self._releasing: set[asyncio.Task[None]] = set()
         self._use(connection, asyncpg.Pool, {
             "schema": schema, "table": table, "statement_cache_size": statement_cache_size,
             "listen_url": listen_url, "min_size": min_size, "max_size": max_size,
@@ -141,7 +160,8 @@ class PostgresBackend(LeaseBackendBase):
     async def _connect(self) -> asyncpg.Pool:
         try:
             return await asyncpg.create_pool(
-                self._target, min_size=self._min_size, max_size=self._max_size, **self._connect_kwargs(),
+                self._target, min_size=self._min_size, max_size=self._max_size, timeout=OP_TIMEOUT_S,
+                **self._connect_kwargs(),
             )
         except (ValueError, asyncpg.exceptions.ClientConfigurationError):
             # asyncpg's message may quote the DSN, password included: do not chain it.
@@ -165,7 +185,9 @@ class PostgresBackend(LeaseBackendBase):
             log.info("migrated %s by %d version(s)", self.url, applied)
 
     async def _shutdown(self) -> None:
-        """Stop listening."""
+        """Stop listening; let connections on their way back reach the pool."""
+        if self._releasing:
+            await asyncio.wait(list(self._releasing), timeout=OP_TIMEOUT_S)
         listener, self._listener = self._listener, None
         if listener is not None:
             await listener.close()
@@ -175,10 +197,41 @@ class PostgresBackend(LeaseBackendBase):
         return translate(exc, doing, self.url)
 
     async def _fetch(self, what: str, query: str, *args: Any) -> list[Any]:
+        """Run one statement on a pool connection, answered within `OP_TIMEOUT_S`.
+
+        The connection goes back to the pool after the answer is returned, not before: asyncpg's
+        reset on release costs a round trip, which a renewal on a slow network cannot spare. (For the
+        same reason the statements take integer arrays as text[]: asyncpg looks up the codec of an
+        integer array on each new connection, six more round trips.)
+        """
         if not self._opened:
             await self.open()
+        pool = self.pool
         with self._errors(what):
-            return list(await self.pool.fetch(query, *args))
+            try:
+                async with asyncio.timeout(OP_TIMEOUT_S):
+                    conn = await pool.acquire()
+                    try:
+                        rows = await conn.fetch(query, *args)
+                    except BaseException as exc:
+                        if not isinstance(exc, asyncpg.PostgresError):
+                            conn.terminate()  # its state is unknown (a timeout, a lost socket): a new one
+                        await pool.release(conn)
+                        raise
+            except TimeoutError as exc:
+                raise BackendUnavailable(
+                    f"{what} on {self.url} got no answer within {OP_TIMEOUT_S:g} s; is PostgreSQL up "
+                    "and reachable?") from exc
+        task = asyncio.get_running_loop().create_task(self._give_back(conn))
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
+        return list(rows)
+
+    async def _give_back(self, conn: Any) -> None:
+        try:
+            await self.pool.release(conn, timeout=OP_TIMEOUT_S)
+        except Exception as exc:  # the pool replaces a connection it could not reset
+            log.debug("returning a connection to the pool of %s failed: %s", self.url, exc)
 
     # -- claims ------------------------------------------------------------------------------
 
@@ -212,9 +265,9 @@ class PostgresBackend(LeaseBackendBase):
     async def _claim_batch(self, reqs: Sequence[ClaimRequest]) -> list[ClaimResult | None]:
         rows = await self._fetch(
             "claim", self.sql.claim,
-            [r.namespace for r in reqs], [r.job for r in reqs], [r.slot for r in reqs],
-            [r.owner for r in reqs], [r.lease_ms for r in reqs], [r.max_attempts for r in reqs],
-            [str(r.overlap) for r in reqs], [r.fingerprint for r in reqs], [r.max_skew_ms for r in reqs],
+            [r.namespace for r in reqs], [r.job for r in reqs], [str(r.slot) for r in reqs],
+            [r.owner for r in reqs], [str(r.lease_ms) for r in reqs], [str(r.max_attempts) for r in reqs],
+            [str(r.overlap) for r in reqs], [r.fingerprint for r in reqs], [str(r.max_skew_ms) for r in reqs],
         )
         return [self._result(r, row) for r, row in zip(reqs, rows, strict=True)]
 
@@ -266,8 +319,8 @@ class PostgresBackend(LeaseBackendBase):
         leases = [lease for lease, _ in renewals]
         rows = await self._fetch(
             "renew", self.sql.renew_many,
-            [x.namespace for x in leases], [x.job for x in leases], [x.slot for x in leases],
-            [x.token for x in leases], [x.owner for x in leases], [ms for _, ms in renewals],
+            [x.namespace for x in leases], [x.job for x in leases], [str(x.slot) for x in leases],
+            [str(x.token) for x in leases], [x.owner for x in leases], [str(ms) for _, ms in renewals],
         )
         results: list[Lease | None] = [None] * len(renewals)
         for row in rows:
@@ -292,8 +345,8 @@ class PostgresBackend(LeaseBackendBase):
             leases = [releases[i][0] for i in batch]
             rows = await self._fetch(
                 "release", self.sql.release_many,
-                [x.namespace for x in leases], [x.job for x in leases], [x.slot for x in leases],
-                [x.token for x in leases], [x.owner for x in leases],
+                [x.namespace for x in leases], [x.job for x in leases], [str(x.slot) for x in leases],
+                [str(x.token) for x in leases], [x.owner for x in leases],
                 [releases[i][1].status.value for i in batch], self.sql.channel,
             )
             for row in rows:
@@ -347,8 +400,8 @@ class PostgresBackend(LeaseBackendBase):
         one of the pool's connections, held while this backend listens."""
         dsn = self._listen_dsn or self._target
         if dsn is not None:
-            return await asyncpg.connect(dsn, **self._connect_kwargs())
-        conn: asyncpg.Connection = await self.pool.acquire()
+            return await asyncpg.connect(dsn, timeout=OP_TIMEOUT_S, **self._connect_kwargs())
+        conn: asyncpg.Connection = await self.pool.acquire(timeout=OP_TIMEOUT_S)
         return conn
 
     async def _listen_disconnect(self, conn: asyncpg.Connection) -> None:

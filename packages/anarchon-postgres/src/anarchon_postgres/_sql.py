@@ -157,8 +157,8 @@ class Statements:
         return f"""
 WITH n AS MATERIALIZED (SELECT {NOW_MS} AS now),
 req AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bigint[],
-                         $6::int[], $7::text[], $8::text[], $9::bigint[])
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[]::bigint[], $4::text[], $5::text[]::bigint[],
+                         $6::text[]::int[], $7::text[], $8::text[], $9::text[]::bigint[])
         WITH ORDINALITY AS r(namespace, job, slot, owner, lease_ms, max_attempts, overlap,
                              fingerprint, max_skew_ms, ord)
 ),
@@ -237,7 +237,8 @@ ORDER BY r.ord
         return f"""
 WITH n AS MATERIALIZED (SELECT {NOW_MS} AS now),
 req AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::bigint[])
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[]::bigint[], $4::text[]::bigint[], $5::text[],
+                         $6::text[]::bigint[])
         WITH ORDINALITY AS r(namespace, job, slot, token, owner, lease_ms, ord)
 ),
 locked AS MATERIALIZED (
@@ -294,7 +295,8 @@ ORDER BY ok.ord
         return f"""
 WITH n AS MATERIALIZED (SELECT {NOW_MS} AS now),
 req AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[])
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[]::bigint[], $4::text[]::bigint[], $5::text[],
+                         $6::text[])
         WITH ORDINALITY AS r(namespace, job, slot, token, owner, status, ord)
 ),
 locked AS MATERIALIZED (

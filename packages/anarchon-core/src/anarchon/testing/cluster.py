@@ -9,22 +9,31 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from .._duration import Duration, parse_duration
+from .faultproxy import FaultProxy
 
-__all__ = ["Cluster", "Event", "check_blocked_loops", "check_every_slot_once"]
+T = TypeVar("T")
+
+__all__ = ["Cluster", "Event", "ProxyThread", "check_blocked_loops", "check_every_slot_once",
+           "check_slow_network"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,3 +262,80 @@ def check_blocked_loops(url: str, workdir: Path | str, *, lease_s: float = 1.0, 
             f"[{block_limit_s}, {bound:.2f}] s\n{c.output()}")
         c.kill(hung.pid)  # it would sleep for an hour
         c.assert_one_winner()
+
+
+class ProxyThread:
+    """A `FaultProxy` on an event loop of its own, in a daemon thread, for synchronous tests:
+
+        with ProxyThread("127.0.0.1", 6379) as proxy:
+            proxy.do(proxy.proxy.latency(0.2))
+            with Cluster(proxy.url("redis://127.0.0.1:6379/0"), tmp_path) as cluster: ...
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        self.proxy = FaultProxy(host, port)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="anarchon-faultproxy",
+                                        daemon=True)
+
+    def __enter__(self) -> ProxyThread:
+        self._thread.start()
+        self.do(self.proxy.start())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.do(self.proxy.close())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
+
+    def do(self, step: Coroutine[Any, Any, T] | Awaitable[T], timeout: float = 30) -> T:
+        """Run one of the proxy's coroutines (a fault, a heal) on its loop; return its result."""
+
+        async def run() -> T:
+            return await step
+
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(run(), self._loop)
+        return future.result(timeout)
+
+    def url(self, url: str) -> str:
+        """`url` through the proxy's port."""
+        return self.proxy.url(url)
+
+
+def check_slow_network(url: str, workdir: Path | str, *, runs: int = 1, delay_s: float = 0.2) -> str:
+    """Run three replicas that reach the store at `url` through a `FaultProxy` adding `delay_s` each
+    way (lease 3 s, heartbeat 1 s, a 1 s job and a job of 6 s every 8 s), until `runs` long runs have
+    ended; assert that every one ended as attempt 1 and that no lease was lost. Returns a summary line:
+    starts, duplicates, and the 1 s slots missed after the first three seconds (the first claims open
+    the connections, four round trips)."""
+    parts = urlsplit(url)
+    ports = {"redis": 6379, "rediss": 6379, "postgresql": 5432, "postgres": 5432}
+    default_port = ports.get(parts.scheme, 0)
+    with ProxyThread(parts.hostname or "127.0.0.1", parts.port or default_port) as proxy:
+        proxy.do(proxy.proxy.latency(delay_s))
+        with Cluster(proxy.url(url), workdir, replicas=3, lease="3s", heartbeat="1s", tick_every="1s",
+                     long_every="8s", long_run="6s") as c:
+            since = c.ready_ms + 3000
+
+            def ended() -> list[Event]:
+                return [e for e in c.events() if e.event in ("end", "cancelled") and e.job == "long"
+                        and e.slot > c.ready_ms]
+
+            deadline = time.monotonic() + 8 * runs + 30
+            while len(ended()) < runs:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{len(ended())} of {runs} long runs ended\n{c.output()}")
+                time.sleep(0.2)
+            until = int(time.time() * 1000) - 2000
+            c.assert_one_winner()
+            longs = [e for e in c.starts("long") if e.slot > c.ready_ms]
+            retried = [e for e in longs if e.attempt > 1]
+            cancelled = [e for e in ended() if e.event == "cancelled"]
+            assert not retried and not cancelled, f"{retried} {cancelled}\n{c.output()}"
+            assert "lease lost" not in c.output(tail=100_000), c.output()
+            missed = c.missed("tick", since, until)
+            return (f"{delay_s * 1000:.0f} ms each way: {len(c.starts())} starts, 0 duplicates, "
+                    f"{len(ended())} long runs all attempt 1, {len(missed)} of "
+                    f"{(until - since) // 1000} 1 s slots missed")

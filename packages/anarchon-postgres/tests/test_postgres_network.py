@@ -1,0 +1,71 @@
+"""Through a fault proxy: every call has a deadline, and asyncpg's reconnection noise stays quiet."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from anarchon import BackendUnavailable, ClaimOutcome, ClaimRequest
+from anarchon.testing import require_service
+from anarchon.testing.faultproxy import FaultProxy
+from anarchon_postgres import PostgresBackend, _backend
+
+URL = os.environ.get("ANARCHON_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+pytestmark = pytest.mark.services
+
+
+@pytest.fixture
+async def schema() -> AsyncIterator[str]:
+    """A private schema, dropped afterwards."""
+    require_service("PostgreSQL", URL, 5432)
+    name = f"anarchon_n_{uuid.uuid4().hex[:10]}"
+    yield name
+    conn = await asyncpg.connect(URL)
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+    finally:
+        await conn.close()
+
+
+async def test_a_call_held_in_a_partition_fails_at_its_deadline(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_backend, "OP_TIMEOUT_S", 0.5)
+    async with FaultProxy("127.0.0.1", 5432) as proxy:
+        backend = PostgresBackend(proxy.url(URL), schema=schema)
+        await backend.open()
+        try:
+            slot = (int(time.time() * 1000) // 1000 - 1) * 1000
+            await proxy.partition()
+            began = time.monotonic()
+            with pytest.raises(BackendUnavailable, match=r"no answer within 0\.5 s"):
+                await asyncio.wait_for(backend.claim(ClaimRequest("ns", "job", slot, "a")), 5)
+            assert time.monotonic() - began < 2
+            await proxy.heal()
+            await proxy.reset()  # the held statement's connection is gone: a new one serves the next call
+            result = await backend.claim(ClaimRequest("ns", "job", slot + 1000, "a"))
+            assert result.outcome in (ClaimOutcome.WON, ClaimOutcome.EARLY), result
+        finally:
+            await asyncio.wait_for(backend.close(), 15)
+
+
+def test_asyncpg_pool_reconnection_warnings_go_to_the_debug_log(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    pool_log = logging.getLogger("asyncpg.pool")
+    try:
+        raise ConnectionRefusedError("connection refused")
+    except ConnectionRefusedError:
+        pool_log.warning("Failed to restore the pool connection floor; retrying", exc_info=True)
+    pool_log.warning("Pool.close() is taking over 60 seconds to complete.")
+    assert "pool connection floor" not in caplog.text
+    assert "taking over 60 seconds" in caplog.text  # asyncpg's other warnings are left alone
+    caplog.set_level(logging.DEBUG, logger="anarchon.postgres")
+    pool_log.warning("Failed to restore the pool connection floor; retrying")
+    assert "pool connection floor" in caplog.text
