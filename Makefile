@@ -9,7 +9,8 @@ EMPTY :=
 SPACE := $(EMPTY) $(EMPTY)
 export MYPYPATH := $(subst $(SPACE),:,$(SRC_DIRS))
 
-.PHONY: test lint typecheck pytest docs install demo clean dist bench bench-quick bench-peers chaos
+.PHONY: test lint typecheck pytest docs install demo clean dist bench bench-quick bench-peers chaos \
+	cluster-up cluster-down test-topologies
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -73,6 +74,27 @@ CHAOS_URLS ?= 'sqlite:///$(VENV)/anarchon-chaos.db' 'redis://127.0.0.1:6379/14' 
 	'redis+stream://127.0.0.1:6379/14' 'amqp://guest:guest@127.0.0.1:5672/'
 chaos: install
 	@set -e; for url in $(CHAOS_URLS); do $(BIN)/python -m anarchon.testing.chaos "$$url" --seconds $(CHAOS_SECONDS); done
+
+# --- Topologies (scripts/topology.py): a Redis Cluster and Sentinel, a NATS cluster, PgBouncer and a
+# PostgreSQL standby as real processes on loopback ports, stopped by their own pids. `make cluster-up`
+# starts them for manual runs (TOPOLOGIES=name... for some) and prints their URLs; `make cluster-down`
+# stops them. The tests start their own through the `topology` fixture (conftest.py).
+TOPOLOGIES ?=
+cluster-up: install
+	$(BIN)/python scripts/topology.py up $(TOPOLOGIES)
+
+cluster-down: install
+	$(BIN)/python scripts/topology.py down
+
+# The conformance kit and the failover tests on each topology (marker topology_kit, deselected from
+# `make test`): one pytest run, and one summary line, per topology. .ci/run runs it after `make test`.
+TOPOLOGY_SUITES := \
+	redis-cluster=packages/anarchon-redis/tests/test_conformance_redis_cluster.py:packages/anarchon-redis/tests/test_topology_redis.py
+test-topologies: install
+	@status=0; for suite in $(TOPOLOGY_SUITES); do \
+	  echo "== $${suite%%=*}: conformance kit and failover"; \
+	  $(BIN)/pytest -q -rfEs -s -m topology_kit $$(echo $${suite#*=} | tr : ' ') || status=1; \
+	done; exit $$status
 
 # Benchmarks (never part of `make test`): peers come from PyPI into their own venvs, never vendored.
 # APScheduler 3 and 4 share a distribution name, so 4.0.0a6 gets a venv of its own.
