@@ -89,7 +89,8 @@ cluster-down: install
 # The conformance kit and the failover tests on each topology (marker topology_kit, deselected from
 # `make test`): one pytest run, and one summary line, per topology. .ci/run runs it after `make test`.
 TOPOLOGY_SUITES := \
-	redis-cluster=packages/anarchon-redis/tests/test_conformance_redis_cluster.py:packages/anarchon-redis/tests/test_topology_redis.py
+	redis-cluster=packages/anarchon-redis/tests/test_conformance_redis_cluster.py:packages/anarchon-redis/tests/test_topology_redis.py \
+	pgbouncer=packages/anarchon-postgres/tests/test_conformance_postgres_pgbouncer.py:packages/anarchon-postgres/tests/test_topology_postgres.py
 test-topologies: install
 	@status=0; for suite in $(TOPOLOGY_SUITES); do \
 	  echo "== $${suite%%=*}: conformance kit and failover"; \

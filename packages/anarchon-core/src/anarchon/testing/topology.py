@@ -438,7 +438,7 @@ class PgBouncer(Topology):
             f"[pgbouncer]\nlisten_addr = {HOST}\nlisten_port = {self.port}\nunix_socket_dir =\n"
             f"auth_type = trust\nauth_file = {self.workdir / 'userlist.txt'}\npool_mode = transaction\n"
             f"max_client_conn = 500\ndefault_pool_size = 40\nignore_startup_parameters = extra_float_digits\n"
-            f"logfile = {self.workdir / 'pgbouncer.log'}\npidfile = \nadmin_users = {self.user}\n"
+            f"admin_users = {self.user}\n"
         )
         _give_to_postgres(self.workdir)
         self._add("pgbouncer", _pg_user_cmd([binary, str(conf)]), self.port).start()
