@@ -90,7 +90,9 @@ cluster-down: install
 # `make test`): one pytest run, and one summary line, per topology. .ci/run runs it after `make test`.
 TOPOLOGY_SUITES := \
 	redis-cluster=packages/anarchon-redis/tests/test_conformance_redis_cluster.py:packages/anarchon-redis/tests/test_topology_redis.py \
-	pgbouncer=packages/anarchon-postgres/tests/test_conformance_postgres_pgbouncer.py:packages/anarchon-postgres/tests/test_topology_postgres.py
+	pgbouncer=packages/anarchon-postgres/tests/test_conformance_postgres_pgbouncer.py:packages/anarchon-postgres/tests/test_topology_postgres.py \
+	nats-cluster-stream=packages/anarchon-nats/tests/test_conformance_nats_cluster.py \
+	nats-cluster-kv=packages/anarchon-nats/tests/test_conformance_nats_kv_cluster.py:packages/anarchon-nats/tests/test_topology_nats.py
 test-topologies: install
 	@status=0; for suite in $(TOPOLOGY_SUITES); do \
 	  echo "== $${suite%%=*}: conformance kit and failover"; \

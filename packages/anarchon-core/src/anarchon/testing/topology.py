@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -30,9 +31,11 @@ from types import TracebackType
 from typing import Any, ClassVar, NoReturn, TypeVar
 
 from . import unused_port
+from .cluster import Cluster, Event
 
 __all__ = ["PgBouncer", "PgStandby", "RedisCluster", "RedisSentinel", "Topology", "TopologyUnavailable",
-           "NatsCluster", "TOPOLOGIES", "Topologies", "main"]
+           "NatsCluster", "TOPOLOGIES", "Topologies", "EXTRA_TICKS", "gap_around", "main",
+           "run_through_failover"]
 
 HOST = "127.0.0.1"
 PG_BIN = Path(os.environ.get("ANARCHON_PG_BIN", "/usr/lib/postgresql/15/bin"))
@@ -570,6 +573,58 @@ class Topologies:
         """Stop every topology started."""
         for topology in self._all:
             topology.stop()
+
+
+# -- three replicas through a failover --------------------------------------------------------------
+
+EXTRA_TICKS = 8
+"""Jobs `tick-0` ... `tick-7` besides `tick` and `long`: on a Cluster their keys land on every master."""
+
+
+def gap_around(cluster: Cluster, job: str, at: float) -> float:
+    """The longest time (seconds) between two consecutive starts of `job` that spans wall time `at`."""
+    times = sorted({e.slot: e.t for e in cluster.starts(job)}.values())
+    spans = [b - a for a, b in itertools.pairwise(times) if a <= at <= b]
+    return max(spans, default=0.0)
+
+
+def run_through_failover(url: str, workdir: Path, fail: Callable[[Event], None], *,
+                         recovered: Callable[[], bool], namespace: str | None = None,
+                         settle_s: float = 6.0) -> dict[str, float]:
+    """Three replicas on `url`; once a `long` run is in flight, `fail(its start event)` kills a server.
+
+    Asserts that no (job, slot, attempt) is won twice and that the in-flight run either ended as
+    attempt 1, was taken over as attempt 2, or (the store down for longer than its lease) was
+    cancelled as a lost lease; returns the measured gaps (seconds): the longest gap in
+    the starts of any 1 s job across the failure, and how long `recovered()` took to become true.
+    """
+    with Cluster(url, workdir, replicas=3, namespace=namespace, lease="2s", heartbeat="0.4s", tick_every="1s",
+                 long_every="5s", long_run="3s", extra_ticks=EXTRA_TICKS) as cluster:
+        ev = cluster.wait_for(lambda e: e.event == "start" and e.job == "long" and e.slot > cluster.ready_ms,
+                              timeout=20)
+        killed_at = time.time()
+        fail(ev)
+        deadline = time.monotonic() + 30
+        while not recovered():
+            assert time.monotonic() < deadline, f"the store did not recover within 30 s\n{cluster.output()}"
+            time.sleep(0.05)
+        recovered_after = time.time() - killed_at
+        time.sleep(settle_s)
+        cluster.assert_one_winner()
+        outcome = [e for e in cluster.events()
+                   if e.job == "long" and e.slot == ev.slot and e.event in ("end", "start", "cancelled")]
+        kept = any(e.event == "end" and e.attempt == 1 for e in outcome)
+        taken = any(e.event == "start" and e.attempt == 2 for e in outcome)
+        # A store down for longer than the lease: the run's lease could not be renewed, so it was told.
+        lost = any(e.event == "cancelled" and e.attempt == 1 for e in outcome)
+        assert kept or taken or lost, (
+            f"the run in flight was neither kept, taken over nor cancelled: {outcome}\n{cluster.output()}")
+        jobs = ["tick", *(f"tick-{i}" for i in range(EXTRA_TICKS))]
+        gap = max(gap_around(cluster, job, killed_at) for job in jobs)
+        assert all(cluster.starts(job)[-1].t > killed_at + recovered_after for job in jobs), (
+            f"a job did not run again after the failover\n{cluster.output()}")
+        return {"gap_s": round(gap, 2), "recovered_s": round(recovered_after, 2),
+                "in_flight": 1.0 if kept else 2.0 if taken else 0.0}
 
 
 TOPOLOGIES: dict[str, type[Topology]] = {
