@@ -27,7 +27,7 @@ from anarchon import (
 from anarchon.backends import LeaseBackendBase, LeaseRecord, ReleaseCallback, redact_url
 
 from ._errors import translate
-from ._listener import Listener
+from ._listener import PROBE, Listener
 from ._migrations import migrate
 from ._sql import Statements, validate_identifier
 
@@ -379,7 +379,7 @@ class PostgresBackend(LeaseBackendBase):
         listener = self._listener
         if listener is None or not listener.connected.is_set():
             return  # not connected yet: the listener logged why, and retries
-        token = f"anarchon-probe-{uuid.uuid4().hex}"
+        token = f"{PROBE}{uuid.uuid4().hex}"
         arrived = listener.expect(token)
         try:
             with self._errors("checking NOTIFY"):

@@ -13,7 +13,10 @@ import asyncpg
 
 from anarchon.backends import ReleaseCallback
 
-__all__ = ["Listener"]
+__all__ = ["PROBE", "Listener"]
+
+PROBE = "anarchon-probe-"
+"""How the payload of a start-up check's NOTIFY begins (a release's payload is a JSON array)."""
 
 log = logging.getLogger("anarchon.postgres")
 
@@ -112,8 +115,9 @@ class Listener:
         return arrived
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
-        if self._probe is not None and payload == self._probe[0]:
-            self._probe[1].set()
+        if payload.startswith(PROBE):  # a backend's start-up check, its own or another's
+            if self._probe is not None and payload == self._probe[0]:
+                self._probe[1].set()
             return
         try:
             namespace, job, slot = json.loads(payload)

@@ -117,7 +117,7 @@ class Server:
         return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
-        """SIGKILL: the server vanishes without a goodbye."""
+        """SIGKILL to the server and every process it started (as a machine that dies)."""
         self._signal(signal.SIGKILL)
 
     def stop(self) -> None:
@@ -128,14 +128,18 @@ class Server:
         if self.proc is None:
             return
         if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, sig)
+            # The process leads its own session (started so): its group is the server and its children.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, sig)
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.proc.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
+        elif sig == signal.SIGKILL:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, sig)
         self.proc = None
 
 
@@ -475,7 +479,7 @@ class PgStandby(Topology):
               log=self.servers[0].log)
         self._run_sql(self.ports[0], "CREATE DATABASE test")
         _run_pg([basebackup, "-h", HOST, "-p", str(self.ports[0]), "-U", "postgres", "-D", str(standby),
-                 "-R", "-X", "stream", "--no-sync"], "pg_basebackup")
+                 "-R", "-X", "stream", "-c", "fast", "--no-sync"], "pg_basebackup")
         self._add("pg-standby", _pg_user_cmd([postgres, "-D", str(standby), "-p", str(self.ports[1]),
                                               *options]), self.ports[1]).start()
         _wait(lambda: self._ready(self.ports[1]), "the standby did not accept queries",
@@ -503,6 +507,13 @@ class PgStandby(Topology):
         try:
             return self._run_sql(port, "SELECT 1").strip() == "1"
         except TopologyUnavailable:
+            return False
+
+    def writable(self, port: int) -> bool:
+        """Whether the server at `port` is up and not in recovery."""
+        try:
+            return self._run_sql(port, "SELECT pg_is_in_recovery()").strip() == "f"
+        except (TopologyUnavailable, subprocess.SubprocessError):
             return False
 
     def kill_primary(self) -> None:
@@ -672,14 +683,14 @@ def _down() -> int:
     for name, entry in state.items():
         for pid in reversed(entry["pids"]):
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
+                os.killpg(pid, signal.SIGTERM)  # each server leads its own session
         deadline = time.monotonic() + 10
         for pid in entry["pids"]:
             while time.monotonic() < deadline and _pid_alive(pid):
                 time.sleep(0.05)
             if _pid_alive(pid):
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+                    os.killpg(pid, signal.SIGKILL)
         shutil.rmtree(entry["dir"], ignore_errors=True)
         print(f"{name}: stopped")
     state_file.unlink()
