@@ -90,6 +90,7 @@ cluster-down: install
 # `make test`): one pytest run, and one summary line, per topology. .ci/run runs it after `make test`.
 TOPOLOGY_SUITES := \
 	redis-cluster=packages/anarchon-redis/tests/test_conformance_redis_cluster.py:packages/anarchon-redis/tests/test_topology_redis.py \
+	redis-sentinel=packages/anarchon-redis/tests/test_conformance_redis_sentinel.py \
 	pgbouncer=packages/anarchon-postgres/tests/test_conformance_postgres_pgbouncer.py:packages/anarchon-postgres/tests/test_topology_postgres.py \
 	nats-cluster-stream=packages/anarchon-nats/tests/test_conformance_nats_cluster.py \
 	nats-cluster-kv=packages/anarchon-nats/tests/test_conformance_nats_kv_cluster.py:packages/anarchon-nats/tests/test_topology_nats.py

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from anarchon.backends import ClaimOutcome, ClaimRequest
-from anarchon.testing.topology import EXTRA_TICKS, RedisCluster, Topologies, run_through_failover
+from anarchon.testing.topology import (
+    EXTRA_TICKS,
+    RedisCluster,
+    RedisSentinel,
+    Topologies,
+    run_through_failover,
+)
 from anarchon_redis import RedisBackend
 from anarchon_redis._keys import Keys
 
@@ -56,3 +62,18 @@ def test_a_master_failover_under_three_replicas(topology: Topologies, tmp_path: 
         namespace=namespace,
     )
     print(f"\nRedis Cluster master failover: {measured}")
+
+
+@pytest.mark.topology_kit
+def test_a_sentinel_failover_under_three_replicas(topology: Topologies, tmp_path: Path) -> None:
+    rs = topology.new(RedisSentinel)
+    old: list[int] = []
+
+    def kill_the_master(_: object) -> None:
+        old.append(rs.kill_master())
+
+    measured = run_through_failover(
+        f"{rs.url}?prefix=fo-{uuid.uuid4().hex[:8]}", tmp_path, kill_the_master,
+        recovered=lambda: bool(old) and rs.master_port() != old[0],
+    )
+    print(f"\nRedis Sentinel failover: {measured}")
