@@ -38,8 +38,17 @@ __all__ = ["PgBouncer", "PgStandby", "RedisCluster", "RedisSentinel", "Topology"
            "run_through_failover"]
 
 HOST = "127.0.0.1"
-PG_BIN = Path(os.environ.get("ANARCHON_PG_BIN", "/usr/lib/postgresql/15/bin"))
-"""Where PostgreSQL's server binaries (initdb, pg_ctl, pg_basebackup) are."""
+def _pg_bin() -> Path:
+    if os.environ.get("ANARCHON_PG_BIN"):
+        return Path(os.environ["ANARCHON_PG_BIN"])
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3])
+                   if p.parts[-3].isdigit() else 0)
+    return found[-1].parent if found else Path("/usr/lib/postgresql/15/bin")
+
+
+PG_BIN = _pg_bin()
+"""Where PostgreSQL's server binaries (initdb, postgres, pg_basebackup) are: `$ANARCHON_PG_BIN`, or
+Debian's newest under /usr/lib/postgresql."""
 
 
 class TopologyUnavailable(RuntimeError):
