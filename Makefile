@@ -93,7 +93,8 @@ TOPOLOGY_SUITES := \
 	redis-sentinel=packages/anarchon-redis/tests/test_conformance_redis_sentinel.py \
 	pgbouncer=packages/anarchon-postgres/tests/test_conformance_postgres_pgbouncer.py:packages/anarchon-postgres/tests/test_topology_postgres.py \
 	nats-cluster-stream=packages/anarchon-nats/tests/test_conformance_nats_cluster.py \
-	nats-cluster-kv=packages/anarchon-nats/tests/test_conformance_nats_kv_cluster.py:packages/anarchon-nats/tests/test_topology_nats.py
+	nats-cluster-kv=packages/anarchon-nats/tests/test_conformance_nats_kv_cluster.py:packages/anarchon-nats/tests/test_topology_nats.py \
+	libsql=packages/anarchon-sqlite/tests/test_conformance_libsql.py
 test-topologies: install
 	@status=0; for suite in $(TOPOLOGY_SUITES); do \
 	  echo "== $${suite%%=*}: conformance kit and failover"; \

@@ -1,5 +1,5 @@
 """The anarchon conformance suite against LibsqlBackend (libSQL's driver, the SQLite backend's
-statements) on a local file per test."""
+statements) on a local file per test (make test-topologies)."""
 
 from pathlib import Path
 
@@ -8,6 +8,8 @@ import pytest
 from anarchon_conformance import BackendFactory
 from anarchon_conformance.suite import *  # noqa: F403
 from anarchon_sqlite import LibsqlBackend
+
+pytestmark = pytest.mark.topology_kit
 
 
 @pytest.fixture
