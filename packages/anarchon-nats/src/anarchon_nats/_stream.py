@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -136,6 +137,12 @@ class NatsBackend(NatsConnection):
                     # On a replicated stream, another publish of this id is still being replicated:
                     # ask again once it is decided (then it is a duplicate, or ours wins if it failed).
                     if exc.err_code != _DUPLICATE_IN_PROCESS or wait is None:
+                        raise
+                    await asyncio.sleep(wait)
+                except nats.js.errors.NoStreamResponseError as exc:
+                    # "No responders": no server stored it (a cluster still spreading a new stream's
+                    # subjects), so sending it again cannot make a second copy.
+                    if not isinstance(exc.__context__, nats.errors.NoRespondersError) or wait is None:
                         raise
                     await asyncio.sleep(wait)
             if ack.duplicate:
