@@ -48,8 +48,13 @@ typecheck: install
 	$(BIN)/mypy tests/containers
 	$(BIN)/pyright
 
+# Most tests wait on servers, subprocesses and sleeps, so several workers share the cores well. Tests
+# that disturb a shared server (a restart, SCRIPT FLUSH, CLIENT KILL) are marked `serial` and run alone
+# afterwards. A plain `pytest` runs everything in one process.
+PYTEST_WORKERS ?= 3
 pytest: install
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS) -m 'not serial and not topology_kit'
+	$(BIN)/pytest -m 'serial and not topology_kit'
 
 # A broken link or a page missing from the nav fails the build. Then headless Chromium (Debian's
 # chromium; .ci/run installs it) renders the three widest pages at 1280 px, fails on clipped code or

@@ -281,8 +281,10 @@ class TestModel:
                 ],
             ),
         )
-        # Every run drives the store through each kind of transition, and rarely claims a late slot.
+        # Every run drives the store through each kind of transition. A quarter of the generated claims
+        # ask for an older slot, and a takeover can land on one, so STALE may come near a quarter by
+        # chance; past half, the run mostly tested one row of the claim table and says so.
         for kind in ("won", "takeover after released", "takeover after running", "exhausted"):
             assert world.seen[kind], f"the model run never saw {kind!r}: {dict(world.seen)}"
         claims = sum(world.seen[o.value] for o in ClaimOutcome)
-        assert world.seen["stale"] <= claims // 4, f"too many STALE claims in the run: {dict(world.seen)}"
+        assert world.seen["stale"] <= claims // 2, f"too many STALE claims in the run: {dict(world.seen)}"

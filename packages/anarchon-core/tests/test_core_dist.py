@@ -21,7 +21,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 DISTRIBUTIONS = ["anarchon-core", "anarchon-sqlite", "anarchon-redis", "anarchon-postgres",
-                 "anarchon-rabbitmq", "anarchon-nats", "anarchon-conformance"]
+                 "anarchon-rabbitmq", "anarchon-nats", "anarchon-prometheus", "anarchon-opentelemetry",
+                 "anarchon-conformance"]
 
 pytestmark = pytest.mark.slow
 
@@ -109,3 +110,38 @@ def test_the_typing_checks_pass_against_the_wheels(venv: Path, tmp_path: Path) -
     _run([bin_dir / "mypy", "--strict", "--python-executable", python, "--cache-dir", tmp_path / ".mypy",
           "."], tmp_path)
     _run([bin_dir / "pyright", "--pythonpath", python, "."], tmp_path)
+
+
+def test_the_metrics_and_tracing_plugins_load_from_the_wheels(venv: Path, tmp_path: Path) -> None:
+    """anarchon-prometheus and anarchon-opentelemetry are found through the entry-point group, and a run
+    reaches both: a counter in prometheus_client's registry and a span from the global tracer provider."""
+    code = """if True:
+        import asyncio, anarchon
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from prometheus_client import REGISTRY
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+        scheduler = anarchon.Scheduler.from_url("memory://")
+        scheduler.every("tick", "200ms", lambda: None, catch_up=0)
+        async def main():
+            async with scheduler:
+                while not exporter.get_finished_spans():
+                    await asyncio.sleep(0.05)
+        asyncio.run(main())
+        names = sorted(n for n, _ in anarchon.plugin_manager().list_name_plugin())
+        print(names, anarchon.plugin_errors())
+        print(REGISTRY.get_sample_value("anarchon_runs_total",
+                                        {"namespace": "anarchon", "job_name": "tick", "outcome": "done"}))
+        print(exporter.get_finished_spans()[0].name)
+    """
+    _run([venv / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check",
+          "opentelemetry-sdk==1.45.2"], tmp_path)
+    out = _run([venv / "bin" / "python", "-c", code], tmp_path).splitlines()
+    assert "'opentelemetry'" in out[0] and "'prometheus'" in out[0] and out[0].endswith(" []"), out
+    assert float(out[1]) >= 1, out
+    assert out[2] == "run tick", out

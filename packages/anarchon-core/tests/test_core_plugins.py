@@ -27,11 +27,12 @@ from anarchon import (
 REPO = Path(__file__).resolve().parents[3]
 
 # The drivers of this repository that are installed: all of them under `make install`.
-DRIVER_PLUGINS = sorted(
-    (ep for ep in entry_points(group="anarchon")
-     if ep.dist is not None and ep.dist.name.startswith("anarchon-")),
-    key=lambda ep: ep.name,
-)
+PLUGINS = [ep for ep in entry_points(group="anarchon")
+           if ep.dist is not None and ep.dist.name.startswith("anarchon-")]
+# The drivers: this repository's plugins that provide backends (the others observe, e.g. metrics).
+DRIVER_PLUGINS = sorted((ep for ep in PLUGINS if hasattr(ep.load(), "anarchon_backends")),
+                        key=lambda ep: ep.name)
+OBSERVER_PLUGINS = sorted((ep for ep in PLUGINS if ep not in DRIVER_PLUGINS), key=lambda ep: ep.name)
 
 # Prints the top-level modules outside the standard library that argv[1] imports after `import anarchon`.
 _PROBE = """
@@ -59,12 +60,13 @@ def test_starting_a_scheduler_imports_no_client_library() -> None:
     new = _imported_by("anarchon.Scheduler.from_url('memory://')")
     # Every plugin is loaded (its package is imported), and nothing else: no redis, asyncpg, aio_pika...
     every_plugin = {_package(ep) for ep in entry_points(group="anarchon")}
-    assert {_package(ep) for ep in DRIVER_PLUGINS} <= new
+    assert {_package(ep) for ep in PLUGINS} <= new
     assert new <= every_plugin, f"start-up imported {sorted(new - every_plugin)}"
 
 
-@pytest.mark.parametrize("ep", DRIVER_PLUGINS, ids=lambda ep: ep.name)
-def test_loading_a_driver_plugin_imports_only_its_package(ep: EntryPoint) -> None:
+@pytest.mark.parametrize("ep", DRIVER_PLUGINS + OBSERVER_PLUGINS, ids=lambda ep: ep.name)
+def test_loading_a_plugin_imports_only_its_package(ep: EntryPoint) -> None:
+    """A driver imports no client library, and a metrics or tracing plugin none until its first event."""
     assert _imported_by(f"import {ep.module}") == {_package(ep)}
 
 

@@ -179,6 +179,7 @@ def _pg(action: str) -> None:
                    check=True, capture_output=True, timeout=60)
 
 
+@pytest.mark.serial
 @pytest.mark.skipif(PG_CTL is None or not os.path.isdir("/etc/postgresql"),
                     reason="needs pg_ctlcluster to restart the local server")
 @pytest.mark.skipif("127.0.0.1" not in URL and "localhost" not in URL,

@@ -148,7 +148,8 @@ def test_valkey_url_without_valkey_py_fails_once_naming_the_extra() -> None:
     assert lines == [f"ImportError: {message} | caused by ModuleNotFoundError"] * 3
     # The conformance kit says it once and runs no test, instead of failing every test with it.
     assert done.returncode == 2, done.stderr
-    assert done.stderr.strip() == f"anarchon-conformance: {message}"
+    url = "valkey://127.0.0.1:1/0"
+    assert done.stderr.strip() == f"anarchon-conformance: error: --anarchon-backend {url!r}: {message}"
 
 
 async def test_a_client_passed_in_keeps_the_keeper_on_the_loop_and_the_log_says_why_once(

@@ -113,6 +113,7 @@ def restart(redis_server: str, redis_url: str, request: pytest.FixtureRequest) -
     _ensure_started(redis_url)
 
 
+@pytest.mark.serial
 async def test_scheduler_survives_a_server_restart(redis_url: str, prefix: str, restart: Restart) -> None:
     backend = RedisBackend(redis_url, prefix=prefix)
     scheduler = Scheduler(backend, namespace="restart", lease="2s", heartbeat="0.4s")

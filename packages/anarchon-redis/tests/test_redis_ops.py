@@ -22,6 +22,7 @@ async def _store_now(raw: redis.asyncio.Redis) -> int:
     return int(sec) * 1000 + int(usec) // 1000
 
 
+@pytest.mark.serial
 async def test_noscript_is_reloaded_for_single_calls_and_pipelines(
     redis_url: str, prefix: str, raw: redis.asyncio.Redis
 ) -> None:
@@ -85,6 +86,7 @@ async def test_password_never_in_messages_or_logs(
     assert SECRET not in caplog.text
 
 
+@pytest.mark.serial
 async def test_release_is_pushed_and_listener_survives_client_kill(
     redis_url: str, prefix: str, raw: redis.asyncio.Redis
 ) -> None:

@@ -96,11 +96,12 @@ class MariaDBBackend(LeaseBackendBase):
             PRIMARY KEY (namespace, job)
         ) ENGINE=InnoDB"""
         self._sql_lock = f"SELECT {_COLUMNS} FROM {t} WHERE namespace = %s AND job = %s FOR UPDATE"
-        self._sql_write = (
-            f"INSERT INTO {t} (namespace, job, {_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
-            "ON DUPLICATE KEY UPDATE slot = VALUES(slot), attempt = VALUES(attempt), token = VALUES(token), "
-            "owner = VALUES(owner), status = VALUES(status), expires_at = VALUES(expires_at), "
-            "fingerprint = VALUES(fingerprint), updated_at = VALUES(updated_at)"
+        # A job's first row is a plain INSERT: when two transactions both found no row, the second
+        # fails with a duplicate key (1062) and is run again, and then finds the winner's row locked.
+        self._sql_insert = f"INSERT INTO {t} (namespace, job, {_COLUMNS}) VALUES ({', '.join(['%s'] * 10)})"
+        self._sql_update = (
+            f"UPDATE {t} SET slot = %s, attempt = %s, token = %s, owner = %s, status = %s, expires_at = %s, "
+            "fingerprint = %s, updated_at = %s WHERE namespace = %s AND job = %s"
         )
         self._sql_inspect = f"SELECT {_COLUMNS}, {_NOW_MS} FROM {t} WHERE namespace = %s AND job = %s"
         self._sql_jobs = f"SELECT job, {_COLUMNS}, {_NOW_MS} FROM {t} WHERE namespace = %s ORDER BY job"
@@ -118,6 +119,9 @@ class MariaDBBackend(LeaseBackendBase):
             host=parts.hostname or "127.0.0.1", port=parts.port or 3306, db=parts.path.strip("/"),
             user=unquote(parts.username or "root"), password=unquote(parts.password or ""),
             charset="utf8mb4", autocommit=False, minsize=1, maxsize=10, connect_timeout=5,
+            # REPEATABLE READ would gap-lock a missing row on `FOR UPDATE`, and then many clients racing
+            # to insert one job's first row deadlock on each other's gap locks.
+            init_command="SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
         )
 
     async def _disconnect(self, client: aiomysql.Pool) -> None:
@@ -170,11 +174,14 @@ class MariaDBBackend(LeaseBackendBase):
                     read = dict(records)
                     result = body(records, int(now))
                     for key, rec in records.items():
-                        if rec is not None and rec is not read[key]:
-                            await cur.execute(self._sql_write, (
-                                *key, rec.slot, rec.attempt, rec.token, rec.owner, rec.status.value,
-                                rec.expires_at, rec.fingerprint, rec.updated_at,
-                            ))
+                        if rec is None or rec is read[key]:
+                            continue
+                        values = (rec.slot, rec.attempt, rec.token, rec.owner, rec.status.value,
+                                  rec.expires_at, rec.fingerprint, rec.updated_at)
+                        if read[key] is None:
+                            await cur.execute(self._sql_insert, (*key, *values))
+                        else:
+                            await cur.execute(self._sql_update, (*values, *key))
                 await conn.commit()
                 return result
             except BaseException:

@@ -55,6 +55,7 @@ from ._errors import (
     ScheduleError,
     SchemaMismatch,
 )
+from ._events import Event
 from ._job import Job
 from ._options import ClaimJobOptions, LeaseJobOptions
 from ._plugins import PluginError, backend_classes, backend_for_url, plugin_errors, plugin_manager
@@ -98,6 +99,7 @@ __all__ = [
     "Cron",
     "DuplicateJobError",
     "Duration",
+    "Event",
     "Every",
     "Job",
     "JobContext",

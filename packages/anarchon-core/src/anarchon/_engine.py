@@ -20,7 +20,7 @@ from ._job import Job
 from ._keeper import Keeper
 from ._keeper_thread import Sibling, open_keeper
 from ._logs import fields, fmt_slot, short
-from ._outcomes import Facts, Step, react
+from ._outcomes import Facts, Step, is_takeover, react, skips
 from ._planner import Due, Planner
 from ._runs import Hook, Runs
 from ._tasks import Tasks
@@ -146,15 +146,16 @@ class Engine:
             )
             self.planner.retry(batch, retry_ms)
             return
+        latency_ms = (self.keeper.now() - sent) * 1000
         for entry, request, result in zip(batch, requests, results, strict=True):
-            self._hook("anarchon_claim", request=request, result=result)
+            self._hook("anarchon_claim", request=request, result=result, latency_ms=latency_ms)
             try:
-                self._apply(entry, result, sent)
+                self._apply(entry, request, result, sent)
             except Exception:  # one bad result must not lose the rest of the batch
                 self._log.exception("%s slot=%s: handling the claim's result failed", entry.plan.job.name,
                                     fmt_slot(entry.slot))
 
-    def _apply(self, entry: Due, result: ClaimResult, sent: float) -> None:
+    def _apply(self, entry: Due, request: ClaimRequest, result: ClaimResult, sent: float) -> None:
         job = entry.plan.job
         self._check_fingerprint(entry.plan.fingerprint, job, result)
         action = react(job, result, watching=entry.kind == "watch", stopping=self._stopping,
@@ -165,8 +166,12 @@ class Engine:
                            outcome=result.outcome.value)
             self._log.log(action.level, action.message, *action.args, extra=extra)
         self.planner.settle(entry.plan, action)
+        if skips(result, action):
+            self._hook("anarchon_slot_skipped", request=request, result=result)
         if result.lease is not None:
             if action.step is Step.RUN:
+                if is_takeover(result):
+                    self._hook("anarchon_takeover", request=request, result=result)
                 self.runs.start(job, result.lease, sent)
             elif action.step is Step.HAND_BACK:
                 # Won as the instance stops: hand it over at once (batched).

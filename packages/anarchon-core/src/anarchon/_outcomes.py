@@ -30,7 +30,7 @@ from ._job import Job
 from ._logs import SlotText
 from .backends import ClaimOutcome, ClaimResult, JobStatus, Overlap
 
-__all__ = ["Action", "Facts", "Step", "react"]
+__all__ = ["Action", "Facts", "Step", "is_takeover", "react", "skips"]
 
 
 class Step(enum.Enum):
@@ -88,7 +88,7 @@ def react(job: Job, result: ClaimResult, *, watching: bool, stopping: bool, fact
         if lease is None:
             raise BackendError(f"{result!r}: a won claim carries no lease")
         if lease.attempt > 1:
-            how = "handover" if result.previous_status == JobStatus.RELEASED else "takeover"
+            how = "takeover" if is_takeover(result) else "handover"
             line: tuple[str, tuple[object, ...]] = (
                 "%s slot=%s %s attempt=%d (%s)", (job.name, slot, how, lease.attempt, facts.instance_id))
         else:
@@ -130,6 +130,18 @@ def react(job: Job, result: ClaimResult, *, watching: bool, stopping: bool, fact
                       args=(job.name, slot, result.attempt, job.options.max_attempts))
     return Action(Step.DROP, result.slot, supersedes=supersedes, message="%s slot=%s %s",
                   args=(job.name, slot, outcome.value))
+
+
+def is_takeover(result: ClaimResult) -> bool:
+    """True for a slot won from a holder whose lease ran out (not handed over, not a first attempt)."""
+    return (result.lease is not None and result.lease.attempt > 1
+            and result.previous_status != JobStatus.RELEASED)
+
+
+def skips(result: ClaimResult, action: Action) -> bool:
+    """True when `result` skips its slot for good (an overlap skip that is not buffered to run later)."""
+    return (result.outcome is ClaimOutcome.SKIPPED
+            and not (action.step is Step.WATCH and action.slot == result.slot))
 
 
 _KEEP_OLDER = frozenset({ClaimOutcome.SKIPPED, ClaimOutcome.EARLY})

@@ -20,6 +20,7 @@ from ._context import JobContext
 from ._duration import Duration, parse_duration
 from ._engine import Engine, EngineConfig, default_instance_id
 from ._errors import AnarchonError, BackendUnavailable, ConfigError, DuplicateJobError, OptionError
+from ._events import EventName, Listener, Listeners, call_hook, check_event
 from ._job import Job, check_name
 from ._logs import enable_console_logging, logger, qualname
 from ._options import ClaimOnlyJobOptions, LeaseJobOptions, NeedsLeaseBackend
@@ -35,6 +36,7 @@ B = TypeVar("B", bound=ClaimBackend)
 LB = TypeVar("LB", bound=LeaseBackend)
 CB = TypeVar("CB", bound=ClaimBackend)
 H = TypeVar("H", bound=Callable[..., Any])
+L = TypeVar("L", bound=Listener)
 
 _SETTINGS = frozenset({"instance_id", "namespace", "lease", "heartbeat", "jitter", "stop_timeout", "max_skew",
                        "block_limit", "log", "clock"})
@@ -136,6 +138,7 @@ class Scheduler(Generic[B]):
         """Set when a stop completes, whoever began it."""
         self._thread_runner: SchedulerThread | None = None
         self._hooks = plugin_manager().hook
+        self._listeners = Listeners(self.log)
 
     @classmethod
     def from_url(cls, url: str, **settings: Any) -> Scheduler[Any]:
@@ -328,6 +331,7 @@ class Scheduler(Generic[B]):
         self._stopping = True
         try:
             await engine.stop()
+            await self._listeners.drain(5)
         finally:
             try:
                 await self.backend.close()
@@ -377,15 +381,37 @@ class Scheduler(Generic[B]):
                 waiter.cancel()
         return event.is_set()
 
+    @overload
+    def on(self, event: EventName, listener: Listener) -> Listener: ...
+
+    @overload
+    def on(self, event: EventName, listener: None = None) -> Callable[[L], L]: ...
+
+    def on(self, event: EventName, listener: Any = None) -> Any:
+        """Call `listener(event)` for each `event` on this scheduler (a decorator without `listener`).
+
+        A coroutine function runs as a task of its own; a listener that raises is logged."""
+        name = check_event(event)
+        if listener is None:
+            def decorator(fn: L) -> L:
+                self._listeners.add(name, fn)
+                return fn
+            return decorator
+        self._listeners.add(name, listener)
+        return listener
+
+    def off(self, event: EventName, listener: Listener) -> bool:
+        """Stop calling `listener` for `event`; False if it was not listening."""
+        return self._listeners.remove(check_event(event), listener)
+
     def _hook(self, name: str, **kwargs: Any) -> None:
-        """Call an observer hook; a plugin's failure is logged, never raised."""
+        """Deliver an event: to each plugin that implements the hook, then to this scheduler's
+        listeners. A failure is logged, never raised."""
         hook = getattr(self._hooks, name)
-        if not hook.get_hookimpls():
-            return  # nobody listens: skip the call on the hot path
-        try:
-            hook(**kwargs)
-        except Exception:
-            self.log.exception("plugin hook %s failed", name)
+        if hook.get_hookimpls():
+            call_hook(hook, kwargs, self.log)
+        if self._listeners.wants(name):
+            self._listeners.deliver(name, kwargs)
 
     def _sibling(self) -> tuple[Any, str]:
         """A second, unopened backend on the same store for the lease keeper's thread and where it came

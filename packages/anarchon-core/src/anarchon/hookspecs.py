@@ -6,6 +6,13 @@ entry-point group `anarchon`. Set `ANARCHON_DISABLE_PLUGIN_AUTOLOAD=1` to load n
 Every process that builds a `Scheduler` loads every installed plugin module, so a backend plugin should
 import its client library only inside its hooks. A backend plugin implements `anarchon_backends`; with
 `anarchon_backend_schemes` as well, `backend_for_url` imports only the one class a URL needs.
+
+The observer hooks (`anarchon_claim`, `anarchon_run_started`, `anarchon_run_finished`,
+`anarchon_lease_lost`, `anarchon_takeover`, `anarchon_slot_skipped`) are called on the scheduler's event
+loop, in every process that runs a scheduler, for each scheduler there; they must return quickly. Each
+plugin's implementation is called on its own: one that raises is logged, and the others still run. An
+implementation may take any subset of a hook's arguments. `Scheduler.on` delivers the same events to
+one scheduler's listeners.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ __all__ = [
     "anarchon_lease_lost",
     "anarchon_run_finished",
     "anarchon_run_started",
+    "anarchon_slot_skipped",
+    "anarchon_takeover",
     "hookimpl",
     "hookspec",
 ]
@@ -46,8 +55,8 @@ def anarchon_backend_schemes() -> dict[str, str]:  # type: ignore[empty-body]
 
 
 @hookspec
-def anarchon_claim(request: ClaimRequest, result: ClaimResult) -> None:
-    """Observe one claim and the store's answer."""
+def anarchon_claim(request: ClaimRequest, result: ClaimResult, latency_ms: float) -> None:
+    """Observe one claim and the store's answer, `latency_ms` after the claim was sent."""
 
 
 @hookspec
@@ -57,11 +66,22 @@ def anarchon_run_started(ctx: JobContext) -> None:
 
 @hookspec
 def anarchon_run_finished(
-    ctx: JobContext, outcome: ReleaseOutcome | None, error: BaseException | None
+    ctx: JobContext, outcome: ReleaseOutcome | None, error: BaseException | None, duration_ms: float | None
 ) -> None:
-    """Observe a run ending; `outcome` is None when the lease was lost."""
+    """Observe a run ending; `outcome` is None when the lease was lost, `duration_ms` is how long the
+    handler ran (None when it was never called)."""
 
 
 @hookspec
 def anarchon_lease_lost(ctx: JobContext, reason: str) -> None:
     """Observe a run losing its lease."""
+
+
+@hookspec
+def anarchon_takeover(request: ClaimRequest, result: ClaimResult) -> None:
+    """Observe this instance taking over a slot whose holder's lease ran out (`result.lease.attempt` > 1)."""
+
+
+@hookspec
+def anarchon_slot_skipped(request: ClaimRequest, result: ClaimResult) -> None:
+    """Observe a slot skipped because an older slot of the job still runs (`overlap`)."""

@@ -11,9 +11,15 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from anarchon import JobContext, Scheduler, cron, every
+from opentelemetry import trace
+from prometheus_client import CollectorRegistry
+
+import anarchon
+from anarchon import Event, JobContext, ReleaseOutcome, Scheduler, cron, every, hookimpl, plugin_manager
 from anarchon_nats import NatsBackend, NatsKVBackend
+from anarchon_opentelemetry import Tracing
 from anarchon_postgres import PostgresBackend
+from anarchon_prometheus import Metrics
 from anarchon_rabbitmq import RabbitMQBackend
 from anarchon_redis import RedisBackend
 from anarchon_sqlite import SqliteBackend
@@ -47,6 +53,15 @@ async def due_customers() -> list[Any]:
     return []
 
 
+class Pager:
+    """A paging service."""
+
+    async def send(self, text: str) -> None:
+        """Pages whoever is on call."""
+
+
+pager = Pager()
+provider = trace.get_tracer_provider()
 my_app = types.SimpleNamespace(jobs=types.ModuleType("my_app.jobs"))
 jobs = types.ModuleType("jobs")
 
@@ -180,6 +195,36 @@ def idempotency_recipe(scheduler: Scheduler[PostgresBackend]) -> None:
     async def invoices(ctx: JobContext) -> None:
         for customer in await due_customers():
             await billing.charge(customer, idempotency_key=ctx.idempotency_key(customer.id))
+
+
+# -- docs/operations.md ---------------------------------------------------------------------------
+
+
+def operations_page() -> None:
+    scheduler = Scheduler.from_url("redis://localhost")
+
+    @scheduler.on("finished")
+    async def alert_on_failure(event: Event) -> None:
+        if event.outcome == "failed":
+            await pager.send(f"{event.job} failed at slot {event.slot}: {event.error!r}")
+
+    scheduler.on("takeover", lambda e: print(f"{e.instance} took over {e.job} (attempt {e.attempt})"))
+
+    class SlowRuns:
+        @hookimpl
+        def anarchon_run_finished(self, ctx: JobContext, outcome: ReleaseOutcome | None,
+                                  duration_ms: float | None) -> None:
+            if duration_ms is not None and duration_ms > 60_000:
+                ctx.logger.warning("%s took %.0f s", ctx.name, duration_ms / 1000)
+
+    plugin_manager().register(SlowRuns())
+
+    registry = CollectorRegistry()
+    pm = anarchon.plugin_manager()
+    pm.set_blocked("prometheus")
+    pm.register(Metrics(registry, run_buckets=(1, 10, 60, 600)))
+    pm.set_blocked("opentelemetry")
+    pm.register(Tracing(tracer_provider=provider))
 
 
 # -- rejected: lease options on a claim-only scheduler built the documented way -------------------

@@ -1,0 +1,90 @@
+"""`Tracing`: a span per run, opened by `anarchon_run_started` and ended by `anarchon_run_finished`."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from anarchon import JobContext, ReleaseOutcome, hookimpl
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span, Tracer, TracerProvider
+
+__all__ = ["Tracing"]
+
+logger = logging.getLogger("anarchon.opentelemetry")
+
+
+class Tracing:
+    """A span per run, through `tracer_provider` (the global one unless given)."""
+
+    def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
+        self._provider = tracer_provider
+        self._tracer: Tracer | None = None
+        self._open: dict[int, tuple[JobContext, Span, Any]] = {}
+        """The span of each run in progress and its context token, by the run's context's id."""
+
+    def __repr__(self) -> str:
+        return f"Tracing(tracer_provider={self._provider!r})"
+
+    @property
+    def open_spans(self) -> int:
+        """How many runs have a span that is not ended yet."""
+        return len(self._open)
+
+    def _get_tracer(self) -> Tracer:
+        if self._tracer is None:
+            from opentelemetry import trace
+
+            from anarchon import __version__
+
+            self._tracer = trace.get_tracer("anarchon", __version__, tracer_provider=self._provider)
+        return self._tracer
+
+    @hookimpl
+    def anarchon_run_started(self, ctx: JobContext) -> None:
+        """Open the run's span and make it the current one in the run's task."""
+        from opentelemetry import context, trace
+
+        span = self._get_tracer().start_span(f"run {ctx.name}", kind=trace.SpanKind.INTERNAL, attributes={
+            "anarchon.job": ctx.name, "anarchon.slot": ctx.slot, "anarchon.attempt": ctx.attempt,
+            "anarchon.namespace": ctx.namespace, "anarchon.instance": ctx.instance_id,
+        })
+        token = context.attach(trace.set_span_in_context(span))
+        self._open[id(ctx)] = (ctx, span, token)
+
+    @hookimpl
+    def anarchon_lease_lost(self, ctx: JobContext, reason: str) -> None:
+        """Note the lost lease on the run's span."""
+        entry = self._open.get(id(ctx))
+        if entry is not None and entry[0] is ctx:
+            entry[1].add_event("lease lost", {"reason": reason})
+
+    @hookimpl
+    def anarchon_run_finished(self, ctx: JobContext, outcome: ReleaseOutcome | None,
+                              error: BaseException | None) -> None:
+        """Set the outcome, record a failure, and end the span."""
+        entry = self._open.pop(id(ctx), None)
+        if entry is None or entry[0] is not ctx:
+            return  # the handler was never called (a late lease that was gone)
+        from opentelemetry import context
+        from opentelemetry.trace import Status, StatusCode
+
+        _ctx, span, token = entry
+        span.set_attribute("anarchon.outcome", "lost" if outcome is None else outcome.value)
+        if outcome is ReleaseOutcome.FAILED:
+            if error is not None:
+                span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, _describe(error)))
+        try:
+            context.detach(token)
+        except Exception:  # a handler that attached a context of its own and left it
+            logger.debug("could not restore the context after %s's run", ctx.name, exc_info=True)
+        span.end()
+
+
+def _describe(error: BaseException | None) -> str:
+    if error is None:
+        return "timeout"
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+

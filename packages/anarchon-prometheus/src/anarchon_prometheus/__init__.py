@@ -1,0 +1,40 @@
+"""anarchon-prometheus: Prometheus metrics for every scheduler in the process.
+
+Install it beside anarchon and expose prometheus_client's default registry the way your app already
+does (`prometheus_client.start_http_server(9100)`, `make_asgi_app()`, django-prometheus, ...):
+
+    pip install anarchon-prometheus
+
+Nothing else is needed: the plugin is found through the `anarchon` entry-point group, and the first
+event of any scheduler in the process creates these metrics in `prometheus_client.REGISTRY`:
+
+| metric | type | labels |
+| --- | --- | --- |
+| `anarchon_runs_total` | counter | `namespace`, `job_name`, `outcome`: `done`, `failed`, `handover`, `lost` |
+| `anarchon_takeovers_total` | counter | `namespace`, `job_name` |
+| `anarchon_leases_lost_total` | counter | `namespace`, `job_name` |
+| `anarchon_slots_skipped_total` | counter | `namespace`, `job_name` |
+| `anarchon_run_duration_seconds` | histogram | `namespace`, `job_name` |
+| `anarchon_claim_latency_seconds` | histogram | `namespace` |
+
+Each replica counts what happened on it: sum over the replicas for the cluster's totals. A run counts
+once, on the replica that ran it; a slot skipped because its older run still runs is counted by every
+replica that claimed it. `job_name`, not `job`: Prometheus sets `job` on every scraped series itself.
+
+For a registry of your own, block the default plugin and register one on that registry:
+
+    import anarchon
+    from prometheus_client import CollectorRegistry
+    from anarchon_prometheus import Metrics
+
+    registry = CollectorRegistry()
+    pm = anarchon.plugin_manager()
+    pm.set_blocked("prometheus")
+    pm.register(Metrics(registry))
+"""
+
+from __future__ import annotations
+
+from ._metrics import CLAIM_BUCKETS, RUN_BUCKETS, Metrics
+
+__all__ = ["CLAIM_BUCKETS", "RUN_BUCKETS", "Metrics"]

@@ -1,0 +1,108 @@
+"""`Metrics`: the observer hooks, counted and timed in a Prometheus registry."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from anarchon import ClaimRequest, ClaimResult, JobContext, ReleaseOutcome, hookimpl
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+
+__all__ = ["CLAIM_BUCKETS", "RUN_BUCKETS", "Metrics"]
+
+RUN_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+"""The run-duration histogram's buckets, seconds: from a quick job to an hour-long one."""
+CLAIM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+"""The claim-latency histogram's buckets, seconds: one round trip to the store, or a slow one."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Made:
+    runs: Counter
+    takeovers: Counter
+    leases_lost: Counter
+    slots_skipped: Counter
+    run_duration: Histogram
+    claim_latency: Histogram
+
+
+class Metrics:
+    """anarchon's metrics in one Prometheus registry (the default one unless given), fed by its hooks."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, *,
+                 run_buckets: tuple[float, ...] = RUN_BUCKETS,
+                 claim_buckets: tuple[float, ...] = CLAIM_BUCKETS) -> None:
+        self._registry = registry
+        self._run_buckets = run_buckets
+        self._claim_buckets = claim_buckets
+        self._made: _Made | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Metrics(registry={self._registry!r})"
+
+    @property
+    def made(self) -> bool:
+        """True once the metrics exist in the registry (on the first event)."""
+        return self._made is not None
+
+    def _metrics(self) -> _Made:
+        made = self._made
+        if made is None:
+            with self._lock:
+                made = self._made
+                if made is None:
+                    made = self._made = self._make()
+        return made
+
+    def _make(self) -> _Made:
+        from prometheus_client import REGISTRY, Counter, Histogram
+
+        registry = REGISTRY if self._registry is None else self._registry
+        job = ["namespace", "job_name"]
+        return _Made(
+            runs=Counter("anarchon_runs", "Runs that ended on this instance, by outcome.", [*job, "outcome"],
+                         registry=registry),
+            takeovers=Counter("anarchon_takeovers", "Slots this instance took over from a holder whose lease "
+                              "ran out.", job, registry=registry),
+            leases_lost=Counter("anarchon_leases_lost", "Runs on this instance that lost their lease.", job,
+                                registry=registry),
+            slots_skipped=Counter("anarchon_slots_skipped", "Slots skipped because an older run of the job "
+                                  "still ran (overlap).", job, registry=registry),
+            run_duration=Histogram("anarchon_run_duration_seconds", "How long handlers ran.", job,
+                                   buckets=self._run_buckets, registry=registry),
+            claim_latency=Histogram("anarchon_claim_latency_seconds", "From sending a claim to the store's "
+                                    "answer.", ["namespace"], buckets=self._claim_buckets, registry=registry),
+        )
+
+    @hookimpl
+    def anarchon_claim(self, request: ClaimRequest, latency_ms: float) -> None:
+        """Time the claim."""
+        self._metrics().claim_latency.labels(request.namespace).observe(latency_ms / 1000)
+
+    @hookimpl
+    def anarchon_run_finished(self, ctx: JobContext, outcome: ReleaseOutcome | None,
+                              duration_ms: float | None) -> None:
+        """Count the run by its outcome, and time it."""
+        m = self._metrics()
+        m.runs.labels(ctx.namespace, ctx.name, "lost" if outcome is None else outcome.value).inc()
+        if duration_ms is not None:
+            m.run_duration.labels(ctx.namespace, ctx.name).observe(duration_ms / 1000)
+
+    @hookimpl
+    def anarchon_lease_lost(self, ctx: JobContext) -> None:
+        """Count the lost lease."""
+        self._metrics().leases_lost.labels(ctx.namespace, ctx.name).inc()
+
+    @hookimpl
+    def anarchon_takeover(self, request: ClaimRequest) -> None:
+        """Count the takeover."""
+        self._metrics().takeovers.labels(request.namespace, request.job).inc()
+
+    @hookimpl
+    def anarchon_slot_skipped(self, request: ClaimRequest, result: ClaimResult) -> None:
+        """Count the skipped slot."""
+        self._metrics().slots_skipped.labels(request.namespace, request.job).inc()
