@@ -9,7 +9,8 @@ EMPTY :=
 SPACE := $(EMPTY) $(EMPTY)
 export MYPYPATH := $(subst $(SPACE),:,$(SRC_DIRS))
 
-.PHONY: test lint typecheck pytest docs install demo clean dist bench bench-quick bench-peers chaos test-faults
+.PHONY: test lint typecheck pytest docs install demo clean dist bench bench-quick bench-peers chaos \
+	test-faults cluster-up cluster-down test-topologies
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -49,11 +50,12 @@ typecheck: install
 
 # Most tests wait on servers, subprocesses and sleeps, so several workers share the cores well. Tests
 # that disturb a shared server (a restart, SCRIPT FLUSH, CLIENT KILL) are marked `serial` and run alone
-# afterwards. A plain `pytest` runs everything but the `faults` tests (`make test-faults`) in one process.
+# afterwards. A plain `pytest` runs the same in one process; the long `faults` and `topology_kit` runs
+# are left to `make test-faults` and `make test-topologies`.
 PYTEST_WORKERS ?= 3
 pytest: install
-	$(BIN)/pytest -n $(PYTEST_WORKERS) -m 'not serial and not faults'
-	$(BIN)/pytest -m 'serial and not faults'
+	$(BIN)/pytest -n $(PYTEST_WORKERS) -m 'not serial and not faults and not topology_kit'
+	$(BIN)/pytest -m 'serial and not faults and not topology_kit'
 
 # A broken link or a page missing from the nav fails the build. Then headless Chromium (Debian's
 # chromium; .ci/run installs it) renders the three widest pages at 1280 px, fails on clipped code or
@@ -84,6 +86,32 @@ chaos: install
 FAULT_RUNS ?= 20
 test-faults: install
 	ANARCHON_FAULT_RUNS=$(FAULT_RUNS) $(BIN)/pytest -m faults -q -rfEs -s packages
+
+# --- Topologies (scripts/topology.py): a Redis Cluster and Sentinel, a NATS cluster, PgBouncer and a
+# PostgreSQL standby as real processes on loopback ports, stopped by their own pids. `make cluster-up`
+# starts them for manual runs (TOPOLOGIES=name... for some) and prints their URLs; `make cluster-down`
+# stops them. The tests start their own through the `topology` fixture (conftest.py).
+TOPOLOGIES ?=
+cluster-up: install
+	$(BIN)/python scripts/topology.py up $(TOPOLOGIES)
+
+cluster-down: install
+	$(BIN)/python scripts/topology.py down
+
+# The conformance kit and the failover tests on each topology (marker topology_kit, deselected from
+# `make test`): one pytest run, and one summary line, per topology. .ci/run runs it after `make test`.
+TOPOLOGY_SUITES := \
+	redis-cluster=packages/anarchon-redis/tests/test_conformance_redis_cluster.py:packages/anarchon-redis/tests/test_topology_redis.py \
+	redis-sentinel=packages/anarchon-redis/tests/test_conformance_redis_sentinel.py \
+	pgbouncer=packages/anarchon-postgres/tests/test_conformance_postgres_pgbouncer.py:packages/anarchon-postgres/tests/test_topology_postgres.py \
+	nats-cluster-stream=packages/anarchon-nats/tests/test_conformance_nats_cluster.py \
+	nats-cluster-kv=packages/anarchon-nats/tests/test_conformance_nats_kv_cluster.py:packages/anarchon-nats/tests/test_topology_nats.py \
+	libsql=packages/anarchon-sqlite/tests/test_conformance_libsql.py
+test-topologies: install
+	@status=0; for suite in $(TOPOLOGY_SUITES); do \
+	  echo "== $${suite%%=*}: conformance kit and failover"; \
+	  $(BIN)/pytest -q -rfEs -s -m topology_kit $$(echo $${suite#*=} | tr : ' ') || status=1; \
+	done; exit $$status
 
 # Benchmarks (never part of `make test`): peers come from PyPI into their own venvs, never vendored.
 # APScheduler 3 and 4 share a distribution name, so 4.0.0a6 gets a venv of its own.

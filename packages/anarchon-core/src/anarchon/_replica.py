@@ -4,6 +4,8 @@ It runs two jobs on the backend at `url` and appends one JSON line per handler s
 `<workdir>/events-<pid>.jsonl`:
 - `tick`, every `tick_every`: starts and ends at once;
 - `long`, every `long_every`: runs `long_run`, checking its cancellation signal every 100 ms;
+- with `extra_ticks` = n, `tick-0` ... `tick-<n-1>`, like `tick` (jobs whose keys spread over a
+  sharded store);
 - with `block_for` (a list of seconds), `block`, every `block_every`: an `async def` that blocks its
   event loop with `time.sleep`, the n-th such run in the cluster for `block_for[n]` seconds, then no more.
 """
@@ -68,6 +70,8 @@ def main(argv: list[str]) -> None:
     options: dict[str, Any] = {"catch_up": 0} if scheduler.leases else {}
     scheduler.every("tick", config["tick_every"], tick, **options)
     scheduler.every("long", config["long_every"], long, **options)
+    for i in range(int(config.get("extra_ticks", 0))):
+        scheduler.every(f"tick-{i}", config["tick_every"], tick, **options)
     if config.get("block_for"):
         scheduler.every("block", config["block_every"], block, **options)
 

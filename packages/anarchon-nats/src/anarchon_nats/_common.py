@@ -16,10 +16,12 @@ from nats.js import JetStreamContext
 from anarchon import BackendError, BackendUnavailable, parse_duration
 from anarchon.backends import BackendBase, redact_url
 
-__all__ = ["NatsConnection", "WRONG_LAST_SEQUENCE", "check_name", "describe", "encode_token"]
+__all__ = ["NatsConnection", "WRONG_LAST_SEQUENCE", "check_name", "check_replicas", "describe",
+           "encode_token", "split_servers"]
 
-WRONG_LAST_SEQUENCE = 10071
-"""JetStream's error code for a failed `Nats-Expected-Last-Subject-Sequence` check."""
+WRONG_LAST_SEQUENCE = (10071, 10164)
+"""JetStream's error codes for a failed `Nats-Expected-Last-Subject-Sequence` check (a replicated
+stream answers with the second)."""
 
 _PLAIN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -55,6 +57,24 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def split_servers(url: str) -> list[str]:
+    """`nats://a:4222,b:4222` as one URL per server, each with the first one's scheme and user."""
+    scheme, _, rest = url.partition("://")
+    auth, at, hosts = rest.rpartition("@")
+    return [f"{scheme}://{auth}{at}{host.strip()}" for host in hosts.split(",") if host.strip()]
+
+
+def check_replicas(value: Any) -> int:
+    """A stream's or bucket's replica count: 1 to 5."""
+    try:
+        replicas = int(value)
+    except (TypeError, ValueError):
+        replicas = 0
+    if not 1 <= replicas <= 5:
+        raise ValueError(f"invalid replicas {value!r}: use 1 to 5 (3 on a three-node cluster)")
+    return replicas
+
+
 class NatsConnection(BackendBase):
     """A nats-py client: from server URLs (connected in `open`, closed in `close`) or given (left open)."""
 
@@ -63,6 +83,8 @@ class NatsConnection(BackendBase):
     def _use_servers(self, servers_or_client: str | list[str] | Client, timeout: Any,
                      settings: dict[str, Any]) -> None:
         """Check the server URLs (or take the client), and the timeout of each store call."""
+        if isinstance(servers_or_client, str) and "," in servers_or_client:
+            servers_or_client = split_servers(servers_or_client)
         if not isinstance(servers_or_client, Client):
             servers = [servers_or_client] if isinstance(servers_or_client, str) else list(servers_or_client)
             if not servers:

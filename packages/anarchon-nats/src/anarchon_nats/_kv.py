@@ -46,7 +46,7 @@ from anarchon.backends import (
     decide_renew,
 )
 
-from ._common import WRONG_LAST_SEQUENCE, NatsConnection, check_name, encode_token
+from ._common import WRONG_LAST_SEQUENCE, NatsConnection, check_name, check_replicas, encode_token
 
 __all__ = ["NatsKVBackend"]
 
@@ -82,7 +82,9 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         bucket: str = "anarchon",
         lease: Duration = "30s",
         timeout: Duration = "5s",
+        replicas: int = 1,
     ) -> None:
+        self.replicas = check_replicas(replicas)
         if isinstance(servers_or_client, str):
             servers_or_client = _plain_url(servers_or_client)
         elif isinstance(servers_or_client, list):
@@ -93,16 +95,19 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         self.lease_ms = parse_duration(lease, name="lease")
         if self.lease_ms < 100:
             raise ValueError(f"invalid lease {lease!r}: the bucket TTL must be at least 100ms")
-        self._use_servers(servers_or_client, timeout, {"bucket": bucket, "lease": lease})
+        self._use_servers(servers_or_client, timeout,
+                          {"bucket": bucket, "lease": lease, "replicas": replicas})
 
     @classmethod
     def from_url(cls, url: str) -> NatsKVBackend:
-        """Build from `nats-kv://host:4222?bucket=anarchon&lease=30s` (`nats-kv+tls://` for TLS)."""
+        """Build from `nats-kv://host:4222?bucket=anarchon&lease=30s&replicas=1` (`nats-kv+tls://` for
+        TLS; `nats-kv://a:4222,b:4222,c:4222?replicas=3` on a cluster)."""
         parts = urlsplit(url)
         options: dict[str, Any] = dict(parse_qsl(parts.query))
-        unknown = set(options) - {"bucket", "lease"}
+        unknown = set(options) - {"bucket", "lease", "replicas"}
         if unknown:
-            raise ValueError(f"unknown option(s) {sorted(unknown)} in the NATS KV URL: use bucket or lease")
+            raise ValueError(
+                f"unknown option(s) {sorted(unknown)} in the NATS KV URL: use bucket, lease or replicas")
         return cls(urlunsplit(parts._replace(query="")), **options)
 
     @property
@@ -133,6 +138,7 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
                     name=stream, subjects=[f"$KV.{bucket}.>"], max_msgs_per_subject=1,
                     max_age=ttl, duplicate_window=min(120.0, ttl or 120.0), discard=DiscardPolicy.NEW,
                     allow_rollup_hdrs=True, deny_delete=True, storage=StorageType.FILE,
+                    num_replicas=self.replicas,
                     description="anarchon leases" if ttl_ms else "anarchon job records",
                 ))
         have = round((info.config.max_age or 0) * 1000)
@@ -168,7 +174,7 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
             payload = b"" if value is None else json.dumps(value).encode()
             ack = await js.publish(f"$KV.{bucket}.{key}", payload, stream=f"KV_{bucket}", headers=headers)
         except nats.js.errors.APIError as exc:
-            if exc.err_code == WRONG_LAST_SEQUENCE:
+            if exc.err_code in WRONG_LAST_SEQUENCE:
                 raise _Conflict from exc
             raise
         return int(ack.seq or 0)

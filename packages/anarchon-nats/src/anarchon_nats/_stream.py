@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -16,9 +17,13 @@ from nats.js.api import StorageType, StreamConfig
 from anarchon import Duration, SchemaMismatch, parse_duration
 from anarchon.backends import Capability, ClaimOutcome, ClaimRequest, ClaimResult, Lease
 
-from ._common import NatsConnection, check_name, encode_token
+from ._common import NatsConnection, check_name, check_replicas, encode_token
 
 __all__ = ["NatsBackend"]
+
+_DUPLICATE_IN_PROCESS = 10158
+"""JetStream's error code for "duplicate message id is in process" (a replicated stream)."""
+_IN_PROCESS_WAITS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, None)
 
 
 class NatsBackend(NatsConnection):
@@ -35,24 +40,27 @@ class NatsBackend(NatsConnection):
         duplicate_window: Duration = "2m",
         prefix: str = "anarchon",
         timeout: Duration = "5s",
+        replicas: int = 1,
     ) -> None:
         self.stream = check_name("stream", stream)
+        self.replicas = check_replicas(replicas)
         self.prefix = check_name("prefix", prefix)
         self._window_ms = parse_duration(duplicate_window, name="duplicate_window")
         if self._window_ms < 100:
             raise ValueError(f"invalid duplicate_window {duplicate_window!r}: JetStream needs at least 100ms")
-        self._use_servers(servers_or_client, timeout,
-                          {"stream": stream, "duplicate_window": duplicate_window, "prefix": prefix})
+        self._use_servers(servers_or_client, timeout, {"stream": stream, "duplicate_window": duplicate_window,
+                                                       "prefix": prefix, "replicas": replicas})
 
     @classmethod
     def from_url(cls, url: str) -> NatsBackend:
-        """Build from `nats://host:4222?stream=ANARCHON&duplicate_window=2m&prefix=anarchon`."""
+        """Build from `nats://host:4222?stream=ANARCHON&duplicate_window=2m&prefix=anarchon&replicas=1`
+        (`nats://a:4222,b:4222,c:4222?replicas=3` on a cluster)."""
         parts = urlsplit(url)
         options: dict[str, Any] = dict(parse_qsl(parts.query))
-        unknown = set(options) - {"stream", "duplicate_window", "prefix"}
+        unknown = set(options) - {"stream", "duplicate_window", "prefix", "replicas"}
         if unknown:
             raise ValueError(f"unknown option(s) {sorted(unknown)} in the NATS URL: use stream, "
-                             "duplicate_window or prefix")
+                             "duplicate_window, prefix or replicas")
         return cls(urlunsplit(parts._replace(query="")), **options)
 
     @property
@@ -85,7 +93,7 @@ class NatsBackend(NatsConnection):
                     info = await js.add_stream(StreamConfig(
                         name=self.stream, subjects=want["subjects"],
                         duplicate_window=want["duplicate_window"], max_age=want["max_age"],
-                        storage=StorageType.FILE,
+                        storage=StorageType.FILE, num_replicas=self.replicas,
                         description="anarchon claim gates (Nats-Msg-Id deduplication)",
                     ))
                 except nats.js.errors.BadRequestError as exc:
@@ -120,8 +128,23 @@ class NatsBackend(NatsConnection):
         js = self._jetstream()
         body = json.dumps({"owner": r.owner, "job": r.job, "slot": r.slot}).encode()
         with self._errors(f"claim {r.job!r} slot {r.slot}"):
-            ack = await js.publish(self.subject(r.namespace, r.job), body, stream=self.stream,
-                                   headers={"Nats-Msg-Id": self.msg_id(r.namespace, r.job, r.slot)})
+            for wait in _IN_PROCESS_WAITS:
+                try:
+                    ack = await js.publish(self.subject(r.namespace, r.job), body, stream=self.stream,
+                                           headers={"Nats-Msg-Id": self.msg_id(r.namespace, r.job, r.slot)})
+                    break
+                except nats.js.errors.APIError as exc:
+                    # On a replicated stream, another publish of this id is still being replicated:
+                    # ask again once it is decided (then it is a duplicate, or ours wins if it failed).
+                    if exc.err_code != _DUPLICATE_IN_PROCESS or wait is None:
+                        raise
+                    await asyncio.sleep(wait)
+                except nats.js.errors.NoStreamResponseError as exc:
+                    # "No responders": no server stored it (a cluster still spreading a new stream's
+                    # subjects), so sending it again cannot make a second copy.
+                    if not isinstance(exc.__context__, nats.errors.NoRespondersError) or wait is None:
+                        raise
+                    await asyncio.sleep(wait)
             if ack.duplicate:
                 holder = await self._holder(js, ack.seq)
                 return ClaimResult(ClaimOutcome.TAKEN, r.job, r.slot, holder=holder, attempt=1)

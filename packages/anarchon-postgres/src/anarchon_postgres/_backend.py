@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import uuid
 from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -27,7 +28,7 @@ from anarchon import (
 from anarchon.backends import LeaseBackendBase, LeaseRecord, ReleaseCallback, redact_url
 
 from ._errors import translate
-from ._listener import Listener
+from ._listener import PROBE, Listener
 from ._migrations import migrate
 from ._sql import Statements, validate_identifier
 
@@ -36,6 +37,8 @@ __all__ = ["PostgresBackend"]
 log = logging.getLogger("anarchon.postgres")
 
 # A loser whose snapshot predates a concurrent claim asks again this often before answering TAKEN.
+_PUSH_CHECK_S = 2.0
+"""How long the start-up check waits for its own NOTIFY on the LISTEN connection."""
 _RECHECKS = 3
 _OUTCOMES = {o.value: o for o in ClaimOutcome}
 """An outcome's string to the member, without an Enum call per claim."""
@@ -112,13 +115,13 @@ class PostgresBackend(LeaseBackendBase):
 
     @classmethod
     def from_url(cls, url: str) -> PostgresBackend:
-        """Build from a URL; the query parameters `schema`, `table` and `statement_cache_size` are
-        this backend's, any other is passed to asyncpg (e.g. `sslmode`)."""
+        """Build from a URL; the query parameters `schema`, `table`, `statement_cache_size` and
+        `listen_url` are this backend's, any other is passed to asyncpg (e.g. `sslmode`)."""
         parts = urlsplit(url)
         mine: dict[str, Any] = {}
         rest = []
         for key, value in parse_qsl(parts.query, keep_blank_values=True):
-            if key in ("schema", "table"):
+            if key in ("schema", "table", "listen_url"):
                 mine[key] = value
             elif key == "statement_cache_size":
                 try:
@@ -420,8 +423,38 @@ class PostgresBackend(LeaseBackendBase):
             self._listener = Listener(self._listen_connect, self._listen_disconnect, self.sql.channel, where)
             self._listener.add(namespace, callback)
             await self._listener.start()
+            await self._check_push(where)
         else:
             self._listener.add(namespace, callback)
+
+    async def _check_push(self, where: str) -> None:
+        """Send one NOTIFY through the pool and wait for it on the LISTEN connection; say in the log
+        whether releases are pushed, or (behind PgBouncer in transaction mode, whose server
+        connections change between transactions) why they are not and that backups poll instead."""
+        listener = self._listener
+        if listener is None or not listener.connected.is_set():
+            return  # not connected yet: the listener logged why, and retries
+        token = f"{PROBE}{uuid.uuid4().hex}"
+        arrived = listener.expect(token)
+        try:
+            with self._errors("checking NOTIFY"):
+                async with self.pool.acquire() as conn:
+                    await conn.execute("SELECT pg_notify($1, $2)", self.sql.channel, token)
+            async with asyncio.timeout(_PUSH_CHECK_S):
+                await arrived.wait()
+        except (TimeoutError, BackendError) as exc:
+            reason = "no answer" if isinstance(exc, TimeoutError) else str(exc)
+            log.warning(
+                "releases are not pushed: a NOTIFY sent through %s did not reach the LISTEN connection "
+                "to %s within %g s (%s; PgBouncer in transaction mode drops LISTEN). Backups poll "
+                "instead, taking over at lease expiry; for push, set listen_url to a direct "
+                "connection to the server", self.url, where, _PUSH_CHECK_S, reason)
+            self._listener = None
+            await listener.close()
+            return
+        finally:
+            listener.expect(None)
+        log.info("releases are pushed by LISTEN/NOTIFY on %s", where)
 
     @property
     def listener(self) -> Listener | None:

@@ -13,7 +13,10 @@ import asyncpg
 
 from anarchon.backends import ReleaseCallback
 
-__all__ = ["Listener"]
+__all__ = ["PROBE", "Listener"]
+
+PROBE = "anarchon-probe-"
+"""How the payload of a start-up check's NOTIFY begins (a release's payload is a JSON array)."""
 
 log = logging.getLogger("anarchon.postgres")
 
@@ -44,6 +47,7 @@ class Listener:
         """Set while the LISTEN connection is up (tests wait on it)."""
         self.reconnects = 0
         """How many times the connection was re-established after a drop."""
+        self._probe: tuple[str, asyncio.Event] | None = None
 
     @property
     def server_pid(self) -> int | None:
@@ -104,7 +108,17 @@ class Listener:
                 log.info("LISTEN connection to %s re-established", self._where)
                 break
 
+    def expect(self, token: str | None) -> asyncio.Event:
+        """An event set when a notification whose payload is `token` arrives (None: stop expecting)."""
+        arrived = asyncio.Event()
+        self._probe = None if token is None else (token, arrived)
+        return arrived
+
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        if payload.startswith(PROBE):  # a backend's start-up check, its own or another's
+            if self._probe is not None and payload == self._probe[0]:
+                self._probe[1].set()
+            return
         try:
             namespace, job, slot = json.loads(payload)
         except (ValueError, TypeError):

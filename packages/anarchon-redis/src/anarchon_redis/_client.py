@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from anarchon import BackendError, BackendUnavailable
 from anarchon.backends import redact_url
@@ -24,6 +24,8 @@ class Driver:
     unavailable: tuple[type[BaseException], ...]
     no_script: type[BaseException]
     response_error: type[BaseException]
+    cluster_type: type[Any] | None = None
+    """The client library's Cluster client, which a backend also accepts in place of `client_type`."""
 
     def error(self, exc: BaseException, url: str, doing: str) -> BackendError:
         """Our exception for `exc`, naming the store by its redacted `url`."""
@@ -50,6 +52,7 @@ def _scrub(text: str, url: str) -> str:
 def _redis_driver() -> Driver:
     import redis.asyncio
     import redis.exceptions as e
+    from redis.asyncio.sentinel import MasterNotFoundError
 
     return Driver(
         name="redis",
@@ -57,9 +60,11 @@ def _redis_driver() -> Driver:
         blocking_pool=redis.asyncio.BlockingConnectionPool,
         client_type=redis.asyncio.Redis,
         base_error=e.RedisError,
-        unavailable=(e.ConnectionError, e.TimeoutError, e.BusyLoadingError, e.ReadOnlyError),
+        unavailable=(e.ConnectionError, e.TimeoutError, e.BusyLoadingError, e.ReadOnlyError,
+                     e.ClusterError, e.RedisClusterException, MasterNotFoundError),
         no_script=e.NoScriptError,
         response_error=e.ResponseError,
+        cluster_type=redis.asyncio.RedisCluster,
     )
 
 
@@ -121,8 +126,11 @@ def client_from_url(driver: Driver, client_url: str) -> Any:
     Its pool blocks (up to 30 s) when every connection is busy, instead of failing with "Too many
     connections": thousands of runs may end, and release, in the same millisecond.
     """
-    query = dict(parse_qsl(urlsplit(client_url).query))
+    parts = urlsplit(client_url)
+    query = dict(parse_qsl(parts.query))
     kwargs: dict[str, Any] = {k: v for k, v in _CLIENT_DEFAULTS.items() if k not in query}
+    if parts.scheme.endswith(("+cluster", "+sentinel")):
+        return _multi_node_client(driver, client_url, kwargs)
     try:
         pool = driver.blocking_pool.from_url(client_url, timeout=_POOL_WAIT_S, **kwargs)
         pool.connection_class = _c_packing(pool.connection_class)
@@ -130,6 +138,50 @@ def client_from_url(driver: Driver, client_url: str) -> Any:
     except (ValueError, TypeError) as exc:
         reason = _scrub(str(exc), client_url)
         raise ValueError(f"invalid {driver.name} URL {redact_url(client_url)!r}: {reason}") from None
+
+
+def _hosts(netloc: str, url: str, default_port: int) -> tuple[str | None, str | None, list[tuple[str, int]]]:
+    """The user, password and (host, port) list of a netloc with comma-separated hosts."""
+    auth, _, hosts = netloc.rpartition("@")
+    user, _, password = auth.partition(":")
+    nodes: list[tuple[str, int]] = []
+    for item in hosts.split(","):
+        host, _, port = item.strip().rpartition(":") if ":" in item else (item.strip(), "", "")
+        if not host or (port and not port.isdigit()):
+            raise ValueError(f"invalid host {item!r} in {redact_url(url)!r}: write host:port,host:port")
+        nodes.append((host.strip("[]"), int(port) if port else default_port))
+    return unquote(user) or None, unquote(password) or None, nodes
+
+
+def _multi_node_client(driver: Driver, url: str, kwargs: dict[str, Any]) -> Any:
+    """A `RedisCluster` for `redis+cluster://h:p,h:p/`, or a Sentinel-managed master client for
+    `redis+sentinel://h:p,h:p/master-name` (redis-py only)."""
+    import redis.asyncio
+    from redis.asyncio.cluster import ClusterNode
+    from redis.asyncio.sentinel import Sentinel
+
+    if driver.cluster_type is None:
+        raise ValueError(f"{driver.name} has no Cluster or Sentinel URLs ({redact_url(url)!r}): use redis+cluster://")
+    parts = urlsplit(url)
+    tls = parts.scheme.startswith("rediss")
+    if tls:
+        kwargs["ssl"] = True
+    for key, value in parse_qsl(parts.query):
+        kwargs[key] = float(value) if key.endswith("timeout") else value
+    if parts.scheme.endswith("+cluster"):
+        user, password, nodes = _hosts(parts.netloc, url, 6379)
+        kwargs.pop("max_connections", None)
+        return driver.cluster_type(startup_nodes=[ClusterNode(h, p) for h, p in nodes], username=user,
+                                   password=password, **kwargs)
+    user, password, nodes = _hosts(parts.netloc, url, 26379)
+    name, _, db = parts.path.strip("/").partition("/")
+    if not name:
+        raise ValueError(f"no master name in {redact_url(url)!r}: write redis+sentinel://h:p,h:p/mymaster")
+    kwargs.pop("max_connections", None)
+    sentinel_kwargs = {"socket_connect_timeout": kwargs.get("socket_connect_timeout", 5.0)}
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        nodes, sentinel_kwargs=sentinel_kwargs, username=user, password=password, **kwargs)
+    return sentinel.master_for(name, redis_class=redis.asyncio.Redis, db=int(db or 0))
 
 
 def _c_packing(connection_class: type[Any]) -> type[Any]:

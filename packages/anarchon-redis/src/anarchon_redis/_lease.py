@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import random
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, ClassVar
@@ -96,14 +97,16 @@ class RedisStore(BackendBase):
             self._client_url, options = split_url(redis, self._url_options, self._schemes)
             self._where = redis
             prefix = options.get("prefix", prefix)
-        elif isinstance(redis, driver.client_type):
+        elif isinstance(redis, driver.client_type) or (
+                driver.cluster_type is not None and isinstance(redis, driver.cluster_type)):
             self._where = describe_client(driver, redis)
         else:
             raise TypeError(
                 f"{type(self).__name__} needs a URL ({', '.join(self._schemes)}) or a "
                 f"{driver.client_type.__module__}.{driver.client_type.__name__}, not {type(redis).__name__}"
             )
-        self._use(redis, driver.client_type, {"prefix": prefix, **settings})
+        types = tuple(t for t in (driver.client_type, driver.cluster_type) if t is not None)
+        self._use(redis, types, {"prefix": prefix, **settings})
         if self._client is None:
             self._client = client_from_url(driver, self._client_url)
         self.keys = Keys(prefix)
@@ -123,7 +126,7 @@ class RedisStore(BackendBase):
 
     def _translate(self, exc: Exception, doing: str) -> BackendError | None:
         """The client library's errors, and socket errors, as anarchon's (see `Driver.error`)."""
-        if isinstance(exc, (self._drv.base_error, OSError)):
+        if isinstance(exc, (self._drv.base_error, OSError, *self._drv.unavailable)):
             return self._drv.error(exc, self._where, doing)
         return None
 
@@ -153,6 +156,23 @@ class RedisStore(BackendBase):
         results: list[Any] = [None] * len(calls)
         todo = list(range(len(calls)))
         for round_ in range(2):
+            if getattr(self, "_cluster", False):
+                replies = await self._eval_cluster(script, [calls[i] for i in todo], doing,
+                                                   extra if round_ == 0 else None)
+                missing = []
+                for i, reply in zip(todo, replies, strict=True):
+                    if isinstance(reply, self._drv.no_script):
+                        missing.append(i)
+                    elif isinstance(reply, BaseException):
+                        raise self._drv.error(reply, self._where, doing) from reply
+                    else:
+                        results[i] = reply
+                if not missing:
+                    return results
+                async with self._op("loading scripts"):
+                    await self.client.script_load(script.source)
+                todo = missing
+                continue
             pipe = self.client.pipeline(transaction=False)
             for i in todo:
                 keys, args = calls[i]
@@ -180,6 +200,29 @@ class RedisStore(BackendBase):
         raise self._drv.error(RuntimeError("NOSCRIPT after SCRIPT LOAD"), self._where, doing)
 
 
+    async def _eval_cluster(
+        self, script: Script, calls: Sequence[tuple[list[str], list[Any]]], doing: str,
+        extra: Callable[[Any], None] | None,
+    ) -> list[Any]:
+        """On a Cluster client: every call at once, each routed to its key's master (a Cluster pipeline
+        refuses EVALSHA), and `extra`'s commands in a Cluster pipeline beside them."""
+        async def side() -> None:
+            if extra is not None:
+                pipe = self.client.pipeline()
+                extra(pipe)
+                if len(pipe):
+                    await pipe.execute()
+
+        async with self._op(doing):
+            replies = await asyncio.gather(
+                *(self.client.evalsha(script.sha, len(keys), *keys, *args) for keys, args in calls),
+                side(), return_exceptions=True,
+            )
+            if isinstance(replies[-1], BaseException):
+                raise replies[-1]
+        return list(replies[:-1])
+
+
 _CLAIM, _CLAIM_BATCH = Script(_scripts.CLAIM), Script(_scripts.CLAIM_BATCH)
 _RENEW, _RENEW_BATCH = Script(_scripts.RENEW), Script(_scripts.RENEW_BATCH)
 _RELEASE, _RELEASE_BATCH = Script(_scripts.RELEASE), Script(_scripts.RELEASE_BATCH)
@@ -192,8 +235,9 @@ class RedisBackend(RedisStore, LeaseBackendBase):
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT}
     )
-    url_schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix")
-    _schemes: ClassVar[dict[str, str]] = {"redis": "redis", "rediss": "rediss", "unix": "unix"}
+    url_schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster",
+                                              "redis+sentinel", "rediss+sentinel")
+    _schemes: ClassVar[dict[str, str]] = {s: s for s in url_schemes}
 
     def __init__(self, redis: Any, *, prefix: str = "anarchon") -> None:
         self._setup(redis, prefix, {})
@@ -411,8 +455,10 @@ class RedisBackend(RedisStore, LeaseBackendBase):
     async def _listen(self) -> None:
         delay = 0.05
         while not self._closed:
-            pubsub = self.client.pubsub()
+            node_client = pubsub = None
             try:
+                node_client = self._pubsub_client()
+                pubsub = (node_client or self.client).pubsub()
                 await pubsub.subscribe(*self._callbacks)
                 while not self._closed:
                     msg = await pubsub.get_message(ignore_subscribe_messages=False, timeout=1.0)
@@ -432,8 +478,23 @@ class RedisBackend(RedisStore, LeaseBackendBase):
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
             finally:
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(pubsub.aclose())
+                if pubsub is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(pubsub.aclose())
+                if node_client is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(node_client.aclose())
+
+    def _pubsub_client(self) -> Any:
+        """On a Cluster: a plain client on one node, picked at random at each reconnect (a Cluster
+        delivers every PUBLISH on every node). Else None: the backend's own client subscribes."""
+        if not self._cluster:
+            return None
+        node = random.choice(self.client.get_nodes())
+        kw = node.connection_kwargs
+        return self._drv.client_type(
+            host=node.host, port=node.port, username=kw.get("username"), password=kw.get("password"),
+            ssl=bool(kw.get("ssl", False)), socket_connect_timeout=kw.get("socket_connect_timeout", 5.0))
 
     def _dispatch(self, channel: str, payload: str) -> None:
         slot_text, _, job = payload.partition(":")

@@ -35,14 +35,16 @@ from anarchon.backends import lazy_exports
 
 if TYPE_CHECKING:
     from ._backend import SqliteBackend
+    from ._libsql import LibsqlBackend
     from ._schema import SCHEMA_VERSION
 
-__all__ = ["SCHEMA_VERSION", "SqliteBackend"]
+__all__ = ["SCHEMA_VERSION", "LibsqlBackend", "SqliteBackend"]
 
 # Every process that builds a Scheduler imports this package (its plugin module lives here), so the
 # public names, and sqlite3 with them, are imported on first use only (PEP 562).
 _EXPORTS = {
     "SqliteBackend": "_backend",
+    "LibsqlBackend": "_libsql",
     "SCHEMA_VERSION": "_schema",
 }
 

@@ -81,9 +81,10 @@ class _Connection:
     awaiting task: a whole transaction cannot be cut between BEGIN and COMMIT.
     """
 
-    def __init__(self, path: str, timeout_s: float) -> None:
+    def __init__(self, path: str, timeout_s: float,
+                 connect: Callable[[str, float], Conn] | None = None) -> None:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="anarchon-sqlite")
-        self._conn = self._thread.submit(sqlite3.connect, path, timeout=timeout_s, isolation_level=None)
+        self._conn = self._thread.submit(connect or _sqlite3_connect, path, timeout_s)
 
     async def run(self, fn: Callable[[Conn], T]) -> T:
         """Run `fn(connection)` on the connection's thread."""
@@ -103,6 +104,10 @@ class _Connection:
             self._thread.shutdown(wait=False)
 
 
+def _sqlite3_connect(path: str, timeout_s: float) -> Conn:
+    return sqlite3.connect(path, timeout=timeout_s, isolation_level=None)
+
+
 def _is_busy(exc: sqlite3.Error) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
     if isinstance(code, int):
@@ -111,10 +116,10 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return "locked" in text or "busy" in text
 
 
-def _parse_url(url: str) -> tuple[str, dict[str, str]]:
+def _parse_url(url: str, scheme: str = "sqlite") -> tuple[str, dict[str, str]]:
     parts = urlsplit(url)
-    if parts.scheme.lower() != "sqlite":
-        raise ValueError(f"invalid SQLite URL {url!r}: the scheme must be 'sqlite'; {_URL_HINT}")
+    if parts.scheme.lower() != scheme:
+        raise ValueError(f"invalid SQLite URL {url!r}: the scheme must be {scheme!r}; {_URL_HINT}")
     if parts.netloc:
         raise ValueError(
             f"invalid SQLite URL {url!r}: a SQLite file has no host ({parts.netloc!r}); {_URL_HINT}"
@@ -152,8 +157,9 @@ class SqliteBackend(LeaseBackendBase):
         if not isinstance(raw, str) or not raw:
             raise ValueError(f"invalid SQLite path {path_or_url!r}: use a file path or {_URL_HINT[4:]}")
         options: dict[str, str] = {}
-        if raw.lower().startswith("sqlite:"):
-            raw, options = _parse_url(raw)
+        scheme = self.url_schemes[0]
+        if raw.lower().startswith(f"{scheme}:"):
+            raw, options = _parse_url(raw, scheme)
         if "table" in options:
             if table != "anarchon_jobs" and table != options["table"]:
                 raise ValueError(
@@ -206,14 +212,18 @@ class SqliteBackend(LeaseBackendBase):
     @property
     def url(self) -> str:
         """The file as a `sqlite:///` URL (a SQLite file has no password to redact)."""
-        return f"sqlite:///{self.path}"
+        return f"{self.url_schemes[0]}:///{self.path}"
+
+    def _driver_connect(self) -> Callable[[str, float], Conn] | None:
+        """How to open the file: None for the standard library's sqlite3."""
+        return None
 
     # -- connection --------------------------------------------------------------------------------
 
     async def _connect(self) -> _Connection:
         """Open the file on a thread of its own (checked first: SQLite never creates a file it cannot use)."""
         self._check_file()
-        db = _Connection(self.path, self.busy_timeout_ms / 1000)
+        db = _Connection(self.path, self.busy_timeout_ms / 1000, self._driver_connect())
         try:
             await db.run(lambda conn: None)
         except BaseException:

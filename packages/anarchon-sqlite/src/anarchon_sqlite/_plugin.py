@@ -17,11 +17,12 @@ __all__ = ["anarchon_backend_schemes", "anarchon_backends"]
 def anarchon_backends() -> list[type[Any]]:
     """The backends this distribution provides."""
     from ._backend import SqliteBackend
+    from ._libsql import LibsqlBackend
 
-    return [SqliteBackend]
+    return [SqliteBackend, LibsqlBackend]
 
 
 @hookimpl
 def anarchon_backend_schemes() -> dict[str, str]:
     """The URL schemes this distribution handles, each with the class that handles it."""
-    return {"sqlite": "anarchon_sqlite:SqliteBackend"}
+    return {"sqlite": "anarchon_sqlite:SqliteBackend", "libsql": "anarchon_sqlite:LibsqlBackend"}

@@ -73,6 +73,7 @@ class Cluster:
         block_for: list[float] | None = None,
         block_limit: Duration | None = None,
         env: dict[str, str] | None = None,
+        extra_ticks: int = 0,
     ) -> None:
         self.url = url
         self.workdir = Path(workdir)
@@ -90,6 +91,7 @@ class Cluster:
             "stop_timeout": f"{parse_duration(stop_timeout, name='stop_timeout', allow_zero=True)}ms",
             "block_every": f"{parse_duration(block_every, name='block_every')}ms",
             "block_for": list(block_for or []),
+            "extra_ticks": extra_ticks,
             "block_limit": (None if block_limit is None
                             else f"{parse_duration(block_limit, name='block_limit')}ms"),
         }

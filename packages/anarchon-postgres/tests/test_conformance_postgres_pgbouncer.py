@@ -1,0 +1,27 @@
+"""The anarchon conformance suite against PostgresBackend through PgBouncer in transaction mode, in front
+of the local PostgreSQL (make test-topologies)."""
+
+import pytest
+
+from anarchon.testing.topology import PgBouncer, Topologies
+from anarchon_conformance import BackendFactory
+from anarchon_conformance.suite import *  # noqa: F403
+from anarchon_postgres import PostgresBackend
+
+pytestmark = pytest.mark.topology_kit
+
+
+@pytest.fixture
+def anarchon_backend_factory(topology: Topologies) -> BackendFactory:
+    bouncer = topology.get(PgBouncer)
+    # Prepared statements do not survive a change of server connection: no statement cache.
+
+
+    async def make() -> PostgresBackend:
+        backend = PostgresBackend(bouncer.url, table="anarchon_conformance_bouncer",
+                                  statement_cache_size=0, listen_url=bouncer.direct_url,
+                                  min_size=1, max_size=2)
+        await backend.open()
+        return backend
+
+    return make

@@ -1,0 +1,110 @@
+"""PostgresBackend in production shapes: through PgBouncer in transaction mode (push checked at start,
+falling back to polling or to a direct `listen_url`), and through a standby's promotion."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from pathlib import Path
+
+import pytest
+
+from anarchon.backends import ClaimOutcome, ClaimRequest
+from anarchon.testing.cluster import check_every_slot_once
+from anarchon.testing.topology import PgBouncer, PgStandby, Topologies, run_through_failover
+from anarchon_postgres import PostgresBackend
+
+
+def _table() -> str:
+    return f"anarchon_topo_{uuid.uuid4().hex[:8]}"
+
+
+async def _start_log(backend: PostgresBackend, caplog: pytest.LogCaptureFixture) -> list[str]:
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="anarchon.postgres"):
+        await backend.open()
+        await backend.subscribe("ns", lambda job, slot: None)
+    return [r.getMessage() for r in caplog.records if "releases are" in r.getMessage()]
+
+
+async def test_behind_pgbouncer_push_is_checked_and_polling_said(
+    topology: Topologies, caplog: pytest.LogCaptureFixture
+) -> None:
+    bouncer = topology.get(PgBouncer)
+    table = _table()
+    backend = PostgresBackend(bouncer.url, table=table, statement_cache_size=0)
+    try:
+        [line] = await _start_log(backend, caplog)
+        assert line.startswith("releases are not pushed") and "set listen_url" in line, line
+        assert backend.listener is None
+        [won] = await backend.claim_many([ClaimRequest("ns", "job", 1000, "me", 5000, 1)])
+        assert won.outcome is ClaimOutcome.WON
+    finally:
+        await backend.close()
+
+    direct = PostgresBackend(bouncer.url, table=table, statement_cache_size=0, listen_url=bouncer.direct_url)
+    try:
+        [line] = await _start_log(direct, caplog)
+        assert line.startswith("releases are pushed by LISTEN/NOTIFY on postgresql://postgres@"), line
+        assert direct.listener is not None and direct.listener.connected.is_set()
+        async with direct.pool.acquire() as conn:
+            await conn.execute(f"DROP TABLE {table}")
+    finally:
+        await direct.close()
+
+
+def test_listen_url_is_a_url_option() -> None:
+    backend = PostgresBackend.from_url(
+        "postgresql://u@127.0.0.1:6432/test?statement_cache_size=0&listen_url=postgresql://u@127.0.0.1:5432/test")
+    assert backend._listen_dsn == "postgresql://u@127.0.0.1:5432/test"
+    assert "listen_url" not in str(backend._target)
+
+
+@pytest.mark.topology_kit
+def test_three_replicas_through_pgbouncer_run_every_slot_once(topology: Topologies, tmp_path: Path) -> None:
+    bouncer = topology.get(PgBouncer)
+    check_every_slot_once(f"{bouncer.url}?statement_cache_size=0&table={_table()}", tmp_path, seconds=8)
+
+
+async def _claim(url: str, owner: str, slot: int) -> ClaimOutcome:
+    backend = PostgresBackend(url, min_size=1, max_size=1)
+    await backend.open()
+    try:
+        [result] = await backend.claim_many([ClaimRequest("ns", "job", slot, owner, 60_000, 1)])
+        return result.outcome
+    finally:
+        await backend.close()
+
+
+@pytest.mark.topology_kit
+@pytest.mark.parametrize("synchronous", [False, True], ids=["async-replication", "synchronous_commit"])
+async def test_a_won_claim_survives_promotion_only_with_a_synchronous_standby(
+    synchronous: bool, topology: Topologies
+) -> None:
+    pg = topology.new(PgStandby)
+    pg.set_synchronous(synchronous)
+    if not synchronous:
+        # Asynchronous replication lets the primary acknowledge commits the standby does not have
+        # yet; lagging is made certain by stopping the standby's WAL receiver.
+        pg.detach_standby()
+    assert await _claim(pg.primary_url, "a", 60_000) is ClaimOutcome.WON
+    pg.kill_primary()
+    pg.promote()
+    # On the promoted standby, the same slot again: lost (won a second time) or remembered (taken).
+    again = await _claim(pg.standby_url, "b", 60_000)
+    assert again is (ClaimOutcome.TAKEN if synchronous else ClaimOutcome.WON)
+    pg.stop()
+
+
+@pytest.mark.topology_kit
+def test_a_promotion_under_three_replicas_on_a_multi_host_url(topology: Topologies, tmp_path: Path) -> None:
+    pg = topology.new(PgStandby)
+    pg.set_synchronous(True)
+
+    def fail(_: object) -> None:
+        pg.kill_primary()
+        pg.promote()
+
+    measured = run_through_failover(pg.url, tmp_path, fail, recovered=lambda: pg.writable(pg.ports[1]))
+    print(f"\nPostgreSQL promotion of the standby: {measured}")
+    pg.stop()

@@ -1,0 +1,24 @@
+"""The anarchon conformance suite against RedisBackend on a real Redis Cluster (make test-topologies)."""
+
+import uuid
+
+import pytest
+
+from anarchon.testing.topology import RedisCluster, Topologies
+from anarchon_conformance import BackendFactory
+from anarchon_conformance.suite import *  # noqa: F403
+from anarchon_redis import RedisBackend
+
+pytestmark = pytest.mark.topology_kit
+
+
+@pytest.fixture
+def anarchon_backend_factory(topology: Topologies) -> BackendFactory:
+    url = f"{topology.get(RedisCluster).url}?prefix=kit-{uuid.uuid4().hex[:8]}"
+
+    async def make() -> RedisBackend:
+        backend = RedisBackend(url)
+        await backend.open()
+        return backend
+
+    return make
