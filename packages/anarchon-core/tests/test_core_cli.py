@@ -178,3 +178,21 @@ def test_the_console_script_is_installed() -> None:
     done = subprocess.run([str(script), "next", "*/15 * * * *", "-n", "2"], capture_output=True, text=True,
                           check=False)
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 2
+
+
+@pytest.mark.parametrize("verb", ["pause", "resume", "trigger"])
+def test_controls_on_a_claim_only_store_are_refused_in_one_line(
+    verb: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([verb, "memory-claim://", "tick", "--namespace", "app"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"anarchon {verb}: error: cannot {verb} 'tick': ")
+    assert "lacks the 'control' capability" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("verb", "said"), [("pause", "paused"), ("resume", "resumed"), ("trigger", "triggered")]
+)
+def test_controls_print_what_they_did(verb: str, said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([verb, "memory://", "tick"]) == 0
+    assert capsys.readouterr().out.startswith(f"tick: {said}")
