@@ -20,6 +20,7 @@ from anarchon import (
     ClaimOutcome,
     ClaimRequest,
     ClaimResult,
+    JobControl,
     JobStatus,
     Lease,
     LeaseLost,
@@ -287,12 +288,29 @@ async def test_jobs_sorted_like_memory(pg: PostgresBackend) -> None:
 # -- migrations --------------------------------------------------------------------------------
 
 
+async def test_a_version_1_table_is_migrated_to_store_controls(schema: str) -> None:
+    first = PostgresBackend(URL, schema=schema, table="jobs")
+    await first.open()
+    try:  # make it a table as the first release left it
+        await first.pool.execute(f'DROP TABLE "{schema}"."jobs_controls"')
+        await first.pool.execute(f'DELETE FROM "{schema}"."jobs_schema" WHERE version > 1')
+    finally:
+        await first.close()
+    upgraded = PostgresBackend(URL, schema=schema, table="jobs")
+    await upgraded.open()
+    try:
+        assert (await upgraded.set_control("ns", "j", paused=True)).paused
+        assert await upgraded.controls("ns") == {"j": JobControl(paused=True)}
+    finally:
+        await upgraded.close()
+
+
 async def test_migrations_concurrent_and_idempotent(schema: str) -> None:
     backends = [PostgresBackend(URL, schema=schema, table="jobs") for _ in range(8)]
     try:
         await asyncio.gather(*(b.open() for b in backends))
         rows = await backends[0].pool.fetch(f'SELECT version FROM "{schema}"."jobs_schema"')
-        assert [r["version"] for r in rows] == [anarchon_postgres.SCHEMA_VERSION]
+        assert sorted(r["version"] for r in rows) == list(range(1, anarchon_postgres.SCHEMA_VERSION + 1))
         again = PostgresBackend(URL, schema=schema, table="jobs")
         await again.open()
         await again.close()
