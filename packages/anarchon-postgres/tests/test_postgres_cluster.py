@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 from anarchon.testing import require_service
-from anarchon.testing.cluster import Cluster, check_blocked_loops
+from anarchon.testing.cluster import Cluster, check_blocked_loops, check_controls
 
 URL = os.environ.get("ANARCHON_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -71,3 +71,7 @@ def test_kill_and_graceful_stop(cluster_url: str, tmp_path: Path) -> None:
 
 def test_a_blocked_event_loop_keeps_its_lease_until_block_limit(cluster_url: str, tmp_path: Path) -> None:
     check_blocked_loops(cluster_url, tmp_path)
+
+
+def test_pause_resume_and_trigger_from_the_cli_reach_every_replica(cluster_url: str, tmp_path: Path) -> None:
+    check_controls(cluster_url, tmp_path)
