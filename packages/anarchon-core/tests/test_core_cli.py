@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from anarchon import ClaimRequest, MemoryBackend, MemoryStore
+from anarchon import ClaimRequest, MemoryBackend, MemoryStore, Scheduler
 from anarchon._plugins import _scheme_hint
 from anarchon.cli import format_status, main, read_status
 from anarchon.testing import ManualClock
@@ -196,3 +196,25 @@ def test_controls_on_a_claim_only_store_are_refused_in_one_line(
 def test_controls_print_what_they_did(verb: str, said: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([verb, "memory://", "tick"]) == 0
     assert capsys.readouterr().out.startswith(f"tick: {said}")
+
+
+def test_status_shows_a_trigger_record_by_its_job_name() -> None:
+    store = MemoryStore()
+
+    async def main() -> str:
+        async def tick() -> None:
+            pass
+
+        s = Scheduler(MemoryBackend(store), heartbeat="1s", lease="3s")
+        s.every("tick", "1h", tick)
+        await s.start()
+        await s.trigger("tick")
+        for _ in range(100):
+            if [j for j in await MemoryBackend(store).jobs("anarchon") if j.status.value == "done"]:
+                break
+            await asyncio.sleep(0.01)
+        await s.stop()
+        return format_status(await read_status(MemoryBackend(store), "anarchon"))
+
+    table = asyncio.run(main())
+    assert "tick (trigger)" in table and "\x1f" not in table, table

@@ -25,7 +25,7 @@ from importlib import metadata
 from typing import Any, cast
 from zoneinfo import ZoneInfo
 
-from ._controls import set_control
+from ._controls import TRIGGER_SUFFIX, set_control
 from ._errors import AnarchonError, ConfigError
 from ._logs import app_logging
 from ._plugins import backend_classes, backend_for_url, plugin_errors
@@ -102,8 +102,11 @@ async def read_status(backend: Any, namespace: str) -> list[JobState]:
 
 def _row(state: JobState) -> dict[str, Any]:
     live = state.status is JobStatus.RUNNING
+    job = state.job
+    if job.endswith(TRIGGER_SUFFIX):  # the record of a job's triggers: its slot is the trigger's id
+        job = job.removesuffix(TRIGGER_SUFFIX) + " (trigger)"
     return {
-        "job": state.job,
+        "job": job,
         "last_slot": from_ms(state.slot).isoformat().replace("+00:00", "Z"),
         "slot_ms": state.slot,
         "attempt": state.attempt,
