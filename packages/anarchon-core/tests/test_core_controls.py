@@ -34,6 +34,7 @@ class Replicas:
         self.store = MemoryStore(clock)
         self.starts: list[tuple[int, str, int]] = []  # slot, instance, virtual time
         self.skipped: list[tuple[str, int]] = []  # instance, slot
+        self.reasons: set[str | None] = set()
         self.schedulers: list[Scheduler[MemoryBackend]] = []
         for k in range(n):
             s = Scheduler(MemoryBackend(self.store), instance_id=f"i{k}", clock=clock, lease="6s",
@@ -44,6 +45,7 @@ class Replicas:
 
             def skipped(event: Event) -> None:
                 self.skipped.append((event.instance, event.slot))
+                self.reasons.add(event.reason)
 
             s.every("tick", "10s", tick, catch_up=0)
             s.on("skipped", skipped)
@@ -84,6 +86,7 @@ def test_pause_from_a_process_with_no_jobs_stops_every_replica_within_a_heartbea
     paused = {T0 + k * 10_000 for k in range(3, 7)}
     assert {slot for _, slot in r.skipped} == paused
     assert len(r.skipped) == 3 * len(paused), "each replica reports each paused slot as skipped"
+    assert r.reasons == {"paused"}
     assert "skipped (paused)" in caplog.text
     assert "missed" not in caplog.text
 

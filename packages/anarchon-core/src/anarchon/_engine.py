@@ -173,7 +173,7 @@ class Engine:
             self._log.info("%s slot=%s skipped (paused)", job.name, fmt_slot(entry.slot), extra=extra)
             request = self._request(entry)
             result = ClaimResult(ClaimOutcome.SKIPPED, job.name, entry.slot)
-            self._hook("anarchon_slot_skipped", request=request, result=result)
+            self._hook("anarchon_slot_skipped", request=request, result=result, reason="paused")
         return True
 
     def _run_trigger(self, job: Job, lease: Lease) -> None:
@@ -229,7 +229,7 @@ class Engine:
             self._log.log(action.level, action.message, *action.args, extra=extra)
         self.planner.settle(entry.plan, action)
         if skips(result, action):
-            self._hook("anarchon_slot_skipped", request=request, result=result)
+            self._hook("anarchon_slot_skipped", request=request, result=result, reason="overlap")
         if result.lease is not None:
             if action.step is Step.RUN:
                 if is_takeover(result):
