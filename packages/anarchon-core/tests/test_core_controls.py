@@ -35,6 +35,7 @@ class Replicas:
         self.starts: list[tuple[int, str, int]] = []  # slot, instance, virtual time
         self.skipped: list[tuple[str, int]] = []  # instance, slot
         self.reasons: set[str | None] = set()
+        self.contexts: list[JobContext] = []
         self.schedulers: list[Scheduler[MemoryBackend]] = []
         for k in range(n):
             s = Scheduler(MemoryBackend(self.store), instance_id=f"i{k}", clock=clock, lease="6s",
@@ -42,6 +43,7 @@ class Replicas:
 
             async def tick(ctx: JobContext) -> None:
                 self.starts.append((ctx.slot, ctx.instance_id, clock.now_ms()))
+                self.contexts.append(ctx)
 
             def skipped(event: Event) -> None:
                 self.skipped.append((event.instance, event.slot))
@@ -132,6 +134,9 @@ def test_trigger_runs_once_on_one_replica_under_a_slot_of_its_own(clock: Virtual
     assert started[ids[0]] - ids[0] <= 1_000, "a replica claims a trigger within one heartbeat"
     assert started[ids[1]] == ids[1], "the replica that triggers claims at once"
     assert len(r.starts) == len({slot for slot, _, _ in r.starts})  # each exactly once
+    kinds = {ctx.slot: (ctx.triggered, ctx.record, ctx.idempotency_key()) for ctx in r.contexts}
+    assert kinds[ids[0]] == (True, "tick\x1ftrigger", f"anarchon:tick:trigger-{ids[0]}")
+    assert kinds[T0 + 10_000] == (False, "tick", f"anarchon:tick:{T0 + 10_000}")
 
 
 def test_a_paused_job_can_still_be_triggered(clock: VirtualClock) -> None:

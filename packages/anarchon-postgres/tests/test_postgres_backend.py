@@ -17,9 +17,11 @@ import pytest
 import anarchon_postgres
 from anarchon import (
     BackendUnavailable,
+    CancelSignal,
     ClaimOutcome,
     ClaimRequest,
     ClaimResult,
+    JobContext,
     JobControl,
     JobStatus,
     Lease,
@@ -30,6 +32,7 @@ from anarchon import (
     SchemaMismatch,
     backend_for_url,
 )
+from anarchon._context import TRIGGER_SUFFIX
 from anarchon.testing import require_service
 from anarchon_postgres import PostgresBackend
 
@@ -687,3 +690,17 @@ async def test_lease_batches_and_claims_do_not_deadlock(schema: str, kind: str, 
         await blocker.close()
         for backend in backends:
             await backend.close()
+
+
+async def test_fence_of_a_triggered_run_checks_the_trigger_record(pg: PostgresBackend) -> None:
+    control = await pg.set_control("ns", "pay", trigger=True)
+    won = await pg.claim(ClaimRequest("ns", "pay" + TRIGGER_SUFFIX, control.trigger, "a"))
+    assert won.lease is not None
+    ctx = JobContext(name="pay", slot=control.trigger, attempt=1, token=won.lease.token, instance_id="a",
+                     namespace="ns", signal=CancelSignal(), logger=logging.getLogger("t"), triggered=True)
+    async with pg.pool.acquire() as conn, conn.transaction():
+        await pg.fence(conn, ctx)  # the job's own record does not exist: only the trigger's does
+    assert await pg.release(won.lease, ReleaseOutcome.DONE)
+    async with pg.pool.acquire() as conn, conn.transaction():
+        with pytest.raises(LeaseLost):
+            await pg.fence(conn, ctx)

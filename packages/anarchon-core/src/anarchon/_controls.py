@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
+from ._context import TRIGGER_SUFFIX
 from ._errors import ConfigError
 from ._job import Job, check_name
 from ._logs import fields, fmt_slot, short
@@ -28,10 +29,6 @@ from .backends import (
 )
 
 __all__ = ["TRIGGER_SUFFIX", "ControlState", "set_control", "trigger_key"]
-
-TRIGGER_SUFFIX = "\x1ftrigger"
-"""Appended to a job's name for the record of its triggers: job names hold no control characters,
-so no job's record can be a trigger's."""
 
 # Outcomes after which a trigger is claimed again at the next poll: another replica may still fail it
 # (taken: it is taken over once its lease expires), an older trigger still runs, or a clock is behind.

@@ -312,7 +312,8 @@ class PostgresBackend(LeaseBackendBase):
                 "await backend.fence(conn, ctx); ...`"
             )
         with self._errors("fence"):
-            row = await conn.fetchrow(self.sql.fence, ctx.namespace, ctx.name, ctx.slot, ctx.token)
+            record = getattr(ctx, "record", ctx.name)  # a trigger's run holds its lease on its own record
+            row = await conn.fetchrow(self.sql.fence, ctx.namespace, record, ctx.slot, ctx.token)
         if row is None or not row["current"]:
             now = "no record" if row is None else f"the record holds slot={row['slot']} token={row['token']}"
             raise LeaseLost(
