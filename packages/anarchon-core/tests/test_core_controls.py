@@ -20,7 +20,7 @@ from anarchon import (
     Scheduler,
     to_ms,
 )
-from anarchon.testing import VirtualClock
+from anarchon.testing import FaultyBackend, VirtualClock, crash
 
 START = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
 T0 = to_ms(START)
@@ -211,5 +211,38 @@ def test_a_bad_job_name_is_refused(clock: VirtualClock) -> None:
     async def main() -> None:
         with pytest.raises(ConfigError):
             await s.pause(42)  # type: ignore[arg-type]
+
+    clock.run(main())
+
+
+def test_a_crashed_trigger_winner_is_taken_over(clock: VirtualClock) -> None:
+    store = MemoryStore(clock)
+    starts: list[tuple[int, int, str]] = []  # slot, attempt, instance
+    schedulers = [
+        Scheduler(FaultyBackend(MemoryBackend(store)), instance_id=f"i{k}", clock=clock, lease="6s",
+                  heartbeat="1s")
+        for k in range(3)
+    ]
+    for s in schedulers:
+        async def report(ctx: JobContext) -> None:
+            starts.append((ctx.slot, ctx.attempt, ctx.instance_id))
+            await ctx.sleep(30)
+
+        s.every("report", "1h", report, catch_up=0)
+
+    async def main() -> None:
+        for s in schedulers:
+            await s.start()
+        trigger = await schedulers[0].trigger("report")
+        await asyncio.sleep(0.5)
+        assert [(slot, attempt) for slot, attempt, _ in starts] == [(trigger, 1)]
+        winner = next(s for s in schedulers if s.instance_id == starts[0][2])
+        await crash(winner)
+        await asyncio.sleep(6 + 1 + 1)  # the lease, then a heartbeat's poll, and room for the claim
+        assert [(slot, attempt) for slot, attempt, _ in starts] == [(trigger, 1), (trigger, 2)]
+        assert starts[1][2] != winner.instance_id
+        for s in schedulers:
+            if s is not winner:
+                await s.stop()
 
     clock.run(main())

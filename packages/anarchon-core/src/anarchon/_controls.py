@@ -47,7 +47,7 @@ async def set_control(backend: ClaimBackend, namespace: str, job: str, verb: str
     if Capability.CONTROL not in backend.capabilities:
         raise ConfigError(
             f"cannot {verb} {job!r}: {backend!r} does not store controls (it lacks the 'control' "
-            "capability); use a backend that declares Capability.CONTROL, such as SQLite"
+            "capability); use a backend that declares Capability.CONTROL: SQLite, PostgreSQL or Redis"
         )
     store = cast(ControlBackend, backend)
     if opened:
@@ -80,7 +80,7 @@ class ControlState:
         """Per job, the newest trigger id this replica needs to claim no more."""
         self._claiming: set[str] = set()
         self._won: set[tuple[str, int]] = set()
-        """The triggers this replica won: (job, trigger id)."""
+        """The triggers this replica won and may still run: (job, trigger id), the newest per job."""
 
     async def poll(self) -> None:
         """Read the namespace's controls (one call) and apply them; a store error is logged, not raised."""
@@ -134,5 +134,7 @@ class ControlState:
         if result.lease is not None:
             extra = fields(job.name, trigger, self._instance_id, attempt=result.lease.attempt, outcome="won")
             self._log.info("%s trigger=%s won: running it now", job.name, fmt_slot(trigger), extra=extra)
+            # An older trigger of this job has ended (overlap skip holds a newer one back): forget it.
+            self._won = {(name, won) for name, won in self._won if name != job.name}
             self._won.add((job.name, trigger))
             self._run(job, result.lease)
