@@ -21,7 +21,8 @@ from _log import StartLog
 
 from anarchon import Capability, JobContext, Scheduler, backend_for_url
 
-_COUNTED = ("claim", "claim_many", "renew", "renew_many", "release", "release_many", "inspect", "jobs")
+_COUNTED = ("claim", "claim_many", "renew", "renew_many", "release", "release_many", "inspect", "jobs",
+            "controls", "set_control")
 
 
 class CountingBackend:

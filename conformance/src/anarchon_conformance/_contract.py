@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 
 from anarchon import ConfigError
-from anarchon.backends import ClaimOutcome, JobStatus, Lease, Overlap, ReleaseOutcome
+from anarchon.backends import ClaimOutcome, JobControl, JobStatus, Lease, Overlap, ReleaseOutcome
 
 from ._kit import LONG_LEASE_MS, SHORT_LEASE_MS, Kit
 
 __all__ = [
     "TestClaimContract",
     "TestClaimManyContract",
+    "TestControlContract",
     "TestInspectContract",
     "TestLeaseContract",
     "TestNotifyContract",
@@ -872,3 +873,50 @@ class TestNotifyContract:
         here = await anarchon_kit.won("job", "a")
         assert await anarchon_kit.release(here, ReleaseOutcome.HANDOVER)
         assert await asyncio.wait_for(got.get(), timeout=5) == ("job", here.slot)
+
+
+class TestControlContract:
+    """`control`: each job's paused flag and trigger id, set atomically and read in one call."""
+
+    pytestmark = tier("control")
+
+    async def test_nothing_controlled_reads_empty(self, anarchon_kit: Kit) -> None:
+        assert await anarchon_kit.backend.controls(anarchon_kit.namespace) == {}
+
+    async def test_pause_and_resume_read_back(self, anarchon_kit: Kit) -> None:
+        backend, ns = anarchon_kit.backend, anarchon_kit.namespace
+        name = ODD_NAMES[0]
+        assert await backend.set_control(ns, name, paused=True) == JobControl(paused=True)
+        other = await anarchon_kit.client()
+        assert await other.controls(ns) == {name: JobControl(paused=True)}
+        assert await other.set_control(ns, name, paused=False) == JobControl(paused=False)
+        assert await backend.controls(ns) == {name: JobControl(paused=False)}
+
+    async def test_trigger_ids_grow_and_keep_the_paused_flag(self, anarchon_kit: Kit) -> None:
+        backend, ns = anarchon_kit.backend, anarchon_kit.namespace
+        await backend.set_control(ns, "job", paused=True)
+        ids = [(await backend.set_control(ns, "job", trigger=True)).trigger for _ in range(5)]
+        assert ids == sorted(set(ids)), f"trigger ids must strictly grow: {ids}"
+        assert ids[0] > 1_000_000_000_000, f"a trigger id is the store's time in epoch ms: {ids[0]}"
+        assert await backend.controls(ns) == {"job": JobControl(paused=True, trigger=ids[-1])}
+        after = await backend.set_control(ns, "job")
+        assert after == JobControl(paused=True, trigger=ids[-1]), "no change asked, none made"
+
+    async def test_concurrent_triggers_get_distinct_ids(self, anarchon_kit: Kit) -> None:
+        clients = [anarchon_kit.backend, *[await anarchon_kit.client() for _ in range(3)]]
+        got = await asyncio.gather(*[
+            c.set_control(anarchon_kit.namespace, "job", trigger=True) for c in clients for _ in range(3)
+        ])
+        ids = [g.trigger for g in got]
+        assert len(set(ids)) == len(ids), f"each trigger gets its own id: {sorted(ids)}"
+        stored = (await anarchon_kit.backend.controls(anarchon_kit.namespace))["job"].trigger
+        assert stored == max(ids)
+
+    async def test_controls_are_namespaced(self, anarchon_kit: Kit) -> None:
+        backend, ns = anarchon_kit.backend, anarchon_kit.namespace
+        await backend.set_control(ns + "-other", "a", paused=True)
+        await backend.set_control(ns, "b", paused=True)
+        await backend.set_control(ns, "c", trigger=True)
+        got = await backend.controls(ns)
+        assert sorted(got) == ["b", "c"], got
+        assert got["b"].paused and not got["c"].paused and got["c"].trigger > 0

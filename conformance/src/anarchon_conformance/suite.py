@@ -6,6 +6,7 @@ The module must provide (or get from `--anarchon-backend`) the `anarchon_backend
 from ._contract import (
     TestClaimContract,
     TestClaimManyContract,
+    TestControlContract,
     TestInspectContract,
     TestLeaseContract,
     TestNotifyContract,
@@ -18,6 +19,7 @@ from ._races import TestExactCount, TestRaces
 __all__ = [
     "TestClaimContract",
     "TestClaimManyContract",
+    "TestControlContract",
     "TestExactCount",
     "TestInspectContract",
     "TestLeaseContract",

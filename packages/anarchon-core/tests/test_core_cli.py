@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from anarchon import ClaimRequest, MemoryBackend, MemoryStore
+from anarchon import ClaimRequest, MemoryBackend, MemoryStore, Scheduler
 from anarchon._plugins import _scheme_hint
 from anarchon.cli import format_status, main, read_status
 from anarchon.testing import ManualClock
@@ -178,3 +178,43 @@ def test_the_console_script_is_installed() -> None:
     done = subprocess.run([str(script), "next", "*/15 * * * *", "-n", "2"], capture_output=True, text=True,
                           check=False)
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 2
+
+
+@pytest.mark.parametrize("verb", ["pause", "resume", "trigger"])
+def test_controls_on_a_claim_only_store_are_refused_in_one_line(
+    verb: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([verb, "memory-claim://", "tick", "--namespace", "app"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"anarchon {verb}: error: cannot {verb} 'tick': ")
+    assert "lacks the 'control' capability" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("verb", "said"), [("pause", "paused"), ("resume", "resumed"), ("trigger", "triggered")]
+)
+def test_controls_print_what_they_did(verb: str, said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([verb, "memory://", "tick"]) == 0
+    assert capsys.readouterr().out.startswith(f"tick: {said}")
+
+
+def test_status_shows_a_trigger_record_by_its_job_name() -> None:
+    store = MemoryStore()
+
+    async def main() -> str:
+        async def tick() -> None:
+            pass
+
+        s = Scheduler(MemoryBackend(store), heartbeat="1s", lease="3s")
+        s.every("tick", "1h", tick)
+        await s.start()
+        await s.trigger("tick")
+        for _ in range(100):
+            if [j for j in await MemoryBackend(store).jobs("anarchon") if j.status.value == "done"]:
+                break
+            await asyncio.sleep(0.01)
+        await s.stop()
+        return format_status(await read_status(MemoryBackend(store), "anarchon"))
+
+    table = asyncio.run(main())
+    assert "tick (trigger)" in table and "\x1f" not in table, table

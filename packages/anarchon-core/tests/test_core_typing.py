@@ -67,7 +67,8 @@ def test_pyright_names_the_lease_option(user_file: Path) -> None:
 ROOT = Path(__file__).resolve().parents[3]
 CHECKED = Path(__file__).parent / "typing" / "check_documented.py"
 # A line of an example that builds a scheduler, or registers, starts or stops jobs.
-API = re.compile(r"\bScheduler(\.from_url)?\(|[.@](every|cron|at|register|start_in_thread|stop_thread|run)\(|"
+API = re.compile(r"\bScheduler(\.from_url)?\(|[.@](every|cron|at|register|start_in_thread|stop_thread|run|"
+                 r"pause|resume|trigger)\(|"
                  r"^@(every|cron|at)\(")
 
 

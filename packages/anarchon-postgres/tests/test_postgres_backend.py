@@ -17,9 +17,12 @@ import pytest
 import anarchon_postgres
 from anarchon import (
     BackendUnavailable,
+    CancelSignal,
     ClaimOutcome,
     ClaimRequest,
     ClaimResult,
+    JobContext,
+    JobControl,
     JobStatus,
     Lease,
     LeaseLost,
@@ -29,6 +32,7 @@ from anarchon import (
     SchemaMismatch,
     backend_for_url,
 )
+from anarchon._context import TRIGGER_SUFFIX
 from anarchon.testing import require_service
 from anarchon_postgres import PostgresBackend
 
@@ -287,12 +291,29 @@ async def test_jobs_sorted_like_memory(pg: PostgresBackend) -> None:
 # -- migrations --------------------------------------------------------------------------------
 
 
+async def test_a_version_1_table_is_migrated_to_store_controls(schema: str) -> None:
+    first = PostgresBackend(URL, schema=schema, table="jobs")
+    await first.open()
+    try:  # make it a table as the first release left it
+        await first.pool.execute(f'DROP TABLE "{schema}"."jobs_controls"')
+        await first.pool.execute(f'DELETE FROM "{schema}"."jobs_schema" WHERE version > 1')
+    finally:
+        await first.close()
+    upgraded = PostgresBackend(URL, schema=schema, table="jobs")
+    await upgraded.open()
+    try:
+        assert (await upgraded.set_control("ns", "j", paused=True)).paused
+        assert await upgraded.controls("ns") == {"j": JobControl(paused=True)}
+    finally:
+        await upgraded.close()
+
+
 async def test_migrations_concurrent_and_idempotent(schema: str) -> None:
     backends = [PostgresBackend(URL, schema=schema, table="jobs") for _ in range(8)]
     try:
         await asyncio.gather(*(b.open() for b in backends))
         rows = await backends[0].pool.fetch(f'SELECT version FROM "{schema}"."jobs_schema"')
-        assert [r["version"] for r in rows] == [anarchon_postgres.SCHEMA_VERSION]
+        assert sorted(r["version"] for r in rows) == list(range(1, anarchon_postgres.SCHEMA_VERSION + 1))
         again = PostgresBackend(URL, schema=schema, table="jobs")
         await again.open()
         await again.close()
@@ -669,3 +690,17 @@ async def test_lease_batches_and_claims_do_not_deadlock(schema: str, kind: str, 
         await blocker.close()
         for backend in backends:
             await backend.close()
+
+
+async def test_fence_of_a_triggered_run_checks_the_trigger_record(pg: PostgresBackend) -> None:
+    control = await pg.set_control("ns", "pay", trigger=True)
+    won = await pg.claim(ClaimRequest("ns", "pay" + TRIGGER_SUFFIX, control.trigger, "a"))
+    assert won.lease is not None
+    ctx = JobContext(name="pay", slot=control.trigger, attempt=1, token=won.lease.token, instance_id="a",
+                     namespace="ns", signal=CancelSignal(), logger=logging.getLogger("t"), triggered=True)
+    async with pg.pool.acquire() as conn, conn.transaction():
+        await pg.fence(conn, ctx)  # the job's own record does not exist: only the trigger's does
+    assert await pg.release(won.lease, ReleaseOutcome.DONE)
+    async with pg.pool.acquire() as conn, conn.transaction():
+        with pytest.raises(LeaseLost):
+            await pg.fence(conn, ctx)

@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 from anarchon.testing import require_service
-from anarchon.testing.cluster import Cluster, check_blocked_loops, check_slow_network
+from anarchon.testing.cluster import Cluster, check_blocked_loops, check_controls, check_slow_network
 
 URL = os.environ.get("ANARCHON_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -79,3 +79,7 @@ def test_200_ms_each_way_never_loses_a_lease(cluster_url: str, tmp_path: Path) -
     # 6 s: each ends as attempt 1. `make test-faults` runs it with 20 (ANARCHON_FAULT_RUNS).
     runs = int(os.environ.get("ANARCHON_FAULT_RUNS", "1"))
     print(check_slow_network(cluster_url, tmp_path, runs=runs))
+
+
+def test_pause_resume_and_trigger_from_the_cli_reach_every_replica(cluster_url: str, tmp_path: Path) -> None:
+    check_controls(cluster_url, tmp_path)

@@ -17,7 +17,7 @@ import redis
 
 from anarchon import JobContext, Scheduler
 from anarchon.testing import require_service
-from anarchon.testing.cluster import Cluster, check_blocked_loops, check_slow_network
+from anarchon.testing.cluster import Cluster, check_blocked_loops, check_controls, check_slow_network
 from anarchon_redis import RedisBackend
 
 pytestmark = pytest.mark.slow
@@ -67,6 +67,12 @@ def test_kill_9_and_graceful_stop(redis_server: str, redis_url: str, prefix: str
         until = int(time.time() * 1000) - 1500
         cluster.assert_one_winner()
         assert cluster.missed("tick", since, until) == []
+
+
+def test_pause_resume_and_trigger_from_the_cli_reach_every_replica(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    check_controls(_with_prefix(redis_url, prefix), tmp_path)
 
 
 def test_a_blocked_event_loop_keeps_its_lease_until_block_limit(

@@ -12,7 +12,11 @@ from datetime import datetime
 from ._errors import RunCancelled
 from ._schedules import from_ms
 
-__all__ = ["CancelSignal", "JobContext"]
+__all__ = ["TRIGGER_SUFFIX", "CancelSignal", "JobContext"]
+
+TRIGGER_SUFFIX = "\x1ftrigger"
+"""Appended to a job's name for the store record of its triggers: job names hold no control characters,
+so no job's record can be a trigger's."""
 
 
 _SIGNAL_LOCK = threading.Lock()
@@ -94,6 +98,15 @@ class JobContext:
     """Set when the run must end."""
     logger: logging.Logger = field(repr=False)
     """A logger for the handler (`anarchon.job.<name>`)."""
+    triggered: bool = False
+    """True for a run started by `Scheduler.trigger` (or `anarchon trigger`): `slot` is then the
+    trigger's id, not a scheduled slot, and its lease is on the store record `record`."""
+
+    @property
+    def record(self) -> str:
+        """The name of the store record that holds this run's lease: the job's name, or for a trigger
+        the name of the job's trigger record."""
+        return self.name + TRIGGER_SUFFIX if self.triggered else self.name
 
     @property
     def scheduled_at(self) -> datetime:
@@ -126,5 +139,7 @@ class JobContext:
         self.signal.raise_if_cancelled()
 
     def idempotency_key(self, *parts: object) -> str:
-        """Return `"{namespace}:{name}:{slot}:{parts…}"`, the same on every attempt of this slot."""
-        return ":".join([self.namespace, self.name, str(self.slot), *(str(p) for p in parts)])
+        """Return `"{namespace}:{name}:{slot}:{parts…}"`, the same on every attempt of this slot (for a
+        trigger's run, `"{namespace}:{name}:trigger-{id}:{parts…}"`)."""
+        slot = f"trigger-{self.slot}" if self.triggered else str(self.slot)
+        return ":".join([self.namespace, self.name, slot, *(str(p) for p in parts)])

@@ -7,6 +7,7 @@ supervisor starts a run, or the keeper hands the slot back. The run's lease is t
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from ._clock import Clock
+from ._controls import ControlState
 from ._job import Job
 from ._keeper import Keeper
 from ._keeper_thread import Sibling, open_keeper
@@ -29,6 +31,7 @@ from .backends import (
     ClaimOutcome,
     ClaimRequest,
     ClaimResult,
+    ControlBackend,
     Lease,
     LeaseBackend,
     Overlap,
@@ -73,8 +76,17 @@ class Engine:
                                horizon_ms=backend.horizon_ms)
         self.runs = Runs(owner=owner, keeper=keeper, tasks=self.tasks, log=config.log, hook=hook,
                          namespace=config.namespace, instance_id=config.instance_id,
-                         on_handover=self.planner.watch)
+                         on_handover=self._handed_over)
         caps = backend.capabilities
+        self._jobs: dict[str, Job] = {}
+        self.controls: ControlState | None = None
+        """The cluster-wide controls, on a backend that stores them (capability `control`)."""
+        if Capability.CONTROL in caps:
+            self.controls = ControlState(
+                cast(ControlBackend, backend), namespace=config.namespace, instance_id=config.instance_id,
+                max_skew_ms=config.max_skew_ms, log=config.log, jobs=self._jobs.get, run=self._run_trigger,
+                spawn=lambda coro, name: self.tasks.spawn(coro, "claim", name=f"anarchon-trigger-{name}"),
+            )
         self._facts = Facts(config.instance_id, leases=Capability.LEASE in caps,
                             notify=Capability.NOTIFY in caps)
         self._stopping = False
@@ -104,12 +116,18 @@ class Engine:
             await keeper.crash()  # nothing is held yet: its thread, if any, just ends
             raise
         for job in jobs:
+            engine._jobs[job.name] = job
+        if engine.controls is not None:
+            await engine.controls.poll()  # a paused job skips even its first slot
+            engine.tasks.spawn(engine._poll_controls(), "ticks", name="anarchon-controls")
+        for job in jobs:
             engine.planner.add(job)
         engine.tasks.spawn(engine.planner.run(engine._claim), "ticks", name="anarchon-ticks")
         return engine
 
     def add(self, job: Job) -> None:
         """Plan a job registered while running."""
+        self._jobs[job.name] = job
         self.planner.add(job)
 
     async def stop(self) -> None:
@@ -135,7 +153,48 @@ class Engine:
     # -- claims -----------------------------------------------------------------------------------
 
     def _claim(self, batch: list[Due]) -> None:
+        if self.controls is not None and self.controls.paused:
+            batch = [entry for entry in batch if not self._skip_paused(entry)]
+            if not batch:
+                return
         self.tasks.spawn(self._claim_batch(batch), "claim")
+
+    # -- controls ---------------------------------------------------------------------------------
+
+    async def _poll_controls(self) -> None:
+        assert self.controls is not None
+        while True:
+            await asyncio.sleep(self._config.heartbeat_ms / 1000)
+            await self.controls.poll()
+
+    def _skip_paused(self, entry: Due) -> bool:
+        """Skip `entry` when its job is paused: a due slot is logged and reported as skipped."""
+        assert self.controls is not None
+        job = entry.plan.job
+        if job.name not in self.controls.paused:
+            return False
+        if entry.kind != "watch":  # a watch re-claims a slot already reported
+            extra = fields(job.name, entry.slot, self._config.instance_id, outcome="paused")
+            self._log.info("%s slot=%s skipped (paused)", job.name, fmt_slot(entry.slot), extra=extra)
+            request = self._request(entry)
+            result = ClaimResult(ClaimOutcome.SKIPPED, job.name, entry.slot)
+            self._hook("anarchon_slot_skipped", request=request, result=result, reason="paused")
+        return True
+
+    def _run_trigger(self, job: Job, lease: Lease) -> None:
+        if self._stopping:
+            self.keeper.hand_back(lease)
+        else:
+            self.runs.start(job, lease, self.keeper.now())
+
+    def _handed_over(self, job: Job, slot: int) -> None:
+        if self.controls is None or not self.controls.handed_over(job, slot):
+            self.planner.watch(job, slot)
+
+    def _request(self, entry: Due) -> ClaimRequest:
+        o, c = entry.plan.job.options, self._config
+        return ClaimRequest(c.namespace, entry.plan.job.name, entry.slot, c.instance_id, o.lease_ms,
+                            o.max_attempts, o.overlap, entry.plan.fingerprint, c.max_skew_ms)
 
     async def _claim_batch(self, batch: list[Due]) -> None:
         c = self._config
@@ -193,7 +252,7 @@ class Engine:
             self._log.log(action.level, action.message, *action.args, extra=extra)
         self.planner.settle(entry.plan, action)
         if skips(result, action):
-            self._hook("anarchon_slot_skipped", request=request, result=result)
+            self._hook("anarchon_slot_skipped", request=request, result=result, reason="overlap")
         if result.outcome is ClaimOutcome.SKIPPED and result.holder == self._config.instance_id:
             self._skipped_by_itself(entry, job, result)
             return

@@ -63,7 +63,8 @@ class Event:
     latency_ms: float | None = None
     """For `claim`, from sending the claim to the store's answer."""
     reason: str | None = None
-    """For `lease_lost`, why the lease was lost."""
+    """For `lease_lost`, why the lease was lost; for `skipped`, why the slot was skipped: `overlap` (an
+    older run of the job still runs) or `paused` (the job is paused cluster-wide)."""
     holder: str | None = None
     """For `claim`, `skipped` and `takeover`: the instance the store names as the slot's holder."""
     context: JobContext | None = None
@@ -96,7 +97,8 @@ def _from_hook(name: EventName, kwargs: dict[str, Any]) -> Event:
     result: ClaimResult = kwargs["result"]
     attempt = result.lease.attempt if result.lease is not None else result.attempt
     return Event(name, request.job, result.slot, request.namespace, request.owner, attempt,
-                 outcome=result.outcome.value, latency_ms=kwargs.get("latency_ms"), holder=result.holder)
+                 outcome=result.outcome.value, latency_ms=kwargs.get("latency_ms"), holder=result.holder,
+                 reason=kwargs.get("reason"))
 
 
 class Listeners:

@@ -12,7 +12,8 @@ from ._errors import ConfigError, OptionError
 from .backends import Overlap
 
 __all__ = [
-    "ClaimJobOptions", "ClaimOnlyJobOptions", "JobOptions", "LeaseJobOptions", "NeedsLeaseBackend",
+    "ClaimJobOptions", "ClaimOnlyJobOptions", "JobOptions", "LeaseJobOptions", "NeedsControlBackend",
+    "NeedsLeaseBackend",
     "OverlapName", "ResolvedOptions",
 ]
 
@@ -57,6 +58,13 @@ class NeedsLeaseBackend(Protocol[_Hash_co]):
     option rather than "no overload variant matches".) On a lease backend, mypy may name this type
     too when an option's value has the wrong type (`overlap="sometimes"`): there the value is wrong.
     """
+
+    def __hash__(self) -> _Hash_co: ...
+
+
+class NeedsControlBackend(Protocol[_Hash_co]):
+    """The type of a job name given to `pause`, `resume` or `trigger` on a scheduler whose backend
+    stores no controls: no value has it, so a type checker names the call (as `NeedsLeaseBackend`)."""
 
     def __hash__(self) -> _Hash_co: ...
 

@@ -89,7 +89,7 @@ class Runs:
         ctx = JobContext(
             name=job.name, slot=lease.slot, attempt=lease.attempt, token=lease.token,
             instance_id=self._instance_id, namespace=self._namespace,
-            signal=CancelSignal(asyncio.get_running_loop()), logger=logger,
+            signal=CancelSignal(asyncio.get_running_loop()), logger=logger, triggered=lease.job != job.name,
         )
         run = _Run(job, ctx, self._keeper.hold(lease, job, sent, lambda why: self._lost(run, why)))
         if self._stopping:

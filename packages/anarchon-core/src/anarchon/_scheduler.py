@@ -17,24 +17,26 @@ from typing import Any, Generic, Never, Self, TypeVar, Unpack, overload
 from . import _decorators, _options
 from ._clock import Clock, SystemClock
 from ._context import JobContext
+from ._controls import set_control
 from ._duration import Duration, parse_duration
 from ._engine import Engine, EngineConfig, default_instance_id
 from ._errors import AnarchonError, BackendUnavailable, ConfigError, DuplicateJobError, OptionError
 from ._events import EventName, Listener, Listeners, call_hook, check_event
 from ._job import Job, check_name
 from ._logs import enable_console_logging, logger, qualname
-from ._options import ClaimOnlyJobOptions, LeaseJobOptions, NeedsLeaseBackend
+from ._options import ClaimOnlyJobOptions, LeaseJobOptions, NeedsControlBackend, NeedsLeaseBackend
 from ._plugins import backend_for_url, plugin_manager, url_of
 from ._runs import running_for
 from ._schedules import At, Cron, DstFold, DstGap, Every, Schedule
 from ._thread import SchedulerThread
-from .backends import Capability, ClaimBackend, LeaseBackend
+from .backends import Capability, ClaimBackend, ControlBackend, JobControl, LeaseBackend
 
 __all__ = ["Scheduler"]
 
 B = TypeVar("B", bound=ClaimBackend)
 LB = TypeVar("LB", bound=LeaseBackend)
 CB = TypeVar("CB", bound=ClaimBackend)
+CtB = TypeVar("CtB", bound=ControlBackend)
 H = TypeVar("H", bound=Callable[..., Any])
 L = TypeVar("L", bound=Listener)
 
@@ -340,6 +342,46 @@ class Scheduler(Generic[B]):
                 if self._stopped is not None:
                     self._stopped.set()
                 self.log.debug("stopped %s", self.instance_id)
+
+    # -- cluster-wide controls ---------------------------------------------------------------------
+
+    # Each has a second signature for backends that store no controls, whose `name` no value has:
+    # a type checker then rejects the call (and the call raises ConfigError at run time).
+    @overload
+    async def pause(self: Scheduler[CtB], name: str) -> None: ...
+    @overload
+    async def pause(self: Scheduler[CB], name: NeedsControlBackend[Never]) -> None: ...
+
+    async def pause(self, name: Any) -> None:
+        """Pause job `name` on every replica: its slots are skipped (paused) until `resume`."""
+        await self._control(name, "pause", paused=True)
+
+    @overload
+    async def resume(self: Scheduler[CtB], name: str) -> None: ...
+    @overload
+    async def resume(self: Scheduler[CB], name: NeedsControlBackend[Never]) -> None: ...
+
+    async def resume(self, name: Any) -> None:
+        """Resume a paused job on every replica, from its next slot."""
+        await self._control(name, "resume", paused=False)
+
+    @overload
+    async def trigger(self: Scheduler[CtB], name: str) -> int: ...
+    @overload
+    async def trigger(self: Scheduler[CB], name: NeedsControlBackend[Never]) -> int: ...
+
+    async def trigger(self, name: Any) -> int:
+        """Run job `name` once now, on exactly one replica, under a trigger slot of its own; return its id."""
+        return (await self._control(name, "trigger", trigger=True)).trigger
+
+    async def _control(self, name: str, verb: str, *, paused: bool | None = None,
+                       trigger: bool = False) -> JobControl:
+        engine = self._engine
+        control = await set_control(self.backend, self.namespace, name, verb, opened=engine is not None,
+                                    paused=paused, trigger=trigger)
+        if engine is not None and engine.controls is not None:
+            engine.controls.apply(name, control)  # this replica need not wait for its next poll
+        return control
 
     def run(self) -> None:
         """Run until SIGINT or SIGTERM, then stop gracefully (a blocking helper for scripts).

@@ -2,6 +2,7 @@
 
     anarchon run myapp.jobs:scheduler            # until SIGINT/SIGTERM, then a graceful stop
     anarchon status redis://localhost:6379/0 --namespace myapp [--json]
+    anarchon pause|resume|trigger sqlite:///jobs.db JOB --namespace myapp
     anarchon backends
     anarchon next "0 8 * * 1-5" --timezone Europe/Athens -n 5
     anarchon --version
@@ -24,6 +25,7 @@ from importlib import metadata
 from typing import Any, cast
 from zoneinfo import ZoneInfo
 
+from ._controls import TRIGGER_SUFFIX, set_control
 from ._errors import AnarchonError, ConfigError
 from ._logs import app_logging
 from ._plugins import backend_classes, backend_for_url, plugin_errors
@@ -100,8 +102,11 @@ async def read_status(backend: Any, namespace: str) -> list[JobState]:
 
 def _row(state: JobState) -> dict[str, Any]:
     live = state.status is JobStatus.RUNNING
+    job = state.job
+    if job.endswith(TRIGGER_SUFFIX):  # the record of a job's triggers: its slot is the trigger's id
+        job = job.removesuffix(TRIGGER_SUFFIX) + " (trigger)"
     return {
-        "job": state.job,
+        "job": job,
         "last_slot": from_ms(state.slot).isoformat().replace("+00:00", "Z"),
         "slot_ms": state.slot,
         "attempt": state.attempt,
@@ -132,20 +137,40 @@ def format_status(states: Sequence[JobState], *, as_json: bool = False, namespac
                      for line in table)
 
 
-def _status(args: argparse.Namespace) -> int:
+def _existing_store(args: argparse.Namespace) -> Any:
+    """The backend of `args.url` for `args.namespace`; a store in a local file must exist already."""
     if not args.namespace.strip():
         raise CliError(
             f"invalid --namespace {args.namespace!r}: give the scheduler's namespace (default anarchon)"
         )
     backend = backend_for_url(args.url)
-    path = getattr(backend, "path", None)  # a store in a local file (SQLite): reading must not create it
+    path = getattr(backend, "path", None)  # a store in a local file (SQLite): the CLI must not create it
     if isinstance(path, str) and not os.path.exists(path):
         raise CliError(
             f"no store at {args.url}: the file {path!r} does not exist (nothing was created); check the "
             "path, relative to the working directory"
         )
+    return backend
+
+
+def _status(args: argparse.Namespace) -> int:
+    backend = _existing_store(args)
     states = asyncio.run(read_status(backend, args.namespace))
     print(format_status(states, as_json=args.json, namespace=args.namespace))
+    return 0
+
+
+# -- pause, resume, trigger -------------------------------------------------------------------------
+
+def _control(args: argparse.Namespace) -> int:
+    backend = _existing_store(args)
+    verb = args.command
+    change: dict[str, Any] = {"trigger": True} if verb == "trigger" else {"paused": verb == "pause"}
+    control = asyncio.run(set_control(backend, args.namespace, args.job, verb, opened=False, **change))
+    if verb == "trigger":
+        print(f"{args.job}: triggered (trigger {control.trigger}); one replica runs it within a heartbeat")
+    else:
+        print(f"{args.job}: {verb}d on every replica within a heartbeat")
     return 0
 
 
@@ -231,6 +256,15 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--namespace", default="anarchon", help="default: anarchon")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     status.set_defaults(func=_status)
+
+    for verb, text in (("pause", "pause a job on every replica: its slots are skipped until resumed"),
+                       ("resume", "resume a paused job on every replica"),
+                       ("trigger", "run a job once now, on exactly one replica")):
+        control = sub.add_parser(verb, help=text)
+        control.add_argument("url", help="the store's URL, e.g. sqlite:///jobs.db")
+        control.add_argument("job", help="the job's name")
+        control.add_argument("--namespace", default="anarchon", help="default: anarchon")
+        control.set_defaults(func=_control)
 
     backends = sub.add_parser("backends", help="list installed drivers and their URL schemes")
     backends.add_argument("--json", action="store_true", help="print JSON instead of a table")

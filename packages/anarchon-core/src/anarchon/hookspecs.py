@@ -84,4 +84,5 @@ def anarchon_takeover(request: ClaimRequest, result: ClaimResult) -> None:
 
 @hookspec
 def anarchon_slot_skipped(request: ClaimRequest, result: ClaimResult) -> None:
-    """Observe a slot skipped because an older slot of the job still runs (`overlap`)."""
+    """Observe a slot skipped: an older slot of the job still runs (`overlap`), or the job is paused
+    (then `result.holder` is None and the store was not asked)."""

@@ -44,3 +44,13 @@ lease.every("k", "10s", handler, overlap="sometimes")  # type: ignore[arg-type]
 
 # Rejected: no backend.
 Scheduler()  # type: ignore[call-overload]
+
+
+async def controls() -> None:
+    """Cluster-wide controls need a backend that stores them."""
+    await lease.pause("a")
+    await lease.resume("a")
+    trigger_id: int = await lease.trigger("a")
+    assert trigger_id
+    await claim_only.pause("d")  # type: ignore[arg-type]
+    await claim_only.trigger("d")  # type: ignore[arg-type]

@@ -200,6 +200,17 @@ def idempotency_recipe(scheduler: Scheduler[PostgresBackend]) -> None:
 # -- docs/operations.md ---------------------------------------------------------------------------
 
 
+async def controls_section(scheduler: Scheduler[SqliteBackend]) -> None:
+    """docs/operations.md, Controls: on a backend that stores controls."""
+    await scheduler.pause("sync-customers")
+    await scheduler.resume("sync-customers")
+    trigger_id = await scheduler.trigger("sync-customers")
+    print(trigger_id)
+    for store in (Scheduler(RedisBackend.from_url("redis://127.0.0.1:6379/0")),
+                  Scheduler(PostgresBackend.from_url("postgresql://app@db:5432/app"))):
+        await store.pause("sync-customers")
+
+
 def operations_page() -> None:
     scheduler = Scheduler.from_url("redis://localhost")
 
@@ -238,3 +249,10 @@ nats = Scheduler(NatsBackend.from_url("nats://127.0.0.1:4222"))
 nats.every("a", "10s", handler, overlap="allow")  # type: ignore[arg-type]
 rabbit = Scheduler(RabbitMQBackend.from_url("amqp://guest:guest@127.0.0.1:5672/"), lease="30s")  # type: ignore[arg-type]
 Scheduler(RedisBackend.from_url("redis://127.0.0.1:6379/0")).every("b", "10s", handler, overlap="allow")
+
+
+
+async def controls_rejected() -> None:
+    """Controls on a backend that stores none are rejected."""
+    await nats.pause("a")  # type: ignore[arg-type]
+    await rabbit.trigger("a")  # type: ignore[arg-type]

@@ -25,7 +25,7 @@ from anarchon import (
     LeaseLost,
     ReleaseOutcome,
 )
-from anarchon.backends import LeaseBackendBase, LeaseRecord, ReleaseCallback, redact_url
+from anarchon.backends import JobControl, LeaseBackendBase, LeaseRecord, ReleaseCallback, redact_url
 
 from ._errors import translate
 from ._listener import PROBE, Listener
@@ -78,7 +78,7 @@ class PostgresBackend(LeaseBackendBase):
     """A lease backend on PostgreSQL: one-statement claims, LISTEN/NOTIFY handover, fenced writes."""
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT}
+        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT, Capability.CONTROL}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
 
@@ -370,7 +370,8 @@ class PostgresBackend(LeaseBackendBase):
                 "await backend.fence(conn, ctx); ...`"
             )
         with self._errors("fence"):
-            row = await conn.fetchrow(self.sql.fence, ctx.namespace, ctx.name, ctx.slot, ctx.token)
+            record = getattr(ctx, "record", ctx.name)  # a trigger's run holds its lease on its own record
+            row = await conn.fetchrow(self.sql.fence, ctx.namespace, record, ctx.slot, ctx.token)
         if row is None or not row["current"]:
             now = "no record" if row is None else f"the record holds slot={row['slot']} token={row['token']}"
             raise LeaseLost(
@@ -395,6 +396,19 @@ class PostgresBackend(LeaseBackendBase):
     async def jobs(self, namespace: str) -> list[JobState]:
         """Read every current record in a namespace, sorted by job name."""
         return [self._state(row) for row in await self._fetch("jobs", self.sql.jobs, namespace)]
+
+    # -- controls ----------------------------------------------------------------------------
+
+    async def set_control(self, namespace: str, job: str, *, paused: bool | None = None,
+                          trigger: bool = False) -> JobControl:
+        """Set a job's paused flag and/or issue a trigger, in one statement (see `ControlBackend`)."""
+        [row] = await self._fetch("set_control", self.sql.set_control, namespace, job, paused, trigger)
+        return JobControl(bool(row["paused"]), int(row["trigger_id"]))
+
+    async def controls(self, namespace: str) -> dict[str, JobControl]:
+        """Read every controlled job's controls in a namespace, in one statement."""
+        rows = await self._fetch("controls", self.sql.controls, namespace)
+        return {str(r["job"]): JobControl(bool(r["paused"]), int(r["trigger_id"])) for r in rows}
 
     # -- push --------------------------------------------------------------------------------
 

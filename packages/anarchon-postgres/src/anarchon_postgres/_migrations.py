@@ -38,7 +38,20 @@ def _v1(s: Statements) -> list[str]:
     ]
 
 
-MIGRATIONS = [_v1]
+def _v2(s: Statements) -> list[str]:
+    return [
+        f"""CREATE TABLE {s.controls_table} (
+            namespace text NOT NULL,
+            job text NOT NULL,
+            paused boolean NOT NULL,
+            trigger_id bigint NOT NULL,
+            PRIMARY KEY (namespace, job)
+        )""",
+        f"COMMENT ON TABLE {s.controls_table} IS 'anarchon: each job''s pause flag and newest trigger id'",
+    ]
+
+
+MIGRATIONS = [_v1, _v2]
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema version this release creates and expects."""
 

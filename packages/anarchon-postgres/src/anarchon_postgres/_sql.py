@@ -115,6 +115,11 @@ class Statements:
         return f"{quote_ident(self.schema)}.{quote_ident(self.table + '_schema')}"
 
     @property
+    def controls_table(self) -> str:
+        """The table of each job's controls (capability `control`)."""
+        return f"{quote_ident(self.schema)}.{quote_ident(self.table + '_controls')}"
+
+    @property
     def channel(self) -> str:
         """The NOTIFY channel for releases in this table (a valid identifier under 63 bytes)."""
         digest = hashlib.sha1(f"{self.schema}.{self.table}".encode()).hexdigest()[:12]
@@ -359,3 +364,21 @@ FOR UPDATE
             f"SELECT {self._COLUMNS}, {NOW_MS} AS now FROM {self.qualified} "
             'WHERE namespace = $1 ORDER BY job COLLATE "C"'
         )
+
+    # -- controls ------------------------------------------------------------------------------
+
+    @property
+    def set_control(self) -> str:
+        """Set a job's paused flag ($3, NULL: leave it) and/or issue a trigger ($4), in one upsert."""
+        return f"""
+INSERT INTO {self.controls_table} AS c (namespace, job, paused, trigger_id)
+VALUES ($1, $2, coalesce($3::boolean, false), CASE WHEN $4::boolean THEN {NOW_MS} ELSE 0 END)
+ON CONFLICT (namespace, job) DO UPDATE SET
+    paused = coalesce($3::boolean, c.paused),
+    trigger_id = CASE WHEN $4::boolean THEN greatest({NOW_MS}, c.trigger_id + 1) ELSE c.trigger_id END
+RETURNING paused, trigger_id"""
+
+    @property
+    def controls(self) -> str:
+        """Every controlled job's controls in a namespace."""
+        return f"SELECT job, paused, trigger_id FROM {self.controls_table} WHERE namespace = $1"

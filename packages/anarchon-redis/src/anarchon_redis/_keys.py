@@ -34,6 +34,10 @@ class Keys:
         """The set of job names in a namespace (for `jobs()`)."""
         return f"{{{self.prefix}:{_escape(namespace)}}}:jobs"
 
+    def controls(self, namespace: str) -> str:
+        """The hash of the namespace's controls: job name -> "paused:trigger" (capability `control`)."""
+        return f"{{{self.prefix}:{_escape(namespace)}}}:controls"
+
     def channel(self, namespace: str) -> str:
         """The pub/sub channel on which releases are announced."""
         return f"{self.prefix}:{_escape(namespace)}:released"

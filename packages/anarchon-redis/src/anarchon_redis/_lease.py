@@ -18,6 +18,7 @@ from anarchon.backends import (
     ClaimOutcome,
     ClaimRequest,
     ClaimResult,
+    JobControl,
     JobState,
     JobStatus,
     Lease,
@@ -227,13 +228,14 @@ _CLAIM, _CLAIM_BATCH = Script(_scripts.CLAIM), Script(_scripts.CLAIM_BATCH)
 _RENEW, _RENEW_BATCH = Script(_scripts.RENEW), Script(_scripts.RENEW_BATCH)
 _RELEASE, _RELEASE_BATCH = Script(_scripts.RELEASE), Script(_scripts.RELEASE_BATCH)
 _INSPECT = Script(_scripts.INSPECT)
+_SET_CONTROL = Script(_scripts.SET_CONTROL)
 
 
 class RedisBackend(RedisStore, LeaseBackendBase):
     """A lease backend on Redis: every operation is one Lua script, releases are pushed by pub/sub."""
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT}
+        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT, Capability.CONTROL}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster",
                                               "redis+sentinel", "rediss+sentinel")
@@ -262,7 +264,8 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         self._cluster = hasattr(self.client, "get_nodes")
         async with self._op("connecting"):
             await self.client.ping()
-            for script in (_CLAIM, _CLAIM_BATCH, _RENEW, _RENEW_BATCH, _RELEASE, _RELEASE_BATCH, _INSPECT):
+            for script in (_CLAIM, _CLAIM_BATCH, _RENEW, _RENEW_BATCH, _RELEASE, _RELEASE_BATCH, _INSPECT,
+                           _SET_CONTROL):
                 await self.client.script_load(script.source)
 
     async def _shutdown(self) -> None:
@@ -434,6 +437,26 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         replies = await self._eval_many(_INSPECT, calls, "inspecting")
         states = [self._state(namespace, n, reply) for n, reply in zip(names, replies, strict=True)]
         return [s for s in states if s is not None]
+
+    # -- controls --------------------------------------------------------------------------------
+
+    async def set_control(self, namespace: str, job: str, *, paused: bool | None = None,
+                          trigger: bool = False) -> JobControl:
+        """Set a job's paused flag and/or issue a trigger, in one script (see `ControlBackend`)."""
+        flag = "" if paused is None else str(int(paused))
+        call = ([self.keys.controls(namespace)], [job, flag, str(int(trigger))])
+        [reply] = await self._eval_many(_SET_CONTROL, [call], "setting a control")
+        return JobControl(bool(int(reply[0])), int(reply[1]))
+
+    async def controls(self, namespace: str) -> dict[str, JobControl]:
+        """Read every controlled job's controls in a namespace: one HGETALL."""
+        async with self._op("reading controls"):
+            raw = await self.client.hgetall(self.keys.controls(namespace))
+        found: dict[str, JobControl] = {}
+        for job, value in raw.items():
+            paused, _, trigger = _s(value).partition(":")
+            found[_s(job)] = JobControl(paused == "1", int(trigger))
+        return found
 
     # -- pushed releases -------------------------------------------------------------------------
 

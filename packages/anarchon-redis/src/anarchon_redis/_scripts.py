@@ -13,7 +13,7 @@ Time is the server's: `TIME` is read once, at the top of each script.
 from __future__ import annotations
 
 __all__ = ["CLAIM", "CLAIM_BATCH", "INSPECT", "RELEASE", "RELEASE_BATCH", "RENEW", "RENEW_BATCH",
-           "STREAM_CLAIM"]
+           "SET_CONTROL", "STREAM_CLAIM"]
 
 _COMMON = r"""
 local t = redis.call('TIME')
@@ -226,4 +226,22 @@ if type(added) == 'table' and added.err then
   return redis.error_reply(added.err)
 end
 return {1, ARGV[2]}
+"""
+
+
+SET_CONTROL = r"""
+-- KEYS[1]: the namespace's controls hash; ARGV: job, paused ('' to leave it, '0', '1'), trigger ('0', '1').
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local paused, trigger = 0, 0
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if raw then
+  local sep = string.find(raw, ':', 1, true)
+  paused = tonumber(string.sub(raw, 1, sep - 1))
+  trigger = tonumber(string.sub(raw, sep + 1))
+end
+if ARGV[2] ~= '' then paused = tonumber(ARGV[2]) end
+if ARGV[3] == '1' then trigger = math.max(now, trigger + 1) end
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%d:%d', paused, trigger))
+return {paused, trigger}
 """

@@ -21,6 +21,7 @@ from anarchon.backends import (
     Capability,
     ClaimRequest,
     ClaimResult,
+    JobControl,
     JobState,
     JobStatus,
     Lease,
@@ -32,7 +33,7 @@ from anarchon.backends import (
     decide_renew,
 )
 
-from ._schema import SCHEMA_VERSION, ensure_schema
+from ._schema import SCHEMA_VERSION, controls_table, ensure_controls, ensure_schema
 
 __all__ = ["SqliteBackend"]
 
@@ -145,7 +146,7 @@ class SqliteBackend(LeaseBackendBase):
     """
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.INSPECT}
+        {Capability.CLAIM, Capability.LEASE, Capability.INSPECT, Capability.CONTROL}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("sqlite",)
 
@@ -203,6 +204,11 @@ class SqliteBackend(LeaseBackendBase):
         self._sql_inspect = f"SELECT {_ROW}, {NOW_MS} FROM {t} {where} AND head = 1"
         self._sql_jobs = (f"SELECT job, {_ROW}, {NOW_MS} FROM {t} WHERE namespace = ? AND head = 1 "
                           "ORDER BY job")
+        ct = f'"{controls_table(self.table)}"'
+        self._sql_control = f"SELECT paused, trigger_id FROM {ct} WHERE namespace = ? AND job = ?"
+        self._sql_set_control = (f"INSERT OR REPLACE INTO {ct} (namespace, job, paused, trigger_id) "
+                                 "VALUES (?, ?, ?, ?)")
+        self._sql_controls = f"SELECT job, paused, trigger_id FROM {ct} WHERE namespace = ?"
 
     @classmethod
     def from_url(cls, url: str) -> SqliteBackend:
@@ -297,7 +303,12 @@ class SqliteBackend(LeaseBackendBase):
             )
         # In WAL mode NORMAL never corrupts the file; a power loss may undo the last commits (see docs).
         conn.execute("PRAGMA synchronous = NORMAL")
-        _transaction(lambda c: ensure_schema(c, self.table, self.url))(conn)
+
+        def schema(c: Conn) -> None:
+            ensure_schema(c, self.table, self.url)
+            ensure_controls(c, self.table)
+
+        _transaction(schema)(conn)
 
     # -- running one operation -----------------------------------------------------------------
 
@@ -460,3 +471,29 @@ class SqliteBackend(LeaseBackendBase):
             return [JobState.of(_record(v[1:]), namespace=namespace, job=v[0], now=int(v[-1])) for v in rows]
 
         return await self._call("jobs", read)
+
+    async def set_control(self, namespace: str, job: str, *, paused: bool | None = None,
+                          trigger: bool = False) -> JobControl:
+        """Set a job's paused flag and/or issue a trigger, in one transaction (see `ControlBackend`)."""
+
+        def body(conn: Conn) -> JobControl:
+            found = conn.execute(self._sql_control, (namespace, job)).fetchone()
+            old = JobControl() if found is None else JobControl(bool(found[0]), int(found[1]))
+            new = JobControl(
+                paused=old.paused if paused is None else paused,
+                trigger=max(self._now(conn), old.trigger + 1) if trigger else old.trigger,
+            )
+            if new != old or found is None:
+                conn.execute(self._sql_set_control, (namespace, job, int(new.paused), new.trigger))
+            return new
+
+        return await self._call("set_control", _transaction(body))
+
+    async def controls(self, namespace: str) -> dict[str, JobControl]:
+        """Read every controlled job's controls in a namespace."""
+
+        def read(conn: Conn) -> dict[str, JobControl]:
+            rows = conn.execute(self._sql_controls, (namespace,)).fetchall()
+            return {str(job): JobControl(bool(paused), int(trigger)) for job, paused, trigger in rows}
+
+        return await self._call("controls", read)

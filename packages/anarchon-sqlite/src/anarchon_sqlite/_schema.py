@@ -6,7 +6,7 @@ import sqlite3
 
 from anarchon import SchemaMismatch
 
-__all__ = ["COLUMNS", "META_TABLE", "SCHEMA_VERSION", "ensure_schema"]
+__all__ = ["COLUMNS", "META_TABLE", "SCHEMA_VERSION", "controls_table", "ensure_controls", "ensure_schema"]
 
 SCHEMA_VERSION = 1
 """Bump this, and add a step to `_MIGRATIONS`, whenever the table's shape changes."""
@@ -114,3 +114,20 @@ def ensure_schema(conn: sqlite3.Connection, table: str, url: str) -> None:
     if found is None or int(found[0]) != version:
         conn.execute(f'INSERT OR REPLACE INTO "{META_TABLE}" (name, version) VALUES (?, ?)',
                      (table, version))
+
+
+def controls_table(table: str) -> str:
+    """The name of the table that holds the controls of the jobs whose records are in `table`."""
+    return f"{table}_controls"
+
+
+def ensure_controls(conn: sqlite3.Connection, table: str) -> None:
+    """Create the controls table of `table` when it is missing (capability `control`)."""
+    conn.execute(f"""
+        CREATE TABLE IF NOT EXISTS "{controls_table(table)}" (
+            namespace  TEXT    NOT NULL,
+            job        TEXT    NOT NULL,
+            paused     INTEGER NOT NULL,   -- 1 while the job is paused
+            trigger_id INTEGER NOT NULL,   -- the newest trigger's id (store time, epoch ms); 0: none
+            PRIMARY KEY (namespace, job)
+        ) WITHOUT ROWID""")

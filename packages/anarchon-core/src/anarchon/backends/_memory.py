@@ -23,6 +23,7 @@ from ._protocols import (
     ClaimOutcome,
     ClaimRequest,
     ClaimResult,
+    JobControl,
     JobState,
     JobStatus,
     Lease,
@@ -73,6 +74,7 @@ class MemoryStore:
         self.jobs: dict[tuple[str, str], _Job] = {}
         self.gates: dict[tuple[str, str, int], tuple[str, int]] = {}
         self.subscriptions: list[_Subscription] = []
+        self.controls: dict[tuple[str, str], JobControl] = {}
         self.calls = 0
         """Store operations served: the round trips a real store would see."""
 
@@ -84,7 +86,7 @@ class MemoryBackend(LeaseBackendBase):
     """
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT}
+        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT, Capability.CONTROL}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("memory",)
 
@@ -210,6 +212,26 @@ class MemoryBackend(LeaseBackendBase):
 
     def _state(self, namespace: str, job: str, rec: LeaseRecord) -> JobState:
         return JobState.of(rec, namespace=namespace, job=job, now=self._now())
+
+    async def set_control(self, namespace: str, job: str, *, paused: bool | None = None,
+                          trigger: bool = False) -> JobControl:
+        """Set a job's paused flag and/or issue a trigger (see `ControlBackend.set_control`)."""
+        with self.store.lock:
+            self.store.calls += 1
+            key = (namespace, job)
+            old = self.store.controls.get(key, JobControl())
+            new = JobControl(
+                paused=old.paused if paused is None else paused,
+                trigger=max(self._now(), old.trigger + 1) if trigger else old.trigger,
+            )
+            self.store.controls[key] = new
+            return new
+
+    async def controls(self, namespace: str) -> dict[str, JobControl]:
+        """Read every controlled job's controls in a namespace."""
+        with self.store.lock:
+            self.store.calls += 1
+            return {job: c for (ns, job), c in self.store.controls.items() if ns == namespace}
 
     async def subscribe(self, namespace: str, callback: ReleaseCallback) -> None:
         """Push releases in `namespace` to `callback` (only when `notify` is on)."""

@@ -19,6 +19,8 @@ __all__ = [
     "ClaimOutcome",
     "ClaimRequest",
     "ClaimResult",
+    "ControlBackend",
+    "JobControl",
     "InspectBackend",
     "JobState",
     "JobStatus",
@@ -42,6 +44,8 @@ class Capability(enum.StrEnum):
     """Handovers are pushed to `subscribe`rs, so a backup takes a handover over without polling."""
     INSPECT = "inspect"
     """`inspect` and `jobs` read the stored records (`InspectBackend`)."""
+    CONTROL = "control"
+    """Cluster-wide pause, resume and trigger are stored: `set_control` and `controls` (`ControlBackend`)."""
 
 
 class ClaimOutcome(enum.StrEnum):
@@ -213,6 +217,16 @@ class JobState(LeaseRecord):
         )
 
 
+@dataclass(frozen=True, slots=True)
+class JobControl:
+    """A job's cluster-wide controls, as stored."""
+
+    paused: bool = False
+    """True while the job is paused: no replica claims its scheduled slots."""
+    trigger: int = 0
+    """The id of the job's newest trigger (store time in epoch ms when it was issued); 0 for none."""
+
+
 ReleaseCallback = Callable[[str, int], None]
 """Called with (job, slot) when a handover of that slot is pushed by the store."""
 
@@ -366,3 +380,25 @@ class InspectBackend(Protocol):
         """Read the newest record of every job in a namespace, sorted by job name (code point order)."""
         ...
 
+
+
+@runtime_checkable
+class ControlBackend(LeaseBackend, Protocol):
+    """A lease backend that stores each job's cluster-wide controls (capability `control`).
+
+    A job never controlled has no controls stored and reads as `JobControl()`.
+    """
+
+    async def set_control(self, namespace: str, job: str, *, paused: bool | None = None,
+                          trigger: bool = False) -> JobControl:
+        """Set `job`'s paused flag (None: leave it) and, with `trigger`, issue a new trigger; atomically.
+
+        - A new trigger's id is the store's `now` in epoch ms, or the previous id + 1 when that is
+          larger: ids of one job only ever grow.
+        - Returns the job's controls after the write.
+        """
+        ...
+
+    async def controls(self, namespace: str) -> dict[str, JobControl]:
+        """Read the controls of every controlled job in `namespace`, in one round trip."""
+        ...

@@ -23,7 +23,9 @@ from ..backends import (
     ClaimBackend,
     ClaimRequest,
     ClaimResult,
+    ControlBackend,
     InspectBackend,
+    JobControl,
     JobState,
     Lease,
     LeaseBackend,
@@ -312,6 +314,19 @@ class FaultyBackend:
     async def jobs(self, namespace: str) -> list[JobState]:
         """List records through the wrapped backend (when it declares `inspect`)."""
         return await cast(InspectBackend, self.inner).jobs(namespace)
+
+    async def set_control(self, namespace: str, job: str, *, paused: bool | None = None,
+                          trigger: bool = False) -> JobControl:
+        """Set a job's controls (when the wrapped backend declares `control`), unless crashed or frozen."""
+        await self._gate()
+        return await cast(ControlBackend, self.inner).set_control(namespace, job, paused=paused,
+                                                                  trigger=trigger)
+
+    async def controls(self, namespace: str) -> dict[str, JobControl]:
+        """Read a namespace's controls (when the wrapped backend declares `control`), unless crashed or
+        frozen."""
+        await self._gate()
+        return await cast(ControlBackend, self.inner).controls(namespace)
 
     async def subscribe(self, namespace: str, callback: ReleaseCallback) -> None:
         """Subscribe; a crashed instance hears nothing more."""

@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,8 +33,8 @@ from .faultproxy import FaultProxy
 
 T = TypeVar("T")
 
-__all__ = ["Cluster", "Event", "ProxyThread", "check_blocked_loops", "check_every_slot_once",
-           "check_slow_network"]
+__all__ = ["Cluster", "Event", "ProxyThread", "check_blocked_loops", "check_controls",
+           "check_every_slot_once", "check_slow_network"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,3 +342,53 @@ def check_slow_network(url: str, workdir: Path | str, *, runs: int = 1, delay_s:
             return (f"{delay_s * 1000:.0f} ms each way: {len(c.starts())} starts, 0 duplicates, "
                     f"{len(ended())} long runs all attempt 1, {len(missed)} of "
                     f"{(until - since) // 1000} 1 s slots missed")
+
+
+def _cli(*args: str) -> str:
+    """Run `anarchon ARGS` in a process of its own (one that registers no jobs); return its stdout."""
+    done = subprocess.run([sys.executable, "-m", "anarchon.cli", *args], capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert done.returncode == 0, f"anarchon {' '.join(args)} failed: {done.stderr}"
+    return done.stdout
+
+
+def check_controls(url: str, workdir: Path | str, *, heartbeat_s: float = 0.5, slack_s: float = 0.3) -> None:
+    """Run three replicas on `url` and control their 1 s job from the `anarchon` command line:
+
+    1. `pause`: no replica starts a slot due more than a heartbeat (plus `slack_s`: the jitter, a poll's
+       and a claim's round trips) after it, and every replica logs its paused slots as skipped;
+    2. `trigger` of the paused job: it runs exactly once, within a heartbeat, under the trigger's id;
+    3. `resume`: the schedule runs again from the next slots.
+    """
+    workdir = Path(workdir)
+    with Cluster(url, workdir, replicas=3, heartbeat=f"{heartbeat_s}s", tick_every="1s",
+                 long_every="1h") as c:
+        ns = c.namespace
+        c.wait_for(lambda e: e.event == "start" and e.job == "tick" and e.slot > c.ready_ms, timeout=10)
+
+        _cli("pause", url, "tick", "--namespace", ns)
+        paused_ms = int(time.time() * 1000)
+        time.sleep(2.5)
+        bound = paused_ms + (heartbeat_s + slack_s) * 1000
+        late = [e.slot for e in c.starts("tick") if e.slot > bound]
+        assert not late, f"slots run after the pause plus a heartbeat: {late}\n{c.output()}"
+        for log in sorted(workdir.glob("replica-*.log")):
+            assert "skipped (paused)" in log.read_text(), (
+                f"{log.name} does not report its paused slots as skipped:\n{c.output()}")
+
+        out = _cli("trigger", url, "tick", "--namespace", ns)  # a paused job can still be triggered
+        found = re.search(r"trigger (\d+)", out)
+        assert found, out
+        trigger = int(found.group(1))
+        ran = c.wait_for(lambda e: e.event == "start" and e.slot == trigger, timeout=5)
+        assert ran.t * 1000 - trigger <= (heartbeat_s + slack_s) * 1000, (ran, trigger)
+        time.sleep(2 * heartbeat_s)
+        after = [e.slot for e in c.starts("tick") if e.slot > bound]
+        assert after == [trigger], f"the trigger runs once and the paused schedule not at all: {after}"
+
+        _cli("resume", url, "tick", "--namespace", ns)
+        resumed_ms = int(time.time() * 1000)
+        back = c.wait_for(lambda e: e.event == "start" and e.job == "tick" and e.slot > resumed_ms,
+                          timeout=5)
+        assert back.slot - resumed_ms <= 1000 + (heartbeat_s + slack_s) * 1000, (back, resumed_ms)
+        c.assert_one_winner()
