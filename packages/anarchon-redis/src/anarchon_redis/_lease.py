@@ -157,36 +157,24 @@ class RedisStore(BackendBase):
         results: list[Any] = [None] * len(calls)
         todo = list(range(len(calls)))
         for round_ in range(2):
+            now_extra = extra if round_ == 0 else None
             if getattr(self, "_cluster", False):
-                replies = await self._eval_cluster(script, [calls[i] for i in todo], doing,
-                                                   extra if round_ == 0 else None)
-                missing = []
-                for i, reply in zip(todo, replies, strict=True):
-                    if isinstance(reply, self._drv.no_script):
-                        missing.append(i)
-                    elif isinstance(reply, BaseException):
+                replies = await self._eval_cluster(script, [calls[i] for i in todo], doing, now_extra)
+            else:
+                pipe = self.client.pipeline(transaction=False)
+                for i in todo:
+                    keys, args = calls[i]
+                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                if now_extra is not None:
+                    now_extra(pipe)
+                async with self._op(doing):
+                    replies = await pipe.execute(raise_on_error=False)
+                for reply in replies[len(todo):]:
+                    if isinstance(reply, BaseException):
                         raise self._drv.error(reply, self._where, doing) from reply
-                    else:
-                        results[i] = reply
-                if not missing:
-                    return results
-                async with self._op("loading scripts"):
-                    await self.client.script_load(script.source)
-                todo = missing
-                continue
-            pipe = self.client.pipeline(transaction=False)
-            for i in todo:
-                keys, args = calls[i]
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
-            if extra is not None and round_ == 0:
-                extra(pipe)
-            async with self._op(doing):
-                replies = await pipe.execute(raise_on_error=False)
-            for reply in replies[len(todo):]:
-                if isinstance(reply, BaseException):
-                    raise self._drv.error(reply, self._where, doing) from reply
+                replies = replies[:len(todo)]
             missing = []
-            for i, reply in zip(todo, replies, strict=False):
+            for i, reply in zip(todo, replies, strict=True):
                 if isinstance(reply, self._drv.no_script):
                     missing.append(i)
                 elif isinstance(reply, BaseException):
