@@ -50,7 +50,7 @@ def test_wait_options_are_read_from_the_url_and_checked() -> None:
     with pytest.raises(ValueError, match="invalid wait_replicas -1"):
         RedisBackend("redis://127.0.0.1:6379/0", wait_replicas=-1)
     with pytest.raises(ValueError, match=r"shorter than 10 s.*30000 ms"):
-        RedisBackend("redis+cluster://127.0.0.1:7000/?wait_timeout=30s")
+        RedisBackend("redis+cluster://127.0.0.1:7000/?wait_replicas=1&wait_timeout=30s")
     with pytest.raises(ScheduleError, match="wait_timeout"):
         RedisBackend("redis://127.0.0.1:6379/0?wait_timeout=soon")
 

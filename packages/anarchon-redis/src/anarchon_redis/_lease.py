@@ -266,9 +266,9 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         """Replicas that must acknowledge a won claim before it is reported as won (0: none)."""
         self.wait_timeout_ms = parse_duration(options.get("wait_timeout", wait_timeout), name="wait_timeout")
         """How long a claim waits for those replicas, in milliseconds."""
-        if self.wait_timeout_ms >= OP_TIMEOUT_S * 1000:
+        if self.wait_replicas and self.wait_timeout_ms >= OP_TIMEOUT_S * 1000:
             raise ValueError(f"wait_timeout must be shorter than {OP_TIMEOUT_S:g} s (one operation's "
-                             f"deadline), not {self.wait_timeout_ms} ms: use e.g. wait_timeout=1s")
+                             f"deadline), not {self.wait_timeout_ms} ms: use a shorter one, e.g. 1s")
         self._indexed: set[tuple[str, str]] = set()
         self._indexed_at = time.monotonic()
         self._callbacks: dict[str, list[ReleaseCallback]] = {}
