@@ -11,7 +11,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, ClassVar
 
-from anarchon import BackendError, BackendUnavailable
+from anarchon import BackendError, BackendUnavailable, Duration, parse_duration
 from anarchon.backends import (
     BackendBase,
     Capability,
@@ -147,12 +147,14 @@ class RedisStore(BackendBase):
 
     async def _eval_many(
         self, script: Script, calls: Sequence[tuple[list[str], list[Any]]], doing: str,
-        extra: Callable[[Any], None] | None = None,
+        extra: Callable[[Any], None] | None = None, wait: int = 0, waited: list[int] | None = None,
     ) -> list[Any]:
         """Run `script` once per call in one pipeline: one round trip.
 
         A pipeline cannot reload a script on NOSCRIPT (after a restart or failover), so the calls
         that got NOSCRIPT (the script did not run for them) are sent again after SCRIPT LOAD.
+        With `wait` (milliseconds; not on a Cluster client) each pipeline ends with `WAIT
+        self.wait_replicas wait`, and `waited` gets the number of replicas each WAIT counted.
         """
         results: list[Any] = [None] * len(calls)
         todo = list(range(len(calls)))
@@ -167,11 +169,16 @@ class RedisStore(BackendBase):
                     pipe.evalsha(script.sha, len(keys), *keys, *args)
                 if now_extra is not None:
                     now_extra(pipe)
+                if wait:
+                    # On the same connection as the scripts: WAIT counts the writes of its connection.
+                    pipe.execute_command("WAIT", getattr(self, "wait_replicas", 0), wait)
                 async with self._op(doing):
                     replies = await pipe.execute(raise_on_error=False)
                 for reply in replies[len(todo):]:
                     if isinstance(reply, BaseException):
                         raise self._drv.error(reply, self._where, doing) from reply
+                if wait and waited is not None:
+                    waited.append(int(replies[-1]))
                 replies = replies[:len(todo)]
             missing = []
             for i, reply in zip(todo, replies, strict=True):
@@ -219,6 +226,15 @@ _INSPECT = Script(_scripts.INSPECT)
 _SET_CONTROL = Script(_scripts.SET_CONTROL)
 
 
+def _wait_replicas(value: object) -> int:
+    """`wait_replicas` as a non-negative int, or ValueError quoting it."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit():
+        raise ValueError(f"invalid wait_replicas {value!r}: use a whole number of replicas, 0 (the default, "
+                         f"no wait) or more, e.g. wait_replicas=1")
+    return int(text)
+
+
 class RedisBackend(RedisStore, LeaseBackendBase):
     """A lease backend on Redis: every operation is one Lua script, releases are pushed by pub/sub."""
 
@@ -229,8 +245,18 @@ class RedisBackend(RedisStore, LeaseBackendBase):
                                               "redis+sentinel", "rediss+sentinel")
     _schemes: ClassVar[dict[str, str]] = {s: s for s in url_schemes}
 
-    def __init__(self, redis: Any, *, prefix: str = "anarchon") -> None:
-        self._setup(redis, prefix, {})
+    _url_options: ClassVar[tuple[str, ...]] = ("prefix", "wait_replicas", "wait_timeout")
+
+    def __init__(self, redis: Any, *, prefix: str = "anarchon", wait_replicas: int = 0,
+                 wait_timeout: Duration = 1.0) -> None:
+        options = self._setup(redis, prefix, {"wait_replicas": wait_replicas, "wait_timeout": wait_timeout})
+        self.wait_replicas = _wait_replicas(options.get("wait_replicas", wait_replicas))
+        """Replicas that must acknowledge a won claim before it is reported as won (0: none)."""
+        self.wait_timeout_ms = parse_duration(options.get("wait_timeout", wait_timeout), name="wait_timeout")
+        """How long a claim waits for those replicas, in milliseconds."""
+        if self.wait_replicas and self.wait_timeout_ms >= OP_TIMEOUT_S * 1000:
+            raise ValueError(f"wait_timeout must be shorter than {OP_TIMEOUT_S:g} s (one operation's "
+                             f"deadline), not {self.wait_timeout_ms} ms: use a shorter one, e.g. 1s")
         self._indexed: set[tuple[str, str]] = set()
         self._indexed_at = time.monotonic()
         self._callbacks: dict[str, list[ReleaseCallback]] = {}
@@ -242,7 +268,8 @@ class RedisBackend(RedisStore, LeaseBackendBase):
 
     @classmethod
     def from_url(cls, url: str) -> RedisBackend:
-        """Build from a URL; `?prefix=` sets the key prefix."""
+        """Build from a URL; `?prefix=` sets the key prefix, `?wait_replicas=1&wait_timeout=1s` make
+        each win durable on a replica before it is reported."""
         return cls(url)
 
     async def _prepare(self) -> None:
@@ -295,8 +322,57 @@ class RedisBackend(RedisStore, LeaseBackendBase):
             for ns, names in fresh.items():
                 pipe.sadd(self.keys.index(ns), *sorted(names))
 
-        replies = await self._eval_calls(_CLAIM, _CLAIM_BATCH, calls, "claiming", extra=index)
-        return [self._result(r, reply) for r, reply in zip(requests, replies, strict=True)]
+        wait = self.wait_timeout_ms if self.wait_replicas and not self._cluster else 0
+        waited: list[int] = []
+        replies = await self._eval_calls(_CLAIM, _CLAIM_BATCH, calls, "claiming", extra=index, wait=wait,
+                                         waited=waited)
+        results = [self._result(r, reply) for r, reply in zip(requests, replies, strict=True)]
+        if self.wait_replicas:
+            won = [r for r, result in zip(requests, results, strict=True) if result.lease is not None]
+            if won:
+                if self._cluster:
+                    waited = await self._wait_on_masters(won)
+                self._check_durable(won, waited)
+        return results
+
+    async def _wait_on_masters(self, won: Sequence[ClaimRequest]) -> list[int]:
+        """On a Cluster: `WAIT` on each master that holds a won job, after a write of its own on the
+        same connection (WAIT counts its connection's writes; this one follows the claims, so it
+        covers them). The replicas each WAIT counted."""
+        from redis.asyncio.cluster import PipelineCommand
+
+        markers: dict[Any, str] = {}
+        for r in won:
+            key = self.keys.job(r.namespace, r.job) + ":durable"
+            markers.setdefault(self.client.get_node_from_key(key), key)
+
+        async def one(node: Any, key: str) -> int:
+            commands = [PipelineCommand(0, "SET", key, "1", "PX", self.wait_timeout_ms + 1000),
+                        PipelineCommand(1, "WAIT", self.wait_replicas, self.wait_timeout_ms)]
+            await node.execute_pipeline(commands)
+            for command in commands:
+                if isinstance(command.result, BaseException):
+                    raise command.result
+            acked: Any = commands[1].result
+            return int(acked)
+
+        async with self._op("waiting for replicas"):
+            return list(await asyncio.gather(*(one(node, key) for node, key in markers.items())))
+
+    def _check_durable(self, won: Sequence[ClaimRequest], waited: Sequence[int]) -> None:
+        """Raise BackendUnavailable when a WAIT counted fewer than `wait_replicas` replicas: the
+        wins are not reported (a failover could lose them)."""
+        acked = min(waited, default=0)
+        if acked >= self.wait_replicas:
+            return
+        raise BackendUnavailable(
+            f"{self._drv.name} at {self.url}: {len(won)} won claim(s) (first {won[0].job!r} "
+            f"slot={won[0].slot}) "
+            f"reached {acked} of the {self.wait_replicas} replica(s) that wait_replicas asks for within "
+            f"{self.wait_timeout_ms} ms, so they are not reported as won (a failover could lose them); "
+            f"each stays in the store until its lease ends and is then taken over. Check the replicas "
+            f"(INFO replication), raise wait_timeout, or lower wait_replicas"
+        )
 
     def _unindexed(self, requests: Sequence[ClaimRequest]) -> dict[str, set[str]]:
         """The job names this backend has not added to their namespace's index lately.
@@ -318,17 +394,17 @@ class RedisBackend(RedisStore, LeaseBackendBase):
 
     async def _eval_calls(
         self, script: Script, batch_script: Script, calls: Sequence[tuple[list[str], list[Any]]], doing: str,
-        extra: Callable[[Any], None] | None = None,
+        extra: Callable[[Any], None] | None = None, wait: int = 0, waited: list[int] | None = None,
     ) -> list[Any]:
         """One reply per call, in one round trip: `script` once per call on a Cluster client (each
         call routed by its keys), else `batch_script` (the same body in a loop) per chunk of calls."""
         if self._cluster:
             return await self._eval_many(script, calls, doing, extra=extra)
-        return await self._eval_batched(batch_script, calls, doing, extra=extra)
+        return await self._eval_batched(batch_script, calls, doing, extra=extra, wait=wait, waited=waited)
 
     async def _eval_batched(
         self, script: Script, calls: Sequence[tuple[list[str], list[Any]]], doing: str,
-        extra: Callable[[Any], None] | None = None,
+        extra: Callable[[Any], None] | None = None, wait: int = 0, waited: list[int] | None = None,
     ) -> list[Any]:
         """Run a batch script (`_scripts._batch`) over `calls`, `BATCH` at a time, in one pipeline."""
         chunks = []
@@ -339,7 +415,7 @@ class RedisBackend(RedisStore, LeaseBackendBase):
                 keys += k
                 args += a
             chunks.append((keys, args))
-        replies = await self._eval_many(script, chunks, doing, extra=extra)
+        replies = await self._eval_many(script, chunks, doing, extra=extra, wait=wait, waited=waited)
         out = [reply for chunk in replies for reply in chunk]
         if len(out) != len(calls):
             problem = RuntimeError(f"{len(out)} replies for {len(calls)} calls")
@@ -531,10 +607,12 @@ class ValkeyBackend(RedisBackend):
     def _driver(cls) -> Driver:
         return valkey_driver()
 
-    def __init__(self, valkey: Any, *, prefix: str = "anarchon") -> None:
-        super().__init__(valkey, prefix=prefix)
+    def __init__(self, valkey: Any, *, prefix: str = "anarchon", wait_replicas: int = 0,
+                 wait_timeout: Duration = 1.0) -> None:
+        super().__init__(valkey, prefix=prefix, wait_replicas=wait_replicas, wait_timeout=wait_timeout)
 
     @classmethod
     def from_url(cls, url: str) -> ValkeyBackend:
-        """Build from a `valkey://` or `valkeys://` URL; `?prefix=` sets the key prefix."""
+        """Build from a `valkey://` or `valkeys://` URL; `?prefix=` sets the key prefix,
+        `?wait_replicas=` and `?wait_timeout=` as for RedisBackend."""
         return cls(url)
