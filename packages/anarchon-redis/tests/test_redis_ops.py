@@ -278,6 +278,7 @@ async def test_idmp_refused_on_old_server_and_on_valkey(
         RedisStreamBackend(redis_url, strategy="nope")  # type: ignore[arg-type]
 
 
+@pytest.mark.serial  # counts every client of the shared server
 async def test_a_burst_of_releases_waits_for_pooled_connections(
     redis_url: str, prefix: str, raw: redis.asyncio.Redis
 ) -> None:

@@ -35,7 +35,7 @@ from .cluster import Cluster, Event
 
 __all__ = ["PgBouncer", "PgStandby", "RedisCluster", "RedisSentinel", "Topology", "TopologyUnavailable",
            "NatsCluster", "TOPOLOGIES", "Topologies", "EXTRA_TICKS", "gap_around", "main",
-           "run_through_failover"]
+           "run_through_failover", "wait_for_replica"]
 
 HOST = "127.0.0.1"
 def _pg_bin() -> Path:
@@ -206,6 +206,22 @@ def redis_cli(port: int, *args: str, timeout: float = 10.0) -> str:
     return out.stdout
 
 
+def wait_for_replica(port: int, key: str = "anarchon-topology:sync", timeout_ms: int = 2000) -> None:
+    """Block until a replica of the master on `port` has every write that master acknowledged so far.
+
+    A marker write and `WAIT 1` on one connection (WAIT counts its own connection's writes; the
+    replication stream is in order, so the earlier writes of every client come with it). `key` must
+    hash to that master's slots on a Cluster (give it the job key's hash tag).
+    """
+    out = subprocess.run(["redis-cli", "-h", HOST, "-p", str(port)],
+                         input=f"SET {key} 1\nWAIT 1 {timeout_ms}\n", capture_output=True, text=True,
+                         timeout=timeout_ms / 1000 + 10, check=False)
+    replies = out.stdout.split()
+    if replies[-1:] != ["1"]:
+        raise TopologyUnavailable(f"no replica of 127.0.0.1:{port} acknowledged within {timeout_ms} ms: "
+                                  f"{out.stdout!r} {out.stderr!r}")
+
+
 def _cluster_port() -> int:
     """A free port for a Cluster node: at most 55535, with its bus port (port + 10000) free too."""
     while True:
@@ -331,9 +347,12 @@ class RedisSentinel(Topology):
                 return int(out[1])
         raise TopologyUnavailable("no Sentinel answered")
 
-    def kill_master(self) -> int:
-        """kill -9 the current master; return its port."""
+    def kill_master(self, *, synced: bool = False) -> int:
+        """kill -9 the current master (with `synced`, once its replica has all it acknowledged); return
+        its port."""
         port = self.master_port()
+        if synced:
+            wait_for_replica(port)
         next(s for s in self.servers if s.port == port).kill()
         return port
 
