@@ -206,20 +206,23 @@ def redis_cli(port: int, *args: str, timeout: float = 10.0) -> str:
     return out.stdout
 
 
-def wait_for_replica(port: int, key: str = "anarchon-topology:sync", timeout_ms: int = 2000) -> None:
+def wait_for_replica(port: int, key: str = "anarchon-topology:sync", timeout_s: float = 30.0) -> None:
     """Block until a replica of the master on `port` has every write that master acknowledged so far.
 
     A marker write and `WAIT 1` on one connection (WAIT counts its own connection's writes; the
-    replication stream is in order, so the earlier writes of every client come with it). `key` must
+    replication stream is in order, so the earlier writes of every client come with it), repeated while
+    the replica is still loading its first snapshot (WAIT does not count it until then). `key` must
     hash to that master's slots on a Cluster (give it the job key's hash tag).
     """
-    out = subprocess.run(["redis-cli", "-h", HOST, "-p", str(port)],
-                         input=f"SET {key} 1\nWAIT 1 {timeout_ms}\n", capture_output=True, text=True,
-                         timeout=timeout_ms / 1000 + 10, check=False)
-    replies = out.stdout.split()
-    if replies[-1:] != ["1"]:
-        raise TopologyUnavailable(f"no replica of 127.0.0.1:{port} acknowledged within {timeout_ms} ms: "
-                                  f"{out.stdout!r} {out.stderr!r}")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        out = subprocess.run(["redis-cli", "-h", HOST, "-p", str(port)], input=f"SET {key} 1\nWAIT 1 500\n",
+                             capture_output=True, text=True, timeout=15, check=False)
+        if out.stdout.split()[-1:] == ["1"]:
+            return
+        if time.monotonic() > deadline:
+            raise TopologyUnavailable(f"no replica of 127.0.0.1:{port} acknowledged within {timeout_s:g} s: "
+                                      f"{out.stdout!r} {out.stderr!r}")
 
 
 def _cluster_port() -> int:
