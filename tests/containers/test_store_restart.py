@@ -114,7 +114,9 @@ async def test_store_restart(case_name: str, request: pytest.FixtureRequest) -> 
         assert not twice, f"(job, slot, attempt) started twice across a restart of a durable store: {twice}"
         assert after > before, f"tokens went back from {before} to {after}: the store lost its records"
     else:
-        assert after == 1 < before, f"tokens {before} -> {after}: the restarted store still had its records"
+        # The counter starts afresh; a claim answered after its next slot was due is released unrun,
+        # so the first tick after the restart may hold token 2 or more, still below the old ones.
+        assert after < before, f"tokens {before} -> {after}: the restarted store still had its records"
     runs_again = sorted({(job, slot) for job, slot, _ in twice})
     print(f"\nrestart[{case_name}] on {store.image}: outage {up_at - down_at:.1f} s, first tick "
           f"{resumed:.2f} s after the store was seen back, tick tokens {before} -> {after} "
