@@ -6,7 +6,6 @@ import asyncio
 import logging
 import os
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from typing import Any, cast
@@ -33,24 +32,11 @@ from anarchon import (
     backend_for_url,
 )
 from anarchon._context import TRIGGER_SUFFIX
-from anarchon.testing import require_service
 from anarchon_postgres import PostgresBackend
 
 URL = os.environ.get("ANARCHON_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 pytestmark = pytest.mark.services
 
-
-@pytest.fixture
-async def schema() -> AsyncIterator[str]:
-    """A private schema, dropped afterwards, so tests never collide with each other or with CI."""
-    require_service("PostgreSQL", URL, 5432)
-    name = f"anarchon_t_{uuid.uuid4().hex[:10]}"
-    yield name
-    conn = await asyncpg.connect(URL)
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-    finally:
-        await conn.close()
 
 
 @pytest.fixture

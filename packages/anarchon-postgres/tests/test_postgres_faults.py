@@ -7,33 +7,18 @@ import os
 import shutil
 import subprocess
 import time
-import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import asyncpg
 import pytest
 
 from anarchon import ClaimOutcome, ClaimRequest, JobContext, Scheduler
-from anarchon.testing import require_service
 from anarchon_postgres import PostgresBackend
 
 URL = os.environ.get("ANARCHON_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 pytestmark = pytest.mark.services
 
-
-@pytest.fixture
-async def schema() -> AsyncIterator[str]:
-    """A private schema, dropped afterwards."""
-    require_service("PostgreSQL", URL, 5432)
-    name = f"anarchon_f_{uuid.uuid4().hex[:10]}"
-    yield name
-    conn = await _connect_retrying()
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-    finally:
-        await conn.close()
 
 
 async def _connect_retrying() -> asyncpg.Connection:

@@ -6,32 +6,16 @@ import asyncio
 import logging
 import os
 import time
-import uuid
-from collections.abc import AsyncIterator
 
-import asyncpg
 import pytest
 
 from anarchon import BackendUnavailable, ClaimOutcome, ClaimRequest
-from anarchon.testing import require_service
 from anarchon.testing.faultproxy import FaultProxy
 from anarchon_postgres import PostgresBackend, _backend
 
 URL = os.environ.get("ANARCHON_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 pytestmark = pytest.mark.services
 
-
-@pytest.fixture
-async def schema() -> AsyncIterator[str]:
-    """A private schema, dropped afterwards."""
-    require_service("PostgreSQL", URL, 5432)
-    name = f"anarchon_n_{uuid.uuid4().hex[:10]}"
-    yield name
-    conn = await asyncpg.connect(URL)
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-    finally:
-        await conn.close()
 
 
 async def test_a_call_held_in_a_partition_fails_at_its_deadline(
