@@ -401,8 +401,10 @@ class PostgresBackend(LeaseBackendBase):
 
     async def set_control(self, namespace: str, job: str, *, paused: bool | None = None,
                           trigger: bool = False) -> JobControl:
-        """Set a job's paused flag and/or issue a trigger, in one statement (see `ControlBackend`)."""
-        [row] = await self._fetch("set_control", self.sql.set_control, namespace, job, paused, trigger)
+        """Set a job's paused flag and/or issue a trigger, and push the change, in one statement (see
+        `ControlBackend`)."""
+        [row] = await self._fetch("set_control", self.sql.set_control, namespace, job, paused, trigger,
+                                  self.sql.channel)
         return JobControl(bool(row["paused"]), int(row["trigger_id"]))
 
     async def controls(self, namespace: str) -> dict[str, JobControl]:

@@ -369,14 +369,19 @@ FOR UPDATE
 
     @property
     def set_control(self) -> str:
-        """Set a job's paused flag ($3, NULL: leave it) and/or issue a trigger ($4), in one upsert."""
+        """Set a job's paused flag ($3, NULL: leave it) and/or issue a trigger ($4), in one upsert,
+        and NOTIFY the change on channel $5 as slot -1 (`CONTROLS_CHANGED`), sent at commit."""
         return f"""
-INSERT INTO {self.controls_table} AS c (namespace, job, paused, trigger_id)
-VALUES ($1, $2, coalesce($3::boolean, false), CASE WHEN $4::boolean THEN {NOW_MS} ELSE 0 END)
-ON CONFLICT (namespace, job) DO UPDATE SET
-    paused = coalesce($3::boolean, c.paused),
-    trigger_id = CASE WHEN $4::boolean THEN greatest({NOW_MS}, c.trigger_id + 1) ELSE c.trigger_id END
-RETURNING paused, trigger_id"""
+WITH c AS (
+    INSERT INTO {self.controls_table} AS c (namespace, job, paused, trigger_id)
+    VALUES ($1, $2, coalesce($3::boolean, false), CASE WHEN $4::boolean THEN {NOW_MS} ELSE 0 END)
+    ON CONFLICT (namespace, job) DO UPDATE SET
+        paused = coalesce($3::boolean, c.paused),
+        trigger_id = CASE WHEN $4::boolean THEN greatest({NOW_MS}, c.trigger_id + 1) ELSE c.trigger_id END
+    RETURNING paused, trigger_id
+)
+SELECT c.paused, c.trigger_id, pg_notify($5, json_build_array($1::text, $2::text, -1)::text) AS pushed
+FROM c"""
 
     @property
     def controls(self) -> str:
