@@ -50,10 +50,13 @@ class Scenario:
     only: tuple[str, ...] = ()
     interval: float = 1.0
     """Each job's interval in seconds."""
+    defaults: bool = False
+    """Run anarchon with its default lease and heartbeat (30 s, 5 s) instead of 5 s and 1 s."""
 
 
 ANARCHON = ("anarchon-sqlite", "anarchon-redis", "anarchon-postgresql", "anarchon-redis-stream",
             "anarchon-nats", "anarchon-nats-kv", "anarchon-rabbitmq")
+LEASE = ("anarchon-sqlite", "anarchon-redis", "anarchon-postgresql", "anarchon-nats-kv")
 PEERS = ("apscheduler3-memory", "apscheduler4-postgresql", "arq-redis", "procrastinate-postgresql")
 SCENARIOS = {
     "A": Scenario("A", 10, 45, 20, 0.2),
@@ -66,6 +69,10 @@ SCENARIOS = {
     # lease + heartbeat, 6 s) ends before the next slot, so no slot is skipped behind it. The
     # takeover gap is what a user waits for attempt 2 of a crashed run.
     "K": Scenario("K", 10, 45, 20, 2.0, only=ANARCHON, interval=10.0),
+    # At rest with default settings: 10 jobs every 1 s (S), and 10,000 jobs registered that are not
+    # due during the run (R: every 365 days), on every lease backend.
+    "S": Scenario("S", 10, 45, None, 0.0, only=LEASE, defaults=True),
+    "R": Scenario("R", 10_000, 45, None, 0.0, only=LEASE, interval=365 * 86_400.0, defaults=True),
     "C": Scenario("C", 10_000, 60, None, 0.0, only=("anarchon-redis", "anarchon-postgresql")),
     # The target is 10,000 jobs on Redis but 5,000 on PostgreSQL: C5 measures the latter.
     "C5": Scenario("C5", 5_000, 60, None, 0.0, only=("anarchon-postgresql",)),
@@ -181,11 +188,20 @@ def store_cpu(names: tuple[str, ...]) -> float:
 
 # -- one run -----------------------------------------------------------------------------------
 
+def every_text(sc: Scenario) -> str:
+    """How often each job of `sc` is due, for the tables."""
+    return "365 d (not due)" if sc.interval >= 86_400 else f"{sc.interval:g} s"
+
+
 def config_for(spec: Spec, sc: Scenario, workdir: Path, run_id: str) -> dict[str, Any]:
-    return {"scheduler": spec.name, "url": spec.url, "jobs": sc.jobs, "sleep": sc.sleep,
+    url = spec.url
+    if sc.defaults and spec.name == "anarchon-nats-kv":  # its own bucket, with the default 30 s TTL
+        url = url.replace("bucket=bench_anarchon&lease=5s", "bucket=bench_anarchon_defaults")
+    return {"scheduler": spec.name, "url": url, "jobs": sc.jobs, "sleep": sc.sleep,
             "interval": sc.interval,
             "log": str(workdir / "starts.jsonl"), "workdir": str(workdir),
-            "namespace": f"bench{run_id}", "lease": "5s", "heartbeat": "1s", **spec.extra}
+            "namespace": f"bench{run_id}", **({} if sc.defaults else {"lease": "5s", "heartbeat": "1s"}),
+            **spec.extra}
 
 
 def tail_latest_start(log: Path, live: set[int], since: int) -> dict[str, Any] | None:
@@ -341,7 +357,7 @@ def tables(rows: list[dict[str, Any]], meta: dict[str, Any], heading: str = "###
     for scenario in sorted({r["scenario"] for r in rows}, key=list(SCENARIOS).index):
         sc = SCENARIOS[scenario]
         secs = meta["durations"][scenario]
-        lines += [f"{heading} Scenario {scenario}: {sc.jobs:,} jobs every {sc.interval:g} s, 3 replicas, "
+        lines += [f"{heading} Scenario {scenario}: {sc.jobs:,} jobs every {every_text(sc)}, 3 replicas, "
                   f"{secs:.0f} s"
                   + (f", SIGKILL at {meta['kill_at'][scenario]} s" if sc.kill_at else ""), "",
                   "Runs and latency:", "",

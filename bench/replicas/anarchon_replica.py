@@ -75,8 +75,8 @@ def main() -> None:
     threading.Thread(target=dumper, daemon=True).start()
     backend = CountingBackend(config["url"], counts)
     settings: dict[str, Any] = {"namespace": config["namespace"], "stop_timeout": "2s"}
-    if Capability.LEASE in backend.capabilities:
-        settings.update(lease=config.get("lease", "5s"), heartbeat=config.get("heartbeat", "1s"))
+    if Capability.LEASE in backend.capabilities and "lease" in config:
+        settings.update(lease=config["lease"], heartbeat=config["heartbeat"])
     scheduler: Scheduler[Any] = Scheduler(backend, **settings)
     sleep = float(config["sleep"])
 
