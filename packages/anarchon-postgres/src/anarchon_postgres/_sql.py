@@ -138,8 +138,10 @@ class Statements:
         """Claim a batch: $1..$9 are arrays, one element per request, each (namespace, job) once.
 
         The snapshot CTE `cur` says why each request would lose; the upsert `up` decides on the
-        locked, latest row. A loser whose snapshot says it would have won saw a row that changed
-        under it (a concurrent claim): the caller asks again.
+        locked, latest row. Only the requests that win in the snapshot go to the upsert: a loser
+        there locks (and so writes) nothing, and the answer it gets was true at the snapshot. A
+        loser whose snapshot says it would have won saw a row that changed under it (a concurrent
+        claim): the caller asks again.
         """
         t = self.qualified
         ex = "excluded"
@@ -180,8 +182,8 @@ up AS (
                           fingerprint, updated_at, max_attempts, overlap, others)
     SELECT r.namespace, r.job, r.slot, 1, 1, 1, r.owner, 'running', n.now + r.lease_ms,
            r.fingerprint, n.now, r.max_attempts, r.overlap, '{{}}'::jsonb
-    FROM req r CROSS JOIN n
-    WHERE r.slot <= n.now + r.max_skew_ms
+    FROM req r CROSS JOIN n JOIN cur ON cur.ord = r.ord
+    WHERE cur.outcome = 'won'
     ON CONFLICT (namespace, job) DO UPDATE SET
         slot = GREATEST(t.slot, {ex}.slot),
         attempt = CASE WHEN {ex}.slot = t.slot THEN t.attempt + 1
