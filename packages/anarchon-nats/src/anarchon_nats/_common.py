@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from typing import Any, ClassVar
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import Any, ClassVar, TypeVar
 
 import nats
 import nats.errors
@@ -17,7 +18,10 @@ from anarchon import BackendError, BackendUnavailable, parse_duration
 from anarchon.backends import BackendBase, redact_url
 
 __all__ = ["NatsConnection", "WRONG_LAST_SEQUENCE", "check_name", "check_replicas", "describe",
-           "encode_token", "split_servers"]
+           "encode_token", "per_key", "split_servers"]
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 WRONG_LAST_SEQUENCE = (10071, 10164)
 """JetStream's error codes for a failed `Nats-Expected-Last-Subject-Sequence` check (a replicated
@@ -73,6 +77,30 @@ def check_replicas(value: Any) -> int:
     if not 1 <= replicas <= 5:
         raise ValueError(f"invalid replicas {value!r}: use 1 to 5 (3 on a three-node cluster)")
     return replicas
+
+
+async def per_key(items: Sequence[T], key: Callable[[T], Hashable],
+                  call: Callable[[T], Awaitable[R]]) -> list[R]:
+    """`call` on each item, results in order: items with the same key one after another (in the
+    order given), items with different keys concurrently.
+
+    Every call has ended when this returns; if any failed, the first failure is raised (the batch
+    is retried as a whole, as a batch sent in one request would be).
+    """
+    groups: dict[Hashable, list[int]] = {}
+    for i, item in enumerate(items):
+        groups.setdefault(key(item), []).append(i)
+    results: dict[int, R] = {}
+
+    async def run(indexes: list[int]) -> None:
+        for i in indexes:
+            results[i] = await call(items[i])
+
+    outcomes = await asyncio.gather(*(run(indexes) for indexes in groups.values()), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return [results[i] for i in range(len(items))]
 
 
 class NatsConnection(BackendBase):

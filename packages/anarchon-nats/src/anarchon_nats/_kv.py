@@ -46,7 +46,7 @@ from anarchon.backends import (
     decide_renew,
 )
 
-from ._common import WRONG_LAST_SEQUENCE, NatsConnection, check_name, check_replicas, encode_token
+from ._common import WRONG_LAST_SEQUENCE, NatsConnection, check_name, check_replicas, encode_token, per_key
 
 __all__ = ["NatsKVBackend"]
 
@@ -187,8 +187,9 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
     # -- claim -------------------------------------------------------------------------------------
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
-        """Claim each slot by the claim table (see `LeaseBackend.claim`), with compare-and-set writes."""
-        return [await self._claim(r) for r in requests]
+        """Claim each slot by the claim table (see `LeaseBackend.claim`), with compare-and-set writes:
+        one job's slots in order, different jobs concurrently."""
+        return await per_key(requests, lambda r: (r.namespace, r.job), self._claim)
 
     async def _claim(self, r: ClaimRequest) -> ClaimResult:
         self._check_lease(r.lease_ms, r.job)
@@ -291,9 +292,11 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         """Renew each lease (see `LeaseBackend.renew`) by writing its lease entry again, a full TTL.
 
         An entry that aged out while nobody took the slot over is created again, as the lease rules
-        renew an expired lease that nobody took over.
+        renew an expired lease that nobody took over. One job's renewals go in order, different jobs'
+        concurrently.
         """
-        return [await self._renew(lease, lease_ms) for lease, lease_ms in renewals]
+        return await per_key(renewals, lambda item: (item[0].namespace, item[0].job),
+                             lambda item: self._renew(*item))
 
     async def _renew(self, lease: Lease, lease_ms: int) -> Lease | None:
         self._check_lease(lease_ms, lease.job)
@@ -313,8 +316,10 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
             return decide_renew(rec, lease, lease_ms, await self._time_of(self.bucket, revision)).lease
 
     async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
-        """Record each run's end, then delete its lease entry (see `LeaseBackend.release`)."""
-        return [await self._release(lease, outcome) for lease, outcome in releases]
+        """Record each run's end, then delete its lease entry (see `LeaseBackend.release`); one job's
+        releases in order, different jobs concurrently."""
+        return await per_key(releases, lambda item: (item[0].namespace, item[0].job),
+                             lambda item: self._release(*item))
 
     async def _release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
         key = self.key(lease.namespace, lease.job)
