@@ -15,6 +15,7 @@ import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from ._context import CancelSignal, JobContext
 from ._errors import RunCancelled
@@ -30,8 +31,14 @@ STOP = "stop"
 LEASE_LOST = "lease lost"
 TIMEOUT = "timeout"
 
-Hook = Callable[..., None]
-"""Calls an observer hook by name with keyword arguments; a plugin's failure is logged, never raised."""
+class Hook(Protocol):
+    """Calls an observer hook by name with keyword arguments; a plugin's failure is logged, never raised."""
+
+    def __call__(self, name: str, /, **kwargs: Any) -> None: ...
+
+    def wants(self, name: str) -> bool:
+        """True when anybody receives the hook `name` (else its arguments need not be built)."""
+        ...
 
 # The owner (a scheduler) whose run the current task, or a task it started, is executing.
 _OWNER: contextvars.ContextVar[object | None] = contextvars.ContextVar("anarchon_in_run", default=None)
@@ -134,7 +141,8 @@ class Runs:
         try:
             if run.held.late and not await self._keeper.confirm(run.held):
                 return
-            self._hook("anarchon_run_started", ctx=ctx)
+            if self._hook.wants("anarchon_run_started"):
+                self._hook("anarchon_run_started", ctx=ctx)
             run.began = asyncio.get_running_loop().time()
             try:
                 run.in_handler = True
@@ -210,8 +218,11 @@ class Runs:
             elif outcome is None:
                 self._log.info("%s slot=%s ended after %d ms without its lease: not released", job.name,
                                SlotText(ctx.slot), ms, extra=_fields(ctx, "lost"))
-        duration_ms = None if run.began is None else (asyncio.get_running_loop().time() - run.began) * 1000
-        self._hook("anarchon_run_finished", ctx=ctx, outcome=outcome, error=error, duration_ms=duration_ms)
+        if self._hook.wants("anarchon_run_finished"):
+            began = run.began
+            duration_ms = None if began is None else (asyncio.get_running_loop().time() - began) * 1000
+            self._hook("anarchon_run_finished", ctx=ctx, outcome=outcome, error=error,
+                       duration_ms=duration_ms)
         if outcome is ReleaseOutcome.HANDOVER and job.options.retry_ms is not None and not self._stopping:
             self._on_handover(job, ctx.slot)
 
