@@ -292,8 +292,7 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         """Renew each lease (see `LeaseBackend.renew`) by writing its lease entry again, a full TTL.
 
         An entry that aged out while nobody took the slot over is created again, as the lease rules
-        renew an expired lease that nobody took over. One job's renewals go in order, different jobs'
-        concurrently.
+        renew an expired lease that nobody took over.
         """
         return await per_key(renewals, lambda item: (item[0].namespace, item[0].job),
                              lambda item: self._renew(*item))
