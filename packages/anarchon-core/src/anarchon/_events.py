@@ -186,9 +186,8 @@ class Observers:
         self._wanted: frozenset[str] = frozenset()
 
     def _refresh(self) -> None:
-        from ._plugins import plugin_generation
-
-        seen = (plugin_generation(self._pm), self._listeners.generation)
+        # `generation` is counted by anarchon's plugin manager; any other manager is looked at each time.
+        seen = (getattr(self._pm, "generation", -1), self._listeners.generation)
         if seen == self._seen and seen[0] != -1:
             return
         relay = self._pm.hook

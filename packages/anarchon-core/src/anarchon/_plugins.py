@@ -135,13 +135,6 @@ class _Manager(pluggy.PluginManager):
             self.generation += 1
 
 
-def plugin_generation(pm: pluggy.PluginManager) -> int:
-    """A number that changes whenever `pm`'s plugins do (-1 for a manager that does not count: then
-    every call looks again)."""
-    generation = getattr(pm, "generation", None)
-    return generation if isinstance(generation, int) else -1
-
-
 def plugin_manager() -> pluggy.PluginManager:
     """Return the process-wide plugin manager, loading entry points on first use."""
     global _manager

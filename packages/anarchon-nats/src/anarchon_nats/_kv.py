@@ -46,7 +46,16 @@ from anarchon.backends import (
     decide_renew,
 )
 
-from ._common import WRONG_LAST_SEQUENCE, NatsConnection, check_name, check_replicas, encode_token, per_key
+from ._common import (
+    WRONG_LAST_SEQUENCE,
+    NatsConnection,
+    check_name,
+    check_replicas,
+    encode_token,
+    per_key,
+    stream_get,
+    stream_publish,
+)
 
 __all__ = ["NatsKVBackend"]
 
@@ -153,36 +162,33 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
     # -- the primitives --------------------------------------------------------------------------
 
     async def _get(self, bucket: str, key: str) -> _Entry:
-        js = self._jetstream()
         try:
-            msg = await js.get_msg(f"KV_{bucket}", subject=f"$KV.{bucket}.{key}")
+            msg = await stream_get(self.client, f"KV_{bucket}", subject=f"$KV.{bucket}.{key}",
+                                   within=self._timeout)
         except nats.js.errors.NotFoundError:
             return _Entry(None, 0, 0)
-        time_ms = round(msg.time.timestamp() * 1000) if msg.time else 0
-        op = (msg.headers or {}).get(_KV_OP)
-        if op in ("DEL", "PURGE"):
-            return _Entry(None, msg.seq or 0, time_ms)
-        return _Entry(json.loads(msg.data or b"{}"), msg.seq or 0, time_ms)
+        if msg.headers.get(_KV_OP) in ("DEL", "PURGE"):
+            return _Entry(None, msg.seq, msg.time_ms)
+        return _Entry(json.loads(msg.data or b"{}"), msg.seq, msg.time_ms)
 
     async def _put(self, bucket: str, key: str, value: dict[str, Any] | None, last: int) -> int:
         """Write `value` (None: a delete marker) only if the key's last revision is `last`."""
-        js = self._jetstream()
         headers = {_EXPECT: str(last)}
         if value is None:
             headers[_KV_OP] = "DEL"
         try:
             payload = b"" if value is None else json.dumps(value).encode()
-            ack = await js.publish(f"$KV.{bucket}.{key}", payload, stream=f"KV_{bucket}", headers=headers)
+            seq, _ = await stream_publish(self.client, f"$KV.{bucket}.{key}", payload, stream=f"KV_{bucket}",
+                                          headers=headers, within=self._timeout)
         except nats.js.errors.APIError as exc:
             if exc.err_code in WRONG_LAST_SEQUENCE:
                 raise _Conflict from exc
             raise
-        return int(ack.seq or 0)
+        return seq
 
     async def _time_of(self, bucket: str, seq: int) -> int:
         """The store's clock when revision `seq` was written, epoch ms."""
-        msg = await self._jetstream().get_msg(f"KV_{bucket}", seq=seq)
-        return round(msg.time.timestamp() * 1000) if msg.time else 0
+        return (await stream_get(self.client, f"KV_{bucket}", seq=seq, within=self._timeout)).time_ms
 
     # -- claim -------------------------------------------------------------------------------------
 
