@@ -44,8 +44,8 @@ import tempfile
 import time
 from typing import Any
 
-from anarchon import MemoryBackend, Scheduler, plugin_manager
-from anarchon.backends import MemoryStore
+from anarchon import MemoryBackend, Scheduler, backend_for_url, plugin_manager
+from anarchon.backends import Capability, MemoryStore
 
 _REAL_WAIT_S = 1.0
 """How long the loop waits for I/O before it moves the stepped clock to its next timer: only when
@@ -149,10 +149,13 @@ async def profile(url: str, jobs: int, rounds: int, warmup: int, replicas: int,
     for i in range(replicas):
         settings: dict[str, Any] = {"namespace": namespace, "instance_id": f"p{i}", "clock": clock,
                                     "block_limit": "1h", "max_skew": "1h"}
-        s: Scheduler[Any] = (Scheduler(MemoryBackend(store), **settings) if store is not None
-                             else Scheduler.from_url(url, **settings))
+        backend = MemoryBackend(store) if store is not None else backend_for_url(url)
+        if Capability.LEASE not in backend.capabilities:
+            settings.pop("block_limit")  # a claim-only backend (RabbitMQ, NATS) has no lease keeper
+        s: Scheduler[Any] = Scheduler(backend, **settings)
+        options: dict[str, Any] = {"catch_up": 0} if s.leases else {}
         for j in range(jobs):
-            s.every(f"j{j}", "1s", handler, catch_up=0)
+            s.every(f"j{j}", "1s", handler, **options)
         schedulers.append(s)
     for s in schedulers:
         await s.start()
