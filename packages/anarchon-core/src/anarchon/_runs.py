@@ -218,11 +218,8 @@ class Runs:
             elif outcome is None:
                 self._log.info("%s slot=%s ended after %d ms without its lease: not released", job.name,
                                SlotText(ctx.slot), ms, extra=_fields(ctx, "lost"))
-        if self._hook.wants("anarchon_run_finished"):
-            began = run.began
-            duration_ms = None if began is None else (asyncio.get_running_loop().time() - began) * 1000
-            self._hook("anarchon_run_finished", ctx=ctx, outcome=outcome, error=error,
-                       duration_ms=duration_ms)
+        duration_ms = None if run.began is None else (asyncio.get_running_loop().time() - run.began) * 1000
+        self._hook("anarchon_run_finished", ctx=ctx, outcome=outcome, error=error, duration_ms=duration_ms)
         if outcome is ReleaseOutcome.HANDOVER and job.options.retry_ms is not None and not self._stopping:
             self._on_handover(job, ctx.slot)
 
