@@ -309,4 +309,3 @@ def test_three_process_cluster_with_kill_takeover(url: str, bucket: str, tmp_pat
         c.assert_one_winner()
         # A tick won by a replica that then died is taken over after its lease: none is missed.
         assert c.missed("tick", since, until) == [], c.output()
-
