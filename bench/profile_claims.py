@@ -3,6 +3,7 @@
     python bench/profile_claims.py memory [--jobs 2000] [--rounds 5] [--replicas 3]
     python bench/profile_claims.py redis://127.0.0.1:6379/13 --callgrind
     python bench/profile_claims.py postgresql://postgres@127.0.0.1:5432/test --cprofile
+    python bench/profile_claims.py memory --callgrind --block prometheus,opentelemetry
 
 `--replicas` schedulers in this one process share the store (one `MemoryStore` for "memory"); each has
 `--jobs` jobs due every second whose handlers return at once. The schedulers' clock, and the event
@@ -43,8 +44,8 @@ import tempfile
 import time
 from typing import Any
 
-from anarchon import MemoryBackend, Scheduler
-from anarchon.backends import MemoryStore
+from anarchon import MemoryBackend, Scheduler, backend_for_url, plugin_manager
+from anarchon.backends import Capability, MemoryStore
 
 _REAL_WAIT_S = 1.0
 """How long the loop waits for I/O before it moves the stepped clock to its next timer: only when
@@ -148,10 +149,13 @@ async def profile(url: str, jobs: int, rounds: int, warmup: int, replicas: int,
     for i in range(replicas):
         settings: dict[str, Any] = {"namespace": namespace, "instance_id": f"p{i}", "clock": clock,
                                     "block_limit": "1h", "max_skew": "1h"}
-        s: Scheduler[Any] = (Scheduler(MemoryBackend(store), **settings) if store is not None
-                             else Scheduler.from_url(url, **settings))
+        backend = MemoryBackend(store) if store is not None else backend_for_url(url)
+        if Capability.LEASE not in backend.capabilities:
+            settings.pop("block_limit")  # a claim-only backend (RabbitMQ, NATS) has no lease keeper
+        s: Scheduler[Any] = Scheduler(backend, **settings)
+        options: dict[str, Any] = {"catch_up": 0} if s.leases else {}
         for j in range(jobs):
-            s.every(f"j{j}", "1s", handler, catch_up=0)
+            s.every(f"j{j}", "1s", handler, **options)
         schedulers.append(s)
     for s in schedulers:
         await s.start()
@@ -189,7 +193,7 @@ def _callgrind(args: argparse.Namespace) -> None:
     cmd = ["valgrind", "--tool=callgrind", "--dump-before=os_getppid",
            f"--callgrind-out-file={out}/cg.out", sys.executable, __file__, args.url,
            "--jobs", str(args.jobs), "--rounds", str(args.rounds), "--warmup", str(args.warmup),
-           "--replicas", str(args.replicas)]
+           "--replicas", str(args.replicas), "--block", args.block]
     print("$", " ".join(cmd), flush=True)
     child = subprocess.run(cmd, capture_output=True, text=True)
     print(child.stdout, end="")
@@ -222,10 +226,14 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2, help="rounds left out first")
     ap.add_argument("--replicas", type=int, default=3)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--block", default="", help="plugins to leave out, comma-separated (e.g. "
+                    "prometheus,opentelemetry: observers that a development venv loads by itself)")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--callgrind", action="store_true", help="count instructions under valgrind")
     mode.add_argument("--cprofile", action="store_true", help="the Python functions with the most time")
     args = ap.parse_args()
+    for name in filter(None, args.block.split(",")):
+        plugin_manager().set_blocked(name)
     if args.callgrind:
         _callgrind(args)
         return

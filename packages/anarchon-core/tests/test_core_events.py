@@ -220,3 +220,54 @@ def test_plugins_and_listeners_share_one_path_and_fail_alone(
     assert seen == ["claim:True", "plugin:done:0.0", "listener:done"]
     messages = [r.getMessage() for r in caplog.records]
     assert any("plugin" in m and "anarchon_run_finished" in m for m in messages), messages
+
+
+
+def test_plugins_and_listeners_added_or_removed_later_are_seen_at_once() -> None:
+    # Which hooks have a receiver is cached; registering or unregistering a plugin, and adding or
+    # removing a listener, must each take effect from the next event.
+    from anarchon._events import Listeners, Observers
+    from anarchon.backends import ClaimOutcome, ClaimRequest, ClaimResult
+
+    seen: list[str] = []
+
+    class Late:
+        @hookimpl
+        def anarchon_takeover(self, request: ClaimRequest) -> None:
+            seen.append(f"plugin:{request.slot}")
+
+    def listener(event: Event) -> None:
+        seen.append(f"listener:{event.slot}")
+
+    pm = plugin_manager()
+    before = [(impl.plugin, impl.plugin_name) for impl in pm.hook.anarchon_takeover.get_hookimpls()]
+    for plugin, _ in before:  # e.g. anarchon-opentelemetry, when installed: not part of this test
+        pm.unregister(plugin)
+    listeners = Listeners(logging.getLogger("anarchon"))
+    observers = Observers(pm, listeners, logging.getLogger("anarchon"))
+    late = Late()
+
+    def event(slot: int) -> None:
+        request = ClaimRequest("ns", "job", slot, "me")
+        observers("anarchon_takeover", request=request, result=ClaimResult(ClaimOutcome.WON, "job", slot))
+
+    try:
+        assert not observers.wants("anarchon_takeover")
+        event(1)
+        pm.register(late)
+        assert observers.wants("anarchon_takeover")
+        event(2)
+        listeners.add("takeover", listener)
+        event(3)
+        pm.unregister(late)
+        assert observers.wants("anarchon_takeover")
+        event(4)
+        assert listeners.remove("takeover", listener)
+        assert not observers.wants("anarchon_takeover")
+        event(5)
+    finally:
+        if pm.is_registered(late):
+            pm.unregister(late)
+        for plugin, name in before:
+            pm.register(plugin, name=name)
+    assert seen == ["plugin:2", "plugin:3", "listener:3", "listener:4"]

@@ -72,6 +72,23 @@ def _req(slot: int, owner: str, job: str = "job", **kw: Any) -> ClaimRequest:
     return ClaimRequest("ns", job, slot, owner, lease_ms=LEASE_MS, **kw)
 
 
+async def test_a_batch_runs_one_jobs_items_in_order_and_jobs_side_by_side(kv: NatsKVBackend) -> None:
+    # Different jobs are claimed concurrently; one job's items keep the batch's order, so the
+    # second claim of a slot always sees the first one's lease.
+    slot = _now_slot()
+    jobs = [f"j{i}" for i in range(20)]
+    batch = [r for job in jobs for r in (_req(slot, "a", job), _req(slot, "b", job))]
+    results = await kv.claim_many(batch)
+    assert [r.outcome for r in results] == [ClaimOutcome.WON, ClaimOutcome.TAKEN] * len(jobs)
+    assert [r.job for r in results] == [r.job for r in batch]
+    leases = [r.lease for r in results if r.lease is not None]
+    renewed = await kv.renew_many([(lease, LEASE_MS) for lease in leases])
+    assert all(r is not None for r in renewed)
+    released = await kv.release_many([(lease, ReleaseOutcome.DONE) for lease in leases]
+                                     + [(leases[0], ReleaseOutcome.DONE)])
+    assert released == [True] * len(leases) + [False]
+
+
 Step = Callable[[LeaseBackend, dict[str, Any]], Awaitable[object]]
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import aio_pika
 import pytest
 
-from anarchon import JobContext, Scheduler
+from anarchon import JobContext, Scheduler, SchemaMismatch
 from anarchon.backends import ClaimOutcome, ClaimRequest
 from anarchon.testing import (
     check_lease_only_options_refused,
@@ -107,6 +107,45 @@ async def test_claims_beyond_the_channel_pool_wait_and_have_one_winner(url: str,
         outcomes = [r.outcome for r in results]
         won, taken = outcomes.count(ClaimOutcome.WON), outcomes.count(ClaimOutcome.TAKEN)
         assert (won, taken) == (1, 31), (slot, outcomes)
+
+
+async def test_a_batch_is_pipelined_with_one_winner_per_slot(url: str, prefix: str) -> None:
+    # Each backend sends its whole batch on one channel without waiting between frames: every slot
+    # still has exactly one winner, and a second batch of the same slots wins nothing.
+    backends = [RabbitMQBackend(url, prefix=prefix, horizon="30s", channels=1) for _ in range(3)]
+    for b in backends:
+        await b.open()
+    try:
+        slot = 1_800_000_000_000
+        batches = await asyncio.gather(*(
+            b.claim_many([_req(f"job{j}", slot, f"o{i}") for j in range(150)])
+            for i, b in enumerate(backends)))
+        for j in range(150):
+            outcomes = [batch[j].outcome for batch in batches]
+            assert outcomes.count(ClaimOutcome.WON) == 1, (j, outcomes)
+            assert outcomes.count(ClaimOutcome.TAKEN) == 2, (j, outcomes)
+        again = await backends[0].claim_many([_req(f"job{j}", slot, "late") for j in range(150)])
+        assert {r.outcome for r in again} == {ClaimOutcome.TAKEN}
+    finally:
+        for b in backends:
+            await b.close()
+
+
+async def test_a_different_horizon_in_a_batch_is_a_schema_mismatch(url: str, prefix: str) -> None:
+    # The declaration is sent without waiting for its answer; a refused one still fails the batch
+    # clearly, and the channel it closed is replaced for the next claim.
+    first = RabbitMQBackend(url, prefix=prefix, horizon="30s")
+    other = RabbitMQBackend(url, prefix=prefix, horizon="60s", channels=1)
+    await first.open()
+    await other.open()
+    try:
+        assert (await first.claim(_req("job", 1000, "a"))).won
+        with pytest.raises(SchemaMismatch, match="horizon"):
+            await other.claim_many([_req("job", 1000, "b"), _req("other", 1000, "b")])
+        assert (await other.claim(_req("fresh", 2000, "b"))).won
+    finally:
+        await first.close()
+        await other.close()
 
 
 def test_lease_only_options_raise_type_error(url: str) -> None:

@@ -240,8 +240,10 @@ class Engine:
                            int((self.keeper.now() - self._down_since) * 1000))
             self._down_since = None
         latency_ms = (self.keeper.now() - sent) * 1000
+        observed = self._hook.wants("anarchon_claim")
         for entry, request, result in zip(batch, requests, results, strict=True):
-            self._hook("anarchon_claim", request=request, result=result, latency_ms=latency_ms)
+            if observed:
+                self._hook("anarchon_claim", request=request, result=result, latency_ms=latency_ms)
             try:
                 self._apply(entry, request, result, sent)
             except Exception:  # one bad result must not lose the rest of the batch

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ._context import JobContext
     from .backends import ClaimRequest, ClaimResult, ReleaseOutcome
 
-__all__ = ["Event", "EventName", "Listener", "Listeners", "call_hook"]
+__all__ = ["Event", "EventName", "Listener", "Listeners", "Observers"]
 
 EventName: TypeAlias = Literal["claim", "started", "finished", "lease_lost", "takeover", "skipped"]
 """The events a listener can subscribe to with `Scheduler.on`."""
@@ -109,6 +109,8 @@ class Listeners:
         self._by_event: dict[str, list[Listener]] = {}
         self._pending: set[asyncio.Task[Any]] = set()
         """Coroutine listeners still running: a stop waits for them a little."""
+        self.generation = 0
+        """Bumped by every `add` and `remove`."""
 
     def add(self, name: EventName, fn: Listener) -> None:
         """Call `fn` for every `name` event from now on."""
@@ -116,6 +118,7 @@ class Listeners:
             raise ConfigError(f"listener {fn!r} for event {name!r} is not callable: pass a function "
                               "that takes one Event")
         self._by_event.setdefault(name, []).append(fn)
+        self.generation += 1
 
     def remove(self, name: EventName, fn: Listener) -> bool:
         """Stop calling `fn` for `name` events; False if it was not listening."""
@@ -123,6 +126,7 @@ class Listeners:
         if fn not in listeners:
             return False
         listeners.remove(fn)
+        self.generation += 1
         return True
 
     def wants(self, hook: str) -> bool:
@@ -161,14 +165,63 @@ class Listeners:
             task.cancel()
 
 
-def call_hook(hook: pluggy.HookCaller, kwargs: dict[str, Any], log: logging.Logger) -> None:
+class Observers:
+    """A scheduler's one event path: `observers(hook_name, **kwargs)` calls each plugin that implements
+    the hook, then this scheduler's listeners of its event.
+
+    Which hooks have a receiver is worked out again only after a plugin is registered or unregistered
+    or a listener added or removed, so an event nobody receives costs one set lookup, and a caller
+    that asks `wants(name)` first does not even build its arguments.
+    """
+
+    __slots__ = ("_listeners", "_log", "_plugins", "_pm", "_seen", "_wanted")
+
+    def __init__(self, pm: pluggy.PluginManager, listeners: Listeners, log: logging.Logger) -> None:
+        self._pm = pm
+        self._listeners = listeners
+        self._log = log
+        self._seen = (-1, -1)
+        self._plugins: dict[str, tuple[Any, ...]] = {}
+        """Each hook's implementations, in the order they are called (the last registered first)."""
+        self._wanted: frozenset[str] = frozenset()
+
+    def _refresh(self) -> None:
+        # `generation` is counted by anarchon's plugin manager; any other manager is looked at each time.
+        seen = (getattr(self._pm, "generation", -1), self._listeners.generation)
+        if seen == self._seen and seen[0] != -1:
+            return
+        relay = self._pm.hook
+        self._plugins = {name: tuple(reversed(getattr(relay, name).get_hookimpls())) for name in _HOOKS
+                         if hasattr(relay, name)}
+        self._wanted = frozenset(name for name in _HOOKS
+                                 if self._plugins.get(name) or self._listeners.wants(name))
+        self._seen = seen
+
+    def wants(self, name: str) -> bool:
+        """True when a plugin or a listener receives the hook `name`."""
+        self._refresh()
+        return name in self._wanted
+
+    def __call__(self, name: str, /, **kwargs: Any) -> None:
+        """Deliver the hook `name`; a failure is logged, never raised."""
+        self._refresh()
+        if name not in self._wanted:
+            return
+        impls = self._plugins.get(name)
+        if impls:
+            _call_impls(name, impls, kwargs, self._log)
+        if self._listeners.wants(name):
+            self._listeners.deliver(name, kwargs)
+
+
+def _call_impls(name: str, impls: tuple[Any, ...], kwargs: dict[str, Any], log: logging.Logger) -> None:
     """Call each plugin's implementation of an observer hook on its own: one that raises is logged and
     the others still run."""
-    for impl in reversed(hook.get_hookimpls()):  # pluggy's order: the last registered first
+    for impl in impls:
         try:
             impl.function(*[kwargs[arg] for arg in impl.argnames])
         except Exception:
-            log.exception("plugin %r failed in hook %s", impl.plugin_name, hook.name)
+            log.exception("plugin %r failed in hook %s", impl.plugin_name, name)
 
 
 def _describe(fn: object) -> str:

@@ -12,6 +12,7 @@ import importlib
 import logging
 import os
 import threading
+import types
 import weakref
 from dataclasses import dataclass
 from typing import Any, cast
@@ -106,12 +107,40 @@ class _Builtin:
                 "memory-claim": "anarchon.backends:MemoryClaimBackend"}
 
 
+class _Manager(pluggy.PluginManager):
+    """pluggy's manager, counting the changes to its plugins, so a caller can cache which hooks have
+    implementations and look again only after a change."""
+
+    def __init__(self, project_name: str) -> None:
+        super().__init__(project_name)
+        self.generation = 0
+        """Bumped by every `register`, `unregister` and `add_hookspecs`."""
+
+    def register(self, plugin: object, name: str | None = None) -> str | None:
+        try:
+            return super().register(plugin, name)
+        finally:
+            self.generation += 1
+
+    def unregister(self, plugin: object | None = None, name: str | None = None) -> Any | None:
+        try:
+            return super().unregister(plugin, name)
+        finally:
+            self.generation += 1
+
+    def add_hookspecs(self, module_or_class: types.ModuleType | type) -> None:
+        try:
+            super().add_hookspecs(module_or_class)
+        finally:
+            self.generation += 1
+
+
 def plugin_manager() -> pluggy.PluginManager:
     """Return the process-wide plugin manager, loading entry points on first use."""
     global _manager
     with _lock:
         if _manager is None:
-            pm = pluggy.PluginManager("anarchon")
+            pm = _Manager("anarchon")
             pm.add_hookspecs(hookspecs)
             pm.register(_Builtin(), name="anarchon-builtin")
             if not os.environ.get(_DISABLE):

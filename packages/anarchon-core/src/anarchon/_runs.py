@@ -15,6 +15,7 @@ import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from ._context import CancelSignal, JobContext
 from ._errors import RunCancelled
@@ -30,8 +31,14 @@ STOP = "stop"
 LEASE_LOST = "lease lost"
 TIMEOUT = "timeout"
 
-Hook = Callable[..., None]
-"""Calls an observer hook by name with keyword arguments; a plugin's failure is logged, never raised."""
+class Hook(Protocol):
+    """Calls an observer hook by name with keyword arguments; a plugin's failure is logged, never raised."""
+
+    def __call__(self, name: str, /, **kwargs: Any) -> None: ...
+
+    def wants(self, name: str) -> bool:
+        """True when anybody receives the hook `name` (else its arguments need not be built)."""
+        ...
 
 # The owner (a scheduler) whose run the current task, or a task it started, is executing.
 _OWNER: contextvars.ContextVar[object | None] = contextvars.ContextVar("anarchon_in_run", default=None)
@@ -134,7 +141,8 @@ class Runs:
         try:
             if run.held.late and not await self._keeper.confirm(run.held):
                 return
-            self._hook("anarchon_run_started", ctx=ctx)
+            if self._hook.wants("anarchon_run_started"):
+                self._hook("anarchon_run_started", ctx=ctx)
             run.began = asyncio.get_running_loop().time()
             try:
                 run.in_handler = True

@@ -21,7 +21,7 @@ from ._controls import set_control
 from ._duration import Duration, parse_duration
 from ._engine import Engine, EngineConfig, default_instance_id
 from ._errors import AnarchonError, BackendUnavailable, ConfigError, DuplicateJobError, OptionError
-from ._events import EventName, Listener, Listeners, call_hook, check_event
+from ._events import EventName, Listener, Listeners, Observers, check_event
 from ._job import Job, check_name
 from ._logs import enable_console_logging, logger, qualname
 from ._options import ClaimOnlyJobOptions, LeaseJobOptions, NeedsControlBackend, NeedsLeaseBackend
@@ -139,8 +139,9 @@ class Scheduler(Generic[B]):
         self._stopped: asyncio.Event | None = None
         """Set when a stop completes, whoever began it."""
         self._thread_runner: SchedulerThread | None = None
-        self._hooks = plugin_manager().hook
         self._listeners = Listeners(self.log)
+        self._hook = Observers(plugin_manager(), self._listeners, self.log)
+        """Delivers the engine's observer hooks to plugins and listeners (a failure is logged)."""
 
     @classmethod
     def from_url(cls, url: str, **settings: Any) -> Scheduler[Any]:
@@ -445,15 +446,6 @@ class Scheduler(Generic[B]):
     def off(self, event: EventName, listener: Listener) -> bool:
         """Stop calling `listener` for `event`; False if it was not listening."""
         return self._listeners.remove(check_event(event), listener)
-
-    def _hook(self, name: str, **kwargs: Any) -> None:
-        """Deliver an event: to each plugin that implements the hook, then to this scheduler's
-        listeners. A failure is logged, never raised."""
-        hook = getattr(self._hooks, name)
-        if hook.get_hookimpls():
-            call_hook(hook, kwargs, self.log)
-        if self._listeners.wants(name):
-            self._listeners.deliver(name, kwargs)
 
     def _sibling(self) -> tuple[Any, str]:
         """A second, unopened backend on the same store for the lease keeper's thread and where it came

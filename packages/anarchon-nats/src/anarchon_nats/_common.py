@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
+import json
 import re
-from typing import Any, ClassVar
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ClassVar, TypeVar
 
 import nats
 import nats.errors
+import nats.js.api
 import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -16,8 +22,11 @@ from nats.js import JetStreamContext
 from anarchon import BackendError, BackendUnavailable, parse_duration
 from anarchon.backends import BackendBase, redact_url
 
-__all__ = ["NatsConnection", "WRONG_LAST_SEQUENCE", "check_name", "check_replicas", "describe",
-           "encode_token", "split_servers"]
+__all__ = ["NatsConnection", "Stored", "WRONG_LAST_SEQUENCE", "check_name", "check_replicas", "describe",
+           "encode_token", "per_key", "split_servers", "stream_get", "stream_publish"]
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 WRONG_LAST_SEQUENCE = (10071, 10164)
 """JetStream's error codes for a failed `Nats-Expected-Last-Subject-Sequence` check (a replicated
@@ -73,6 +82,101 @@ def check_replicas(value: Any) -> int:
     if not 1 <= replicas <= 5:
         raise ValueError(f"invalid replicas {value!r}: use 1 to 5 (3 on a three-node cluster)")
     return replicas
+
+
+async def per_key(items: Sequence[T], key: Callable[[T], Hashable],
+                  call: Callable[[T], Awaitable[R]]) -> list[R]:
+    """`call` on each item, results in order: items with the same key one after another (in the
+    order given), items with different keys concurrently.
+
+    Every call has ended when this returns; if any failed, the first failure is raised (the batch
+    is retried as a whole, as a batch sent in one request would be).
+    """
+    groups: dict[Hashable, list[int]] = {}
+    for i, item in enumerate(items):
+        groups.setdefault(key(item), []).append(i)
+    results: dict[int, R] = {}
+
+    async def run(indexes: list[int]) -> None:
+        for i in indexes:
+            results[i] = await call(items[i])
+
+    outcomes = await asyncio.gather(*(run(indexes) for indexes in groups.values()), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return [results[i] for i in range(len(items))]
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A message read back from a stream: its payload, sequence, store time (epoch ms) and headers."""
+
+    data: bytes
+    seq: int
+    time_ms: int
+    headers: dict[str, str]
+
+
+async def stream_publish(client: Client, subject: str, payload: bytes, *, stream: str,
+                         headers: dict[str, str], within: float) -> tuple[int, bool]:
+    """Publish into `stream` and wait up to `within` s for its acknowledgement: (sequence, duplicate).
+
+    What nats-py's `JetStreamContext.publish(subject, payload, stream=stream, headers=headers)`
+    sends, raises and answers, without building its `PubAck` on the hot path.
+    """
+    try:
+        msg = await client.request(subject, payload, timeout=within,
+                                   headers={**headers, "Nats-Expected-Stream": stream})
+    except nats.errors.NoRespondersError as exc:
+        raise nats.js.errors.NoStreamResponseError from exc
+    resp = json.loads(msg.data)
+    if "error" in resp:
+        raise nats.js.errors.APIError.from_error(resp["error"])
+    return int(resp.get("seq") or 0), bool(resp.get("duplicate"))
+
+
+async def stream_get(client: Client, stream: str, *, seq: int | None = None, subject: str | None = None,
+                     within: float) -> Stored:
+    """A stored message by sequence, or the last one on `subject`, as nats-py's
+    `JetStreamManager.get_msg` reads it (the same request and errors), decoding only what is used."""
+    request = {"seq": seq} if subject is None else {"last_by_subj": subject}
+    try:
+        msg = await client.request(f"$JS.API.STREAM.MSG.GET.{stream}", json.dumps(request).encode(),
+                                   timeout=within)
+    except nats.errors.NoRespondersError as exc:
+        raise nats.js.errors.ServiceUnavailableError from exc
+    resp = json.loads(msg.data)
+    if "error" in resp:
+        raise nats.js.errors.APIError.from_error(resp["error"])
+    stored = resp["message"]
+    data = stored.get("data")
+    hdrs = stored.get("hdrs")
+    return Stored(base64.b64decode(data) if data else b"", int(stored.get("seq") or 0),
+                  _epoch_ms(stored.get("time")), _headers(base64.b64decode(hdrs)) if hdrs else {})
+
+
+def _headers(raw: bytes) -> dict[str, str]:
+    """A stored message's header block (`NATS/1.0` line, then `Name: value` lines) as a dict."""
+    out: dict[str, str] = {}
+    for line in raw.decode(errors="replace").split("\r\n")[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            out[name.strip()] = value.strip()
+    return out
+
+
+def _epoch_ms(text: str | None) -> int:
+    """JetStream's RFC 3339 time (UTC, up to nanoseconds) in epoch ms, rounded as
+    `round(datetime.timestamp() * 1000)` of the microsecond time."""
+    if not text:
+        return 0
+    if not text.endswith("Z"):
+        return round(nats.js.api.Base._parse_utc_iso(text).timestamp() * 1000)
+    whole, _, fraction = text[:-1].partition(".")
+    seconds = int(datetime.fromisoformat(whole + "+00:00").timestamp())
+    micros = int((fraction + "000000")[:6])
+    return round((seconds * 1_000_000 + micros) / 1000)
 
 
 class NatsConnection(BackendBase):

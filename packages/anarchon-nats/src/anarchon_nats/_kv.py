@@ -46,7 +46,16 @@ from anarchon.backends import (
     decide_renew,
 )
 
-from ._common import WRONG_LAST_SEQUENCE, NatsConnection, check_name, check_replicas, encode_token
+from ._common import (
+    WRONG_LAST_SEQUENCE,
+    NatsConnection,
+    check_name,
+    check_replicas,
+    encode_token,
+    per_key,
+    stream_get,
+    stream_publish,
+)
 
 __all__ = ["NatsKVBackend"]
 
@@ -153,42 +162,40 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
     # -- the primitives --------------------------------------------------------------------------
 
     async def _get(self, bucket: str, key: str) -> _Entry:
-        js = self._jetstream()
         try:
-            msg = await js.get_msg(f"KV_{bucket}", subject=f"$KV.{bucket}.{key}")
+            msg = await stream_get(self.client, f"KV_{bucket}", subject=f"$KV.{bucket}.{key}",
+                                   within=self._timeout)
         except nats.js.errors.NotFoundError:
             return _Entry(None, 0, 0)
-        time_ms = round(msg.time.timestamp() * 1000) if msg.time else 0
-        op = (msg.headers or {}).get(_KV_OP)
-        if op in ("DEL", "PURGE"):
-            return _Entry(None, msg.seq or 0, time_ms)
-        return _Entry(json.loads(msg.data or b"{}"), msg.seq or 0, time_ms)
+        if msg.headers.get(_KV_OP) in ("DEL", "PURGE"):
+            return _Entry(None, msg.seq, msg.time_ms)
+        return _Entry(json.loads(msg.data or b"{}"), msg.seq, msg.time_ms)
 
     async def _put(self, bucket: str, key: str, value: dict[str, Any] | None, last: int) -> int:
         """Write `value` (None: a delete marker) only if the key's last revision is `last`."""
-        js = self._jetstream()
         headers = {_EXPECT: str(last)}
         if value is None:
             headers[_KV_OP] = "DEL"
         try:
             payload = b"" if value is None else json.dumps(value).encode()
-            ack = await js.publish(f"$KV.{bucket}.{key}", payload, stream=f"KV_{bucket}", headers=headers)
+            seq, _ = await stream_publish(self.client, f"$KV.{bucket}.{key}", payload, stream=f"KV_{bucket}",
+                                          headers=headers, within=self._timeout)
         except nats.js.errors.APIError as exc:
             if exc.err_code in WRONG_LAST_SEQUENCE:
                 raise _Conflict from exc
             raise
-        return int(ack.seq or 0)
+        return seq
 
     async def _time_of(self, bucket: str, seq: int) -> int:
         """The store's clock when revision `seq` was written, epoch ms."""
-        msg = await self._jetstream().get_msg(f"KV_{bucket}", seq=seq)
-        return round(msg.time.timestamp() * 1000) if msg.time else 0
+        return (await stream_get(self.client, f"KV_{bucket}", seq=seq, within=self._timeout)).time_ms
 
     # -- claim -------------------------------------------------------------------------------------
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
-        """Claim each slot by the claim table (see `LeaseBackend.claim`), with compare-and-set writes."""
-        return [await self._claim(r) for r in requests]
+        """Claim each slot by the claim table (see `LeaseBackend.claim`), with compare-and-set writes:
+        one job's slots in order, different jobs concurrently."""
+        return await per_key(requests, lambda r: (r.namespace, r.job), self._claim)
 
     async def _claim(self, r: ClaimRequest) -> ClaimResult:
         self._check_lease(r.lease_ms, r.job)
@@ -293,7 +300,8 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         An entry that aged out while nobody took the slot over is created again, as the lease rules
         renew an expired lease that nobody took over.
         """
-        return [await self._renew(lease, lease_ms) for lease, lease_ms in renewals]
+        return await per_key(renewals, lambda item: (item[0].namespace, item[0].job),
+                             lambda item: self._renew(*item))
 
     async def _renew(self, lease: Lease, lease_ms: int) -> Lease | None:
         self._check_lease(lease_ms, lease.job)
@@ -313,8 +321,10 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
             return decide_renew(rec, lease, lease_ms, await self._time_of(self.bucket, revision)).lease
 
     async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
-        """Record each run's end, then delete its lease entry (see `LeaseBackend.release`)."""
-        return [await self._release(lease, outcome) for lease, outcome in releases]
+        """Record each run's end, then delete its lease entry (see `LeaseBackend.release`); one job's
+        releases in order, different jobs concurrently."""
+        return await per_key(releases, lambda item: (item[0].namespace, item[0].job),
+                             lambda item: self._release(*item))
 
     async def _release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
         key = self.key(lease.namespace, lease.job)

@@ -11,13 +11,12 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
-from nats.js import JetStreamContext
 from nats.js.api import StorageType, StreamConfig
 
 from anarchon import Duration, SchemaMismatch, parse_duration
 from anarchon.backends import Capability, ClaimOutcome, ClaimRequest, ClaimResult, Lease
 
-from ._common import NatsConnection, check_name, check_replicas, encode_token
+from ._common import NatsConnection, check_name, check_replicas, encode_token, stream_get, stream_publish
 
 __all__ = ["NatsBackend"]
 
@@ -125,13 +124,16 @@ class NatsBackend(NatsConnection):
         return list(await asyncio.gather(*(self._claim(r) for r in requests)))
 
     async def _claim(self, r: ClaimRequest) -> ClaimResult:
-        js = self._jetstream()
+        client = self.client
+        seq, duplicate = 0, False
         body = json.dumps({"owner": r.owner, "job": r.job, "slot": r.slot}).encode()
         with self._errors(f"claim {r.job!r} slot {r.slot}"):
             for wait in _IN_PROCESS_WAITS:
                 try:
-                    ack = await js.publish(self.subject(r.namespace, r.job), body, stream=self.stream,
-                                           headers={"Nats-Msg-Id": self.msg_id(r.namespace, r.job, r.slot)})
+                    seq, duplicate = await stream_publish(
+                        client, self.subject(r.namespace, r.job), body, stream=self.stream,
+                        headers={"Nats-Msg-Id": self.msg_id(r.namespace, r.job, r.slot)},
+                        within=self._timeout)
                     break
                 except nats.js.errors.APIError as exc:
                     # On a replicated stream, another publish of this id is still being replicated:
@@ -145,18 +147,18 @@ class NatsBackend(NatsConnection):
                     if not isinstance(exc.__context__, nats.errors.NoRespondersError) or wait is None:
                         raise
                     await asyncio.sleep(wait)
-            if ack.duplicate:
-                holder = await self._holder(js, ack.seq)
+            if duplicate:
+                holder = await self._holder(seq)
                 return ClaimResult(ClaimOutcome.TAKEN, r.job, r.slot, holder=holder, attempt=1)
         lease = Lease(r.namespace, r.job, r.slot, 1, 0, r.owner, 0)
         return ClaimResult(ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=r.owner, attempt=1)
 
-    async def _holder(self, js: JetStreamContext, seq: int | None) -> str | None:
+    async def _holder(self, seq: int) -> str | None:
         """The owner stored in the first message of a slot, or None when it is gone."""
         if not seq:
             return None
         try:
-            msg = await js.get_msg(self.stream, seq=seq)
+            msg = await stream_get(self.client, self.stream, seq=seq, within=self._timeout)
             owner = json.loads(msg.data or b"{}").get("owner")
         except nats.js.errors.NotFoundError:
             return None

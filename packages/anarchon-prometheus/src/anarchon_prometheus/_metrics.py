@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from anarchon import ClaimRequest, ClaimResult, JobContext, ReleaseOutcome, hookimpl
 
@@ -27,6 +27,16 @@ class _Made:
     slots_skipped: Counter
     run_duration: Histogram
     claim_latency: Histogram
+    children: dict[tuple[object, ...], Any] = field(default_factory=dict)
+    """Each metric's child by (the metric's id, *labels): `labels()` validates and locks on every call."""
+
+    def child(self, metric: Counter | Histogram, *labels: str) -> Any:
+        """`metric.labels(*labels)`, looked up once per label set."""
+        key = (id(metric), *labels)
+        found = self.children.get(key)
+        if found is None:
+            found = self.children[key] = metric.labels(*labels)
+        return found
 
 
 class Metrics:
@@ -81,28 +91,32 @@ class Metrics:
     @hookimpl
     def anarchon_claim(self, request: ClaimRequest, latency_ms: float) -> None:
         """Time the claim."""
-        self._metrics().claim_latency.labels(request.namespace).observe(latency_ms / 1000)
+        m = self._metrics()
+        m.child(m.claim_latency, request.namespace).observe(latency_ms / 1000)
 
     @hookimpl
     def anarchon_run_finished(self, ctx: JobContext, outcome: ReleaseOutcome | None,
                               duration_ms: float | None) -> None:
         """Count the run by its outcome, and time it."""
         m = self._metrics()
-        m.runs.labels(ctx.namespace, ctx.name, "lost" if outcome is None else outcome.value).inc()
+        m.child(m.runs, ctx.namespace, ctx.name, "lost" if outcome is None else outcome.value).inc()
         if duration_ms is not None:
-            m.run_duration.labels(ctx.namespace, ctx.name).observe(duration_ms / 1000)
+            m.child(m.run_duration, ctx.namespace, ctx.name).observe(duration_ms / 1000)
 
     @hookimpl
     def anarchon_lease_lost(self, ctx: JobContext) -> None:
         """Count the lost lease."""
-        self._metrics().leases_lost.labels(ctx.namespace, ctx.name).inc()
+        m = self._metrics()
+        m.child(m.leases_lost, ctx.namespace, ctx.name).inc()
 
     @hookimpl
     def anarchon_takeover(self, request: ClaimRequest) -> None:
         """Count the takeover."""
-        self._metrics().takeovers.labels(request.namespace, request.job).inc()
+        m = self._metrics()
+        m.child(m.takeovers, request.namespace, request.job).inc()
 
     @hookimpl
     def anarchon_slot_skipped(self, request: ClaimRequest, result: ClaimResult) -> None:
         """Count the skipped slot."""
-        self._metrics().slots_skipped.labels(request.namespace, request.job).inc()
+        m = self._metrics()
+        m.child(m.slots_skipped, request.namespace, request.job).inc()
