@@ -189,7 +189,9 @@ async def read_overview(backend: Any, namespace: str) -> Overview:
 
 
 def _iso(ms: int | None) -> str | None:
-    return None if ms is None else from_ms(ms).isoformat().replace("+00:00", "Z")
+    if ms is None:
+        return None
+    return from_ms(ms).isoformat(timespec="milliseconds" if ms % 1000 else "seconds").replace("+00:00", "Z")
 
 
 def _overview_rows(o: Overview) -> list[dict[str, Any]]:
