@@ -63,6 +63,7 @@ from ._plugins import PluginError, backend_classes, backend_for_url, plugin_erro
 from ._scheduler import Scheduler
 from ._schedules import At, Cron, Every, Schedule, from_ms, to_ms
 from .backends import (
+    CONTROLS_CHANGED,
     DEFAULT_HISTORY,
     ERROR_LIMIT,
     Capability,
@@ -107,6 +108,7 @@ __all__ = [
     "ClaimResult",
     "Clock",
     "ConfigError",
+    "CONTROLS_CHANGED",
     "ControlBackend",
     "Cron",
     "DuplicateJobError",

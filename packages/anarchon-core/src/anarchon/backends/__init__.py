@@ -4,6 +4,7 @@ from ._base import BackendBase, LeaseBackendBase, lazy_exports, redact_url
 from ._decide import ClaimDecision, ReleaseDecision, RenewDecision, decide, decide_release, decide_renew
 from ._memory import MemoryBackend, MemoryClaimBackend, MemoryStore
 from ._protocols import (
+    CONTROLS_CHANGED,
     DEFAULT_HISTORY,
     ERROR_LIMIT,
     Capability,
@@ -38,6 +39,7 @@ __all__ = [
     "ClaimOutcome",
     "ClaimRequest",
     "ClaimResult",
+    "CONTROLS_CHANGED",
     "ControlBackend",
     "HistoryBackend",
     "InspectBackend",
