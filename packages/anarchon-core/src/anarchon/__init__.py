@@ -56,6 +56,7 @@ from ._errors import (
     SchemaMismatch,
 )
 from ._events import Event
+from ._history import next_slot_of
 from ._job import Job
 from ._options import ClaimJobOptions, LeaseJobOptions
 from ._plugins import PluginError, backend_classes, backend_for_url, plugin_errors, plugin_manager
@@ -63,12 +64,16 @@ from ._scheduler import Scheduler
 from ._schedules import At, Cron, Every, Schedule, from_ms, to_ms
 from .backends import (
     CONTROLS_CHANGED,
+    DEFAULT_HISTORY,
+    ERROR_LIMIT,
     Capability,
+    CatalogueEntry,
     ClaimBackend,
     ClaimOutcome,
     ClaimRequest,
     ClaimResult,
     ControlBackend,
+    HistoryBackend,
     JobControl,
     JobState,
     JobStatus,
@@ -79,12 +84,15 @@ from .backends import (
     MemoryStore,
     Overlap,
     ReleaseOutcome,
+    RunRecord,
 )
 from .hookspecs import hookimpl
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_HISTORY",
+    "ERROR_LIMIT",
     "AnarchonError",
     "At",
     "BackendError",
@@ -92,6 +100,7 @@ __all__ = [
     "BackendUnavailable",
     "CancelSignal",
     "Capability",
+    "CatalogueEntry",
     "ClaimBackend",
     "ClaimJobOptions",
     "ClaimOutcome",
@@ -106,6 +115,7 @@ __all__ = [
     "Duration",
     "Event",
     "Every",
+    "HistoryBackend",
     "Job",
     "JobContext",
     "JobControl",
@@ -124,6 +134,7 @@ __all__ = [
     "PluginError",
     "ReleaseOutcome",
     "RunCancelled",
+    "RunRecord",
     "Schedule",
     "ScheduleError",
     "Scheduler",
@@ -136,6 +147,7 @@ __all__ = [
     "every",
     "from_ms",
     "hookimpl",
+    "next_slot_of",
     "parse_duration",
     "plugin_errors",
     "plugin_manager",

@@ -5,12 +5,16 @@ from ._decide import ClaimDecision, ReleaseDecision, RenewDecision, decide, deci
 from ._memory import MemoryBackend, MemoryClaimBackend, MemoryStore
 from ._protocols import (
     CONTROLS_CHANGED,
+    DEFAULT_HISTORY,
+    ERROR_LIMIT,
     Capability,
+    CatalogueEntry,
     ClaimBackend,
     ClaimOutcome,
     ClaimRequest,
     ClaimResult,
     ControlBackend,
+    HistoryBackend,
     InspectBackend,
     JobControl,
     JobState,
@@ -21,11 +25,15 @@ from ._protocols import (
     Overlap,
     ReleaseCallback,
     ReleaseOutcome,
+    RunRecord,
 )
 
 __all__ = [
+    "DEFAULT_HISTORY",
+    "ERROR_LIMIT",
     "BackendBase",
     "Capability",
+    "CatalogueEntry",
     "ClaimBackend",
     "ClaimDecision",
     "ClaimOutcome",
@@ -33,6 +41,7 @@ __all__ = [
     "ClaimResult",
     "CONTROLS_CHANGED",
     "ControlBackend",
+    "HistoryBackend",
     "InspectBackend",
     "JobControl",
     "JobState",
@@ -49,6 +58,7 @@ __all__ = [
     "ReleaseDecision",
     "ReleaseOutcome",
     "RenewDecision",
+    "RunRecord",
     "decide",
     "decide_release",
     "decide_renew",
