@@ -98,4 +98,4 @@ def test_history_keeps_the_newest_runs_and_status_lists_a_job_that_never_ran(
 
 
 def test_controls_are_pushed_by_notify_well_within_a_heartbeat(cluster_url: str, tmp_path: Path) -> None:
-    check_controls(cluster_url, tmp_path, pushed=True, slack_s=0.5)
+    check_controls(cluster_url, tmp_path, pushed=True, slack_s=1.0)
