@@ -1,0 +1,148 @@
+"""What the page shows, read from the store in one pass: a JSON-ready dict, nothing rendered.
+
+Job records come from `InspectBackend.jobs`, pauses from `ControlBackend.controls`, and, where the store
+keeps them (capability `history`), each job's registrations (schedule, next slot, replicas) from
+`HistoryBackend.catalogue` and its newest ended runs from `HistoryBackend.history`. A store without a
+capability is still shown; the page says what it cannot show and why.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol, cast
+
+from anarchon import Capability, JobState, JobStatus
+from anarchon.backends import ControlBackend, InspectBackend
+
+__all__ = ["RUNS_PER_JOB", "RECENT_RUNS", "TRIGGER_SUFFIX", "snapshot"]
+
+RUNS_PER_JOB = 5
+"""How many of each job's newest runs the page lists under the job."""
+RECENT_RUNS = 25
+"""How many runs, all jobs together, the page's recent-runs table lists."""
+TRIGGER_SUFFIX = "\x1ftrigger"
+"""The store's record name for a job's triggers is the job's name plus this (see `anarchon trigger`)."""
+_HISTORY = "history"
+"""The value of `Capability.HISTORY`, compared as a string so that a core without it still loads."""
+
+
+class _HistoryStore(Protocol):
+    """The two reads of `anarchon.backends.HistoryBackend` the page makes."""
+
+    async def catalogue(self, namespace: str) -> Sequence[Any]: ...
+
+    async def history(self, namespace: str, job: str, limit: int) -> Sequence[Any]: ...
+
+
+def _caps(backend: object) -> set[str]:
+    return {str(c) for c in getattr(backend, "capabilities", frozenset())}
+
+
+def _record(state: JobState) -> dict[str, Any]:
+    live = state.status is JobStatus.RUNNING and state.expires_at > state.now
+    return {
+        "slot": state.slot,
+        "attempt": state.attempt,
+        "token": state.token,
+        "status": str(state.status),
+        "holder": state.owner if live else "",
+        "owner": state.owner,
+        "live": live,
+        "expires_in_ms": state.expires_at - state.now if live else None,
+        "updated_at": state.updated_at,
+    }
+
+
+def _run(run: Any) -> dict[str, Any]:
+    return {
+        "job": str(run.job),
+        "slot": int(run.slot),
+        "attempt": int(run.attempt),
+        "instance": str(run.instance),
+        "outcome": str(run.outcome),
+        "started_at": int(run.started_at),
+        "duration_ms": int(run.duration_ms),
+        "error": str(run.error or ""),
+    }
+
+
+def capabilities(backend: object) -> dict[str, bool]:
+    """Which of the page's parts `backend` can feed: inspect, control, history."""
+    caps = _caps(backend)
+    return {"inspect": str(Capability.INSPECT) in caps, "control": str(Capability.CONTROL) in caps,
+            "history": _HISTORY in caps}
+
+
+async def snapshot(backend: object, namespace: str) -> dict[str, Any]:
+    """Read everything the page shows about `namespace` from an open `backend`."""
+    can = capabilities(backend)
+    notes: list[str] = []
+    states: list[JobState] = []
+    if can["inspect"]:
+        states = await cast(InspectBackend, backend).jobs(namespace)
+    else:
+        notes.append(f"{type(backend).__name__} keeps no per-job record (it lacks the 'inspect' capability): "
+                     "holders and leases are not shown")
+    controls = {}
+    if can["control"]:
+        controls = await cast(ControlBackend, backend).controls(namespace)
+    else:
+        notes.append(f"{type(backend).__name__} stores no controls (it lacks the 'control' capability): "
+                     "pause, resume and trigger are not available")
+    catalogue: list[Any] = []
+    if can["history"]:
+        catalogue = list(await cast(_HistoryStore, backend).catalogue(namespace))
+    else:
+        notes.append(f"{type(backend).__name__} keeps no job catalogue or run history (it lacks the "
+                     "'history' capability): schedules, next runs and recent runs are not shown")
+
+    now = max((s.now for s in states), default=0)
+    now = now or max((int(getattr(e, "seen_at", 0)) for e in catalogue), default=0) or int(time.time() * 1000)
+    jobs: dict[str, dict[str, Any]] = {}
+
+    def job(name: str) -> dict[str, Any]:
+        return jobs.setdefault(name, {
+            "job": name, "paused": False, "trigger_id": 0, "schedule": "", "kind": "", "timezone": "",
+            "next_slot": None, "instances": [], "options": {}, "record": None, "trigger": None, "runs": [],
+        })
+
+    for state in states:
+        if state.job.endswith(TRIGGER_SUFFIX):
+            job(state.job.removesuffix(TRIGGER_SUFFIX))["trigger"] = _record(state)
+        else:
+            job(state.job)["record"] = _record(state)
+    for name, control in controls.items():
+        row = job(name)
+        row["paused"] = control.paused
+        row["trigger_id"] = control.trigger
+    for entry in catalogue:
+        row = job(str(entry.job))
+        row["instances"].append(str(entry.instance))
+        # Replicas of one deploy agree; during a rolling deploy the last one listed is as good as any.
+        row["schedule"] = str(entry.schedule)
+        row["kind"] = str(entry.kind)
+        row["timezone"] = str(entry.timezone)
+        row["options"] = {str(k): str(v) for k, v in dict(entry.options).items()}
+        if entry.next_slot is not None:
+            nxt = int(entry.next_slot)
+            row["next_slot"] = nxt if row["next_slot"] is None else min(row["next_slot"], nxt)
+    recent: list[dict[str, Any]] = []
+    if can["history"]:
+        store = cast(_HistoryStore, backend)
+        for name, row in jobs.items():
+            runs = [_run(r) for r in await store.history(namespace, name, RECENT_RUNS)]
+            row["runs"] = runs[:RUNS_PER_JOB]
+            recent.extend(runs)
+    recent.sort(key=lambda r: (r["started_at"], r["slot"], r["attempt"]), reverse=True)
+    for row in jobs.values():
+        if row["next_slot"] is not None:
+            row["next_in_ms"] = row["next_slot"] - now
+    return {
+        "namespace": namespace,
+        "now": now,
+        "capabilities": can,
+        "notes": notes,
+        "jobs": [jobs[name] for name in sorted(jobs)],
+        "recent": recent[:RECENT_RUNS],
+    }
