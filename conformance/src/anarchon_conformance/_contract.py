@@ -9,14 +9,25 @@ from typing import Any
 import pytest
 
 from anarchon import ConfigError
-from anarchon.backends import ClaimOutcome, JobControl, JobStatus, Lease, Overlap, ReleaseOutcome
+from anarchon.backends import (
+    ERROR_LIMIT,
+    CatalogueEntry,
+    ClaimOutcome,
+    JobControl,
+    JobStatus,
+    Lease,
+    Overlap,
+    ReleaseOutcome,
+    RunRecord,
+)
 
-from ._kit import LONG_LEASE_MS, SHORT_LEASE_MS, Kit
+from ._kit import LONG_LEASE_MS, SHORT_LEASE_MS, Kit, expire
 
 __all__ = [
     "TestClaimContract",
     "TestClaimManyContract",
     "TestControlContract",
+    "TestHistoryContract",
     "TestInspectContract",
     "TestLeaseContract",
     "TestNotifyContract",
@@ -920,3 +931,111 @@ class TestControlContract:
         got = await backend.controls(ns)
         assert sorted(got) == ["b", "c"], got
         assert got["b"].paused and not got["c"].paused and got["c"].trigger > 0
+
+
+def run(job: str, slot: int, attempt: int = 1, **kw: Any) -> RunRecord:
+    """A run record with plausible defaults."""
+    fields: dict[str, Any] = {
+        "token": slot * 10 + attempt, "instance": "a", "outcome": "done",
+        "started_at": 1_700_000_000_000 + slot, "duration_ms": 5, "error": "",
+    }
+    fields.update(kw)
+    return RunRecord(job=job, slot=slot, attempt=attempt, **fields)
+
+
+def entry(job: str, instance: str = "a", **kw: Any) -> CatalogueEntry:
+    """A catalogue entry with plausible defaults."""
+    fields: dict[str, Any] = {
+        "schedule": "every 10s", "kind": "every", "timezone": "UTC",
+        "options": {"lease": "30s", "overlap": "skip"}, "next_slot": 1_700_000_010_000,
+    }
+    fields.update(kw)
+    return CatalogueEntry(job=job, instance=instance, **fields)
+
+
+class TestHistoryContract:
+    """`history`: a bounded history of ended runs per job, and a catalogue of jobs per instance with a TTL."""
+
+    pytestmark = tier("history")
+
+    async def test_nothing_recorded_reads_empty(self, anarchon_kit: Kit) -> None:
+        backend, ns = anarchon_kit.backend, anarchon_kit.namespace
+        assert await backend.history(ns, "job", 10) == []
+        assert await backend.catalogue(ns) == []
+
+    async def test_runs_read_back_newest_first(self, anarchon_kit: Kit) -> None:
+        backend, ns = anarchon_kit.backend, anarchon_kit.namespace
+        name = ODD_NAMES[1]
+        runs = [run(name, 3_000), run(name, 1_000, outcome="failed", error="ValueError: no"),
+                run(name, 2_000), run(name, 2_000, 2, instance="b", outcome="handover")]
+        await backend.record_runs(ns, runs, 10)
+        other = await anarchon_kit.client()
+        got = await other.history(ns, name, 10)
+        assert got == [runs[0], runs[3], runs[2], runs[1]], "newest first: by slot, then attempt"
+        assert await other.history(ns, name, 2) == [runs[0], runs[3]], "at most `limit`"
+
+    async def test_each_job_keeps_only_its_newest_runs(self, anarchon_kit: Kit) -> None:
+        backend, ns = anarchon_kit.backend, anarchon_kit.namespace
+        for first in range(0, 12, 4):
+            await backend.record_runs(ns, [run("job", s * 1000) for s in range(first, first + 4)], 5)
+        await backend.record_runs(ns, [run("other", 1000)], 5)
+        got = await backend.history(ns, "job", 100)
+        assert [r.slot for r in got] == [s * 1000 for s in range(11, 6, -1)], "the newest 5 are kept"
+        assert [r.slot for r in await backend.history(ns, "other", 100)] == [1000]
+        await backend.record_runs(ns, [run("job", 500)], 3)
+        got = await backend.history(ns, "job", 100)
+        assert [r.slot for r in got] == [11_000, 10_000, 9_000], "a smaller keep trims; an old run is dropped"
+
+    async def test_a_run_recorded_again_replaces_the_first(self, anarchon_kit: Kit) -> None:
+        backend, ns = anarchon_kit.backend, anarchon_kit.namespace
+        await backend.record_runs(ns, [run("job", 1000, outcome="lost")], 10)
+        await backend.record_runs(ns, [run("job", 1000, outcome="done")], 10)
+        got = await backend.history(ns, "job", 10)
+        assert [(r.slot, r.attempt, r.outcome) for r in got] == [(1000, 1, "done")]
+
+    async def test_error_text_is_cut(self, anarchon_kit: Kit) -> None:
+        backend, ns = anarchon_kit.backend, anarchon_kit.namespace
+        long = "RuntimeError: " + "é😀" * ERROR_LIMIT
+        await backend.record_runs(ns, [run("job", 1000, outcome="failed", error=long)], 10)
+        (got,) = await backend.history(ns, "job", 10)
+        assert got.error == long[:ERROR_LIMIT], f"error kept as its first {ERROR_LIMIT} characters"
+
+    async def test_history_is_namespaced(self, anarchon_kit: Kit) -> None:
+        backend, ns = anarchon_kit.backend, anarchon_kit.namespace
+        await backend.record_runs(ns + "-other", [run("job", 1000)], 10)
+        assert await backend.history(ns, "job", 10) == []
+
+    async def test_catalogue_upserts_per_job_and_instance(self, anarchon_kit: Kit) -> None:
+        backend, ns = anarchon_kit.backend, anarchon_kit.namespace
+        other = await anarchon_kit.client()
+        name = ODD_NAMES[0]
+        await backend.publish_catalogue(ns, [entry("b"), entry(name, next_slot=None)], 60_000)
+        await other.publish_catalogue(ns, [entry("b", "z", kind="cron", schedule="cron '0 8 * * *'",
+                                                  timezone="Europe/Athens")], 60_000)
+        await backend.publish_catalogue(ns, [entry("b", next_slot=1_700_000_020_000)], 60_000)
+        got = await other.catalogue(ns)
+        assert [(e.job, e.instance) for e in got] == sorted([("b", "a"), ("b", "z"), (name, "a")])
+        by = {(e.job, e.instance): e for e in got}
+        assert by[("b", "a")].next_slot == 1_700_000_020_000, "a second publication replaces the first"
+        assert by[(name, "a")].next_slot is None
+        assert by[("b", "z")].timezone == "Europe/Athens" and by[("b", "z")].kind == "cron"
+        assert by[("b", "a")].options == {"lease": "30s", "overlap": "skip"}
+        for e in got:
+            assert e.seen_at > 1_000_000_000_000, f"seen_at is the store's time in epoch ms: {e.seen_at}"
+            assert e == entry(e.job, e.instance, schedule=e.schedule, kind=e.kind, timezone=e.timezone,
+                              next_slot=e.next_slot, seen_at=e.seen_at)
+
+    async def test_catalogue_entries_expire_after_their_ttl(self, anarchon_kit: Kit) -> None:
+        backend, ns = anarchon_kit.backend, anarchon_kit.namespace
+        await backend.publish_catalogue(ns, [entry("gone"), entry("kept")], SHORT_LEASE_MS)
+        await backend.publish_catalogue(ns, [entry("kept", "b")], 60_000)
+        assert len(await backend.catalogue(ns)) == 3
+        await expire()
+        assert [(e.job, e.instance) for e in await backend.catalogue(ns)] == [("kept", "b")]
+        await backend.publish_catalogue(ns, [entry("gone")], 60_000)
+        assert [(e.job, e.instance) for e in await backend.catalogue(ns)] == [("gone", "a"), ("kept", "b")]
+
+    async def test_catalogue_is_namespaced(self, anarchon_kit: Kit) -> None:
+        backend, ns = anarchon_kit.backend, anarchon_kit.namespace
+        await backend.publish_catalogue(ns + "-other", [entry("job")], 60_000)
+        assert await backend.catalogue(ns) == []

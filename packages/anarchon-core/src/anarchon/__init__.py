@@ -62,12 +62,16 @@ from ._plugins import PluginError, backend_classes, backend_for_url, plugin_erro
 from ._scheduler import Scheduler
 from ._schedules import At, Cron, Every, Schedule, from_ms, to_ms
 from .backends import (
+    DEFAULT_HISTORY,
+    ERROR_LIMIT,
     Capability,
+    CatalogueEntry,
     ClaimBackend,
     ClaimOutcome,
     ClaimRequest,
     ClaimResult,
     ControlBackend,
+    HistoryBackend,
     JobControl,
     JobState,
     JobStatus,
@@ -78,12 +82,15 @@ from .backends import (
     MemoryStore,
     Overlap,
     ReleaseOutcome,
+    RunRecord,
 )
 from .hookspecs import hookimpl
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_HISTORY",
+    "ERROR_LIMIT",
     "AnarchonError",
     "At",
     "BackendError",
@@ -91,6 +98,7 @@ __all__ = [
     "BackendUnavailable",
     "CancelSignal",
     "Capability",
+    "CatalogueEntry",
     "ClaimBackend",
     "ClaimJobOptions",
     "ClaimOutcome",
@@ -104,6 +112,7 @@ __all__ = [
     "Duration",
     "Event",
     "Every",
+    "HistoryBackend",
     "Job",
     "JobContext",
     "JobControl",
@@ -122,6 +131,7 @@ __all__ = [
     "PluginError",
     "ReleaseOutcome",
     "RunCancelled",
+    "RunRecord",
     "Schedule",
     "ScheduleError",
     "Scheduler",

@@ -4,12 +4,16 @@ from ._base import BackendBase, LeaseBackendBase, lazy_exports, redact_url
 from ._decide import ClaimDecision, ReleaseDecision, RenewDecision, decide, decide_release, decide_renew
 from ._memory import MemoryBackend, MemoryClaimBackend, MemoryStore
 from ._protocols import (
+    DEFAULT_HISTORY,
+    ERROR_LIMIT,
     Capability,
+    CatalogueEntry,
     ClaimBackend,
     ClaimOutcome,
     ClaimRequest,
     ClaimResult,
     ControlBackend,
+    HistoryBackend,
     InspectBackend,
     JobControl,
     JobState,
@@ -20,17 +24,22 @@ from ._protocols import (
     Overlap,
     ReleaseCallback,
     ReleaseOutcome,
+    RunRecord,
 )
 
 __all__ = [
+    "DEFAULT_HISTORY",
+    "ERROR_LIMIT",
     "BackendBase",
     "Capability",
+    "CatalogueEntry",
     "ClaimBackend",
     "ClaimDecision",
     "ClaimOutcome",
     "ClaimRequest",
     "ClaimResult",
     "ControlBackend",
+    "HistoryBackend",
     "InspectBackend",
     "JobControl",
     "JobState",
@@ -47,6 +56,7 @@ __all__ = [
     "ReleaseDecision",
     "ReleaseOutcome",
     "RenewDecision",
+    "RunRecord",
     "decide",
     "decide_release",
     "decide_renew",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from .._clock import Clock, SystemClock
@@ -19,7 +19,9 @@ from .._duration import Duration, parse_duration
 from ._base import BackendBase, LeaseBackendBase
 from ._decide import decide, decide_release, decide_renew
 from ._protocols import (
+    ERROR_LIMIT,
     Capability,
+    CatalogueEntry,
     ClaimOutcome,
     ClaimRequest,
     ClaimResult,
@@ -30,6 +32,7 @@ from ._protocols import (
     LeaseRecord,
     ReleaseCallback,
     ReleaseOutcome,
+    RunRecord,
 )
 
 __all__ = ["MemoryBackend", "MemoryClaimBackend", "MemoryStore"]
@@ -75,6 +78,10 @@ class MemoryStore:
         self.gates: dict[tuple[str, str, int], tuple[str, int]] = {}
         self.subscriptions: list[_Subscription] = []
         self.controls: dict[tuple[str, str], JobControl] = {}
+        self.catalogue: dict[tuple[str, str, str], tuple[CatalogueEntry, int]] = {}
+        """(namespace, job, instance) -> (entry, expires_at in store time)."""
+        self.history: dict[tuple[str, str], dict[tuple[int, int], RunRecord]] = {}
+        """(namespace, job) -> {(slot, attempt): run}, at most `keep` runs each."""
         self.calls = 0
         """Store operations served: the round trips a real store would see."""
 
@@ -86,7 +93,8 @@ class MemoryBackend(LeaseBackendBase):
     """
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT, Capability.CONTROL}
+        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT, Capability.CONTROL,
+         Capability.HISTORY}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("memory",)
 
@@ -232,6 +240,51 @@ class MemoryBackend(LeaseBackendBase):
         with self.store.lock:
             self.store.calls += 1
             return {job: c for (ns, job), c in self.store.controls.items() if ns == namespace}
+
+    async def publish_catalogue(self, namespace: str, entries: Sequence[CatalogueEntry], ttl_ms: int) -> None:
+        """Upsert one entry per (job, instance), stamped with store time (see `HistoryBackend`)."""
+        with self.store.lock:
+            self.store.calls += 1
+            now = self._now()
+            catalogue = self.store.catalogue
+            for key in [k for k, (_e, expires) in catalogue.items() if expires <= now]:
+                del catalogue[key]
+            for entry in entries:
+                stamped = replace(entry, options=dict(entry.options), seen_at=now)
+                catalogue[(namespace, entry.job, entry.instance)] = (stamped, now + ttl_ms)
+
+    async def catalogue(self, namespace: str) -> list[CatalogueEntry]:
+        """Every live entry in a namespace, by job then instance."""
+        with self.store.lock:
+            self.store.calls += 1
+            now = self._now()
+            return [
+                replace(entry, options=dict(entry.options))
+                for (ns, _job, _instance), (entry, expires) in sorted(self.store.catalogue.items())
+                if ns == namespace and expires > now
+            ]
+
+    async def record_runs(self, namespace: str, runs: Sequence[RunRecord], keep: int) -> None:
+        """Append ended runs; each job keeps its newest `keep` (see `HistoryBackend`)."""
+        with self.store.lock:
+            self.store.calls += 1
+            touched: set[str] = set()
+            for run in runs:
+                kept = self.store.history.setdefault((namespace, run.job), {})
+                kept[(run.slot, run.attempt)] = replace(run, error=run.error[:ERROR_LIMIT])
+                touched.add(run.job)
+            for job in touched:
+                kept = self.store.history[(namespace, job)]
+                if len(kept) > keep:
+                    for key in sorted(kept)[:len(kept) - keep]:
+                        del kept[key]
+
+    async def history(self, namespace: str, job: str, limit: int) -> list[RunRecord]:
+        """A job's newest runs, newest first, at most `limit`."""
+        with self.store.lock:
+            self.store.calls += 1
+            kept = self.store.history.get((namespace, job), {})
+            return [kept[key] for key in sorted(kept, reverse=True)[:max(limit, 0)]]
 
     async def subscribe(self, namespace: str, callback: ReleaseCallback) -> None:
         """Push releases in `namespace` to `callback` (only when `notify` is on)."""

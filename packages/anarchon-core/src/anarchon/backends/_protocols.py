@@ -14,12 +14,16 @@ from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
 __all__ = [
+    "DEFAULT_HISTORY",
+    "ERROR_LIMIT",
     "Capability",
+    "CatalogueEntry",
     "ClaimBackend",
     "ClaimOutcome",
     "ClaimRequest",
     "ClaimResult",
     "ControlBackend",
+    "HistoryBackend",
     "JobControl",
     "InspectBackend",
     "JobState",
@@ -30,7 +34,14 @@ __all__ = [
     "Overlap",
     "ReleaseCallback",
     "ReleaseOutcome",
+    "RunRecord",
 ]
+
+ERROR_LIMIT = 2000
+"""The most characters of a run's error text that its history keeps."""
+
+DEFAULT_HISTORY = 100
+"""How many ended runs of each job the history keeps unless `Scheduler(history=...)` says otherwise."""
 
 
 class Capability(enum.StrEnum):
@@ -46,6 +57,8 @@ class Capability(enum.StrEnum):
     """`inspect` and `jobs` read the stored records (`InspectBackend`)."""
     CONTROL = "control"
     """Cluster-wide pause, resume and trigger are stored: `set_control` and `controls` (`ControlBackend`)."""
+    HISTORY = "history"
+    """The store keeps a job catalogue and a bounded history of ended runs (`HistoryBackend`)."""
 
 
 class ClaimOutcome(enum.StrEnum):
@@ -227,6 +240,46 @@ class JobControl:
     """The id of the job's newest trigger (store time in epoch ms when it was issued); 0 for none."""
 
 
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """One ended run of a job, as its history keeps it."""
+
+    job: str
+    slot: int
+    attempt: int
+    token: int
+    instance: str
+    """The id of the instance that ran it."""
+    outcome: str
+    """How it ended: "done", "failed", "handover", or "lost" (it ended without its lease)."""
+    started_at: int
+    """When the handler was called, epoch ms by the instance's clock."""
+    duration_ms: int
+    error: str = ""
+    """The error's type and message, cut to `ERROR_LIMIT` characters; "" when there was none."""
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogueEntry:
+    """One replica's registration of a job, as published in the store."""
+
+    job: str
+    instance: str
+    """The id of the instance that registered it."""
+    schedule: str
+    """The schedule in words, e.g. "every 10s" or "cron '0 8 * * 1-5' (Europe/Athens)"."""
+    kind: str
+    """"every", "cron" or "at"."""
+    timezone: str
+    """The schedule's timezone; "UTC" when it has none."""
+    options: dict[str, str]
+    """The job's options as display strings (lease, heartbeat, overlap, max_attempts, ...)."""
+    next_slot: int | None
+    """The job's next due slot (epoch ms) when published; None when it has none left."""
+    seen_at: int = 0
+    """Store time of the publication, epoch ms; set by the store (ignored on write)."""
+
+
 ReleaseCallback = Callable[[str, int], None]
 """Called with (job, slot) when a handover of that slot is pushed by the store."""
 
@@ -401,4 +454,41 @@ class ControlBackend(LeaseBackend, Protocol):
 
     async def controls(self, namespace: str) -> dict[str, JobControl]:
         """Read the controls of every controlled job in `namespace`, in one round trip."""
+        ...
+
+
+@runtime_checkable
+class HistoryBackend(LeaseBackend, Protocol):
+    """A lease backend that keeps a job catalogue and a bounded run history (capability `history`).
+
+    Both are for people and tools (`anarchon status`, `anarchon history`, dashboards); the lease
+    rules never read them.
+    """
+
+    async def publish_catalogue(self, namespace: str, entries: Sequence[CatalogueEntry], ttl_ms: int) -> None:
+        """Upsert one entry per (namespace, job, instance) in one round trip.
+
+        - Each entry's `seen_at` becomes the store's `now`; the caller's value is ignored.
+        - An entry is live while `seen_at + ttl_ms > now`; `catalogue` never returns one that is not,
+          and the store drops it eventually (a store that expires keys drops it then).
+        - Entries of other instances, and this instance's entries of jobs not in `entries`, are left alone.
+        """
+        ...
+
+    async def catalogue(self, namespace: str) -> list[CatalogueEntry]:
+        """Every live entry in `namespace`, sorted by job, then instance (code point order)."""
+        ...
+
+    async def record_runs(self, namespace: str, runs: Sequence[RunRecord], keep: int) -> None:
+        """Append ended runs in one round trip; each job then keeps only its newest `keep` runs.
+
+        - Newest means the largest (slot, attempt); a run recorded again for the same (job, slot,
+          attempt) replaces the earlier one.
+        - `error` is stored cut to `ERROR_LIMIT` characters.
+        - `keep` >= 1; runs of jobs not in `runs` are not touched.
+        """
+        ...
+
+    async def history(self, namespace: str, job: str, limit: int) -> list[RunRecord]:
+        """The job's newest runs, newest first (by slot, then attempt), at most `limit`; [] for none."""
         ...
