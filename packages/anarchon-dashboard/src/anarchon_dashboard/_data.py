@@ -9,11 +9,11 @@ capability is still shown; the page says what it cannot show and why.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from anarchon import Capability, JobState, JobStatus
-from anarchon.backends import ControlBackend, InspectBackend
+from anarchon._controls import TRIGGER_SUFFIX
+from anarchon.backends import CatalogueEntry, ControlBackend, HistoryBackend, InspectBackend, RunRecord
 
 __all__ = ["RUNS_PER_JOB", "RECENT_RUNS", "TRIGGER_SUFFIX", "snapshot"]
 
@@ -21,22 +21,10 @@ RUNS_PER_JOB = 5
 """How many of each job's newest runs the page lists under the job."""
 RECENT_RUNS = 25
 """How many runs, all jobs together, the page's recent-runs table lists."""
-TRIGGER_SUFFIX = "\x1ftrigger"
-"""The store's record name for a job's triggers is the job's name plus this (see `anarchon trigger`)."""
-_HISTORY = "history"
-"""The value of `Capability.HISTORY`, compared as a string so that a core without it still loads."""
 
 
-class _HistoryStore(Protocol):
-    """The two reads of `anarchon.backends.HistoryBackend` the page makes."""
-
-    async def catalogue(self, namespace: str) -> Sequence[Any]: ...
-
-    async def history(self, namespace: str, job: str, limit: int) -> Sequence[Any]: ...
-
-
-def _caps(backend: object) -> set[str]:
-    return {str(c) for c in getattr(backend, "capabilities", frozenset())}
+def _caps(backend: object) -> frozenset[Capability]:
+    return frozenset(getattr(backend, "capabilities", frozenset()))
 
 
 def _record(state: JobState) -> dict[str, Any]:
@@ -54,24 +42,30 @@ def _record(state: JobState) -> dict[str, Any]:
     }
 
 
-def _run(run: Any) -> dict[str, Any]:
+def _run(run: RunRecord) -> dict[str, Any]:
+    job = run.job.removesuffix(TRIGGER_SUFFIX)
     return {
-        "job": str(run.job),
-        "slot": int(run.slot),
-        "attempt": int(run.attempt),
-        "instance": str(run.instance),
-        "outcome": str(run.outcome),
-        "started_at": int(run.started_at),
-        "duration_ms": int(run.duration_ms),
-        "error": str(run.error or ""),
+        "job": job,
+        "trigger": job != run.job,
+        "slot": run.slot,
+        "attempt": run.attempt,
+        "instance": run.instance,
+        "outcome": run.outcome,
+        "started_at": run.started_at,
+        "duration_ms": run.duration_ms,
+        "error": run.error,
     }
+
+
+def _newest(run: dict[str, Any]) -> tuple[int, int, int]:
+    return run["started_at"], run["slot"], run["attempt"]
 
 
 def capabilities(backend: object) -> dict[str, bool]:
     """Which of the page's parts `backend` can feed: inspect, control, history."""
     caps = _caps(backend)
-    return {"inspect": str(Capability.INSPECT) in caps, "control": str(Capability.CONTROL) in caps,
-            "history": _HISTORY in caps}
+    return {"inspect": Capability.INSPECT in caps, "control": Capability.CONTROL in caps,
+            "history": Capability.HISTORY in caps}
 
 
 async def snapshot(backend: object, namespace: str) -> dict[str, Any]:
@@ -90,15 +84,15 @@ async def snapshot(backend: object, namespace: str) -> dict[str, Any]:
     else:
         notes.append(f"{type(backend).__name__} stores no controls (it lacks the 'control' capability): "
                      "pause, resume and trigger are not available")
-    catalogue: list[Any] = []
+    catalogue: list[CatalogueEntry] = []
     if can["history"]:
-        catalogue = list(await cast(_HistoryStore, backend).catalogue(namespace))
+        catalogue = await cast(HistoryBackend, backend).catalogue(namespace)
     else:
         notes.append(f"{type(backend).__name__} keeps no job catalogue or run history (it lacks the "
                      "'history' capability): schedules, next runs and recent runs are not shown")
 
     now = max((s.now for s in states), default=0)
-    now = now or max((int(getattr(e, "seen_at", 0)) for e in catalogue), default=0) or int(time.time() * 1000)
+    now = now or max((e.seen_at for e in catalogue), default=0) or int(time.time() * 1000)
     jobs: dict[str, dict[str, Any]] = {}
 
     def job(name: str) -> dict[str, Any]:
@@ -117,24 +111,25 @@ async def snapshot(backend: object, namespace: str) -> dict[str, Any]:
         row["paused"] = control.paused
         row["trigger_id"] = control.trigger
     for entry in catalogue:
-        row = job(str(entry.job))
-        row["instances"].append(str(entry.instance))
+        row = job(entry.job)
+        row["instances"].append(entry.instance)
         # Replicas of one deploy agree; during a rolling deploy the last one listed is as good as any.
-        row["schedule"] = str(entry.schedule)
-        row["kind"] = str(entry.kind)
-        row["timezone"] = str(entry.timezone)
-        row["options"] = {str(k): str(v) for k, v in dict(entry.options).items()}
+        row.update(schedule=entry.schedule, kind=entry.kind, timezone=entry.timezone,
+                   options=dict(entry.options))
         if entry.next_slot is not None:
-            nxt = int(entry.next_slot)
+            nxt = entry.next_slot
             row["next_slot"] = nxt if row["next_slot"] is None else min(row["next_slot"], nxt)
     recent: list[dict[str, Any]] = []
     if can["history"]:
-        store = cast(_HistoryStore, backend)
+        store = cast(HistoryBackend, backend)
         for name, row in jobs.items():
             runs = [_run(r) for r in await store.history(namespace, name, RECENT_RUNS)]
+            if row["trigger"] is not None:  # in case a store keeps a trigger's runs under its record's name
+                triggered = await store.history(namespace, name + TRIGGER_SUFFIX, RECENT_RUNS)
+                runs = sorted([*runs, *map(_run, triggered)], key=_newest, reverse=True)
             row["runs"] = runs[:RUNS_PER_JOB]
             recent.extend(runs)
-    recent.sort(key=lambda r: (r["started_at"], r["slot"], r["attempt"]), reverse=True)
+    recent.sort(key=_newest, reverse=True)
     for row in jobs.values():
         if row["next_slot"] is not None:
             row["next_in_ms"] = row["next_slot"] - now
