@@ -218,3 +218,15 @@ def test_status_shows_a_trigger_record_by_its_job_name() -> None:
 
     table = asyncio.run(main())
     assert "tick (trigger)" in table and "\x1f" not in table, table
+
+
+def test_dashboard_without_its_distribution_says_what_to_install(tmp_path: Path) -> None:
+    """`anarchon dashboard` lives in the core's CLI, but the page is anarchon-dashboard's: without it,
+    one line saying what to install (the import is blocked, as if the distribution were absent)."""
+    code = ("import sys; sys.modules['anarchon_dashboard'] = None; from anarchon.cli import main; "
+            "sys.exit(main(['dashboard', 'memory://']))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          check=False, cwd=tmp_path)
+    assert done.returncode == 1 and done.stdout == "", done
+    assert done.stderr == ("anarchon dashboard: error: the dashboard is a distribution of its own: "
+                           "pip install anarchon-dashboard\n")
