@@ -317,3 +317,18 @@ def test_served_from_a_django_view(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == [["report", True]]
 
+
+
+def test_the_command_never_creates_a_store_and_checks_its_port(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from anarchon.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["dashboard", "sqlite:///nonexistent.db", "--namespace", "myapp"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'nonexistent.db' does not exist (nothing was created)" in err
+    assert list(tmp_path.iterdir()) == []
+    assert main(["dashboard", "memory://", "--port", "70000"]) == 1
+    assert "invalid --port 70000: use 1-65535" in capsys.readouterr().err
+    assert main(["dashboard", "memory://", "--namespace", " "]) == 1
+    assert "invalid --namespace ' '" in capsys.readouterr().err

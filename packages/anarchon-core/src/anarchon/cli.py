@@ -186,8 +186,8 @@ def _dashboard(args: argparse.Namespace) -> int:
         raise CliError(
             "the dashboard is a distribution of its own: pip install anarchon-dashboard"
         ) from None
-    if not 0 <= args.port <= 65535:
-        raise CliError(f"invalid --port {args.port!r}: use 1-65535 (0 picks a free one)")
+    if not 1 <= args.port <= 65535:
+        raise CliError(f"invalid --port {args.port!r}: use 1-65535")
     backend = _existing_store(args)
     anarchon_dashboard.serve(backend, namespace=args.namespace, host=args.host, port=args.port,
                              read_only=args.read_only, refresh=args.refresh)

@@ -1,7 +1,7 @@
 """The dashboard as a plain ASGI app: one page, its script and style, a JSON state and three controls.
 
     GET  /              the page (a shell: the script fills it from /api/state, as text only)
-    GET  /app.js        the script; GET /app.css the style
+    GET  /app.js        the script; /app.css the style; /icon.svg the icon
     GET  /api/state     everything the page shows, as JSON
     POST /api/pause     {"job": NAME}; likewise /api/resume and /api/trigger (403 when read-only)
 
@@ -131,7 +131,7 @@ class Dashboard:
                      [*reply.headers, *((k.decode(), v.decode()) for k, v in _SECURITY)])
 
     async def _route(self, method: str, path: str, body: bytes, headers: Mapping[str, str]) -> Reply:
-        reads = {"/": self._page, "/app.js": self._script, "/app.css": self._style,
+        reads = {"/": self._page, "/app.js": self._script, "/app.css": self._style, "/icon.svg": self._icon,
                  "/api/state": self._state}
         if path in reads:
             if method not in ("GET", "HEAD"):
@@ -159,6 +159,9 @@ class Dashboard:
 
     async def _style(self) -> Reply:
         return Reply(200, _static("app.css"), "text/css; charset=utf-8")
+
+    async def _icon(self) -> Reply:
+        return Reply(200, _static("icon.svg"), "image/svg+xml")
 
     async def _state(self) -> Reply:
         try:
