@@ -205,3 +205,82 @@ def test_read_only_shows_no_buttons_and_refuses_controls(browser: Any, cluster: 
         assert refused.value.code == 403
     tick = controls(cluster.url, cluster.namespace).get("tick", JobControl())
     assert not tick.paused and tick.trigger == 0
+
+
+HOSTILE = '<img src=x onerror="document.title=`pwned`">'
+
+
+def in_thread(step: Any) -> Any:
+    """Run a coroutine to its end in a thread of its own (this one runs Playwright's event loop)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, step).result(30)
+
+
+@contextmanager
+def served_in_process(dashboard: Any) -> Iterator[str]:
+    """`dashboard` served by uvicorn on a thread of this process."""
+    import threading
+
+    import uvicorn
+
+    port = unused_port()
+    server = uvicorn.Server(uvicorn.Config(dashboard, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_store_text_is_shown_as_text_with_schedules_next_and_recent_runs(browser: Any) -> None:
+    """A job named like markup and an error made of markup, on a store with a catalogue and a history:
+    the page shows them literally, with the schedule, the next run counting down and the runs."""
+    from playwright.sync_api import expect
+
+    from anarchon import MemoryBackend
+    from anarchon.backends import CatalogueEntry, ClaimRequest, ReleaseOutcome, RunRecord
+    from anarchon_dashboard import app
+
+    backend = MemoryBackend()
+
+    async def seed() -> None:
+        now = int(time.time() * 1000)
+        won = await backend.claim(ClaimRequest("web", HOSTILE, now - 1000, "web-1", lease_ms=30_000))
+        assert won.lease is not None
+        await backend.release(won.lease, ReleaseOutcome.FAILED)
+        await backend.publish_catalogue("web", [
+            CatalogueEntry(HOSTILE, "web-1", "every 1h", "every", "UTC", {}, now + 3_600_000),
+            CatalogueEntry("digest", "web-2", "cron '0 8 * * 1-5' (Europe/Athens)", "cron", "Europe/Athens",
+                           {}, now + 90_000),
+        ], ttl_ms=60_000)
+        await backend.record_runs("web", [RunRecord(HOSTILE, now - 1000, 1, 1, "web-1", "failed", now - 990,
+                                                    1500, f"ValueError: {HOSTILE}")], keep=10)
+
+    in_thread(seed())
+    # No poll within the test's fake time: a poll would set the countdowns from the store's time again.
+    with served_in_process(app(backend, namespace="web", refresh="1h")) as base:
+        page = browser.new_page()
+        page.clock.install()
+        page.goto(base)
+        hostile = page.locator("#jobs tbody tr").filter(has_text="<img")
+        expect(hostile).to_have_count(1)
+        assert hostile.locator("td").first.inner_text() == HOSTILE
+        assert page.locator("img").count() == 0 and page.title() != "pwned"
+        error = page.locator("#runs pre.err")
+        expect(error).to_have_text(f"ValueError: {HOSTILE}")
+        assert page.locator("#runs tbody tr").first.locator("td").nth(5).inner_text() == "failed"
+
+        digest = page.locator('tr[data-job="digest"]')
+        expect(digest.locator("td").nth(1)).to_contain_text("cron '0 8 * * 1-5' (Europe/Athens)")
+        expect(digest.locator("td").nth(3)).to_have_text("never run")
+        assert digest.locator("td").nth(7).inner_text() == "web-2"
+        due = digest.locator("td").nth(2).locator(".countdown")
+        expect(due).to_have_text(re.compile(r"^in 1 m 2\d s$"))
+        page.clock.run_for(95_000)
+        expect(due).to_have_text("due now")
