@@ -17,6 +17,7 @@ from typing import cast
 
 from ._clock import Clock
 from ._controls import ControlState
+from ._history import HistoryWriter
 from ._job import Job
 from ._keeper import Keeper
 from ._keeper_thread import Sibling, open_keeper
@@ -32,6 +33,7 @@ from .backends import (
     ClaimRequest,
     ClaimResult,
     ControlBackend,
+    HistoryBackend,
     Lease,
     LeaseBackend,
     Overlap,
@@ -59,6 +61,8 @@ class EngineConfig:
     block_limit_ms: int
     clock: Clock
     log: logging.Logger
+    history: int = 0
+    """Ended runs kept per job in the store's history; 0: no history and no catalogue written."""
 
 
 class Engine:
@@ -74,11 +78,19 @@ class Engine:
         self.tasks = Tasks(config.log)
         self.planner = Planner(config.clock, config.log, jitter_ms=config.jitter_ms,
                                horizon_ms=backend.horizon_ms)
-        self.runs = Runs(owner=owner, keeper=keeper, tasks=self.tasks, log=config.log, hook=hook,
-                         namespace=config.namespace, instance_id=config.instance_id,
-                         on_handover=self._handed_over)
         caps = backend.capabilities
         self._jobs: dict[str, Job] = {}
+        self.history: HistoryWriter | None = None
+        """Writes ended runs and this instance's jobs, on a backend that keeps them (`history`)."""
+        if config.history > 0 and Capability.HISTORY in caps:
+            self.history = HistoryWriter(
+                cast(HistoryBackend, backend), namespace=config.namespace, instance_id=config.instance_id,
+                keep=config.history, clock=config.clock, log=config.log, jobs=self._jobs.values,
+                leases=Capability.LEASE in caps,
+            )
+        self.runs = Runs(owner=owner, keeper=keeper, tasks=self.tasks, log=config.log, hook=hook,
+                         namespace=config.namespace, instance_id=config.instance_id,
+                         on_handover=self._handed_over, history=self.history)
         self.controls: ControlState | None = None
         """The cluster-wide controls, on a backend that stores them (capability `control`)."""
         if Capability.CONTROL in caps:
@@ -123,12 +135,16 @@ class Engine:
         for job in jobs:
             engine.planner.add(job)
         engine.tasks.spawn(engine.planner.run(engine._claim), "ticks", name="anarchon-ticks")
+        if engine.history is not None:
+            engine.tasks.spawn(engine.history.run(), "history", name="anarchon-history")
         return engine
 
     def add(self, job: Job) -> None:
         """Plan a job registered while running."""
         self._jobs[job.name] = job
         self.planner.add(job)
+        if self.history is not None:
+            self.history.jobs_changed()
 
     async def stop(self) -> None:
         """No new claims; let claims in flight finish; stop the runs; then the keeper."""
@@ -142,6 +158,10 @@ class Engine:
             await self.runs.stop(self._config.stop_timeout_ms / 1000)
         finally:
             await self.keeper.stop()  # whatever happened: its thread never outlives the stop
+        if self.history is not None:
+            self.tasks.cancel("history")
+            await self.tasks.wait("history", within=1)
+            await self.history.close(within_s=2)
         await self.tasks.wait(within=5)
 
     async def crash(self) -> None:

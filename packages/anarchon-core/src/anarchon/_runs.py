@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from ._context import CancelSignal, JobContext
 from ._errors import RunCancelled
+from ._history import HistoryWriter
 from ._job import Job
 from ._keeper import Held, Keeper
 from ._logs import SlotText, fields, fmt_slot, handler_exc_info, short
@@ -59,7 +60,8 @@ class Runs:
     """Every run of one scheduler while it is started."""
 
     def __init__(self, *, owner: object, keeper: Keeper, tasks: Tasks, log: logging.Logger, hook: Hook,
-                 namespace: str, instance_id: str, on_handover: Callable[[Job, int], None]) -> None:
+                 namespace: str, instance_id: str, on_handover: Callable[[Job, int], None],
+                 history: HistoryWriter | None = None) -> None:
         self._owner = owner
         self._keeper = keeper
         self._tasks = tasks
@@ -68,6 +70,7 @@ class Runs:
         self._namespace = namespace
         self._instance_id = instance_id
         self._on_handover = on_handover
+        self._history = history
         self._runs: set[_Run] = set()
         self._loggers: dict[str, logging.Logger] = {}
         self._stopping = False
@@ -212,6 +215,10 @@ class Runs:
                                SlotText(ctx.slot), ms, extra=_fields(ctx, "lost"))
         duration_ms = None if run.began is None else (asyncio.get_running_loop().time() - run.began) * 1000
         self._hook("anarchon_run_finished", ctx=ctx, outcome=outcome, error=error, duration_ms=duration_ms)
+        if self._history is not None and duration_ms is not None:
+            timed_out = ctx.signal.reason == TIMEOUT and outcome is ReleaseOutcome.FAILED
+            self._history.record(ctx, outcome, error, duration_ms,
+                                 timeout_ms=job.options.timeout_ms if timed_out else None)
         if outcome is ReleaseOutcome.HANDOVER and job.options.retry_ms is not None and not self._stopping:
             self._on_handover(job, ctx.slot)
 

@@ -29,7 +29,7 @@ from ._plugins import backend_for_url, plugin_manager, url_of
 from ._runs import running_for
 from ._schedules import At, Cron, DstFold, DstGap, Every, Schedule
 from ._thread import SchedulerThread
-from .backends import Capability, ClaimBackend, ControlBackend, JobControl, LeaseBackend
+from .backends import DEFAULT_HISTORY, Capability, ClaimBackend, ControlBackend, JobControl, LeaseBackend
 
 __all__ = ["Scheduler"]
 
@@ -41,8 +41,24 @@ H = TypeVar("H", bound=Callable[..., Any])
 L = TypeVar("L", bound=Listener)
 
 _SETTINGS = frozenset({"instance_id", "namespace", "lease", "heartbeat", "jitter", "stop_timeout", "max_skew",
-                       "block_limit", "log", "clock"})
+                       "block_limit", "log", "clock", "history"})
 _LEASE_SETTINGS = ("lease", "heartbeat", "block_limit")
+
+
+def _history_setting(backend: object, caps: frozenset[Capability], value: object) -> int:
+    """The `history` option: the default where the store keeps history, refused where it cannot."""
+    if value is None:
+        return DEFAULT_HISTORY if Capability.HISTORY in caps else 0
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise OptionError(f"invalid history {value!r}: use a whole number of runs kept per job, e.g. "
+                          f"history={DEFAULT_HISTORY}, or history=0 to keep none")
+    if value > 0 and Capability.HISTORY not in caps:
+        raise ConfigError(
+            f"option 'history' needs a backend that keeps a run history, but {backend!r} does not declare "
+            "the 'history' capability: remove 'history' (or pass history=0), or use a backend that "
+            "declares Capability.HISTORY: SQLite, PostgreSQL, Redis or MemoryBackend"
+        )
+    return value
 
 
 class Scheduler(Generic[B]):
@@ -63,6 +79,7 @@ class Scheduler(Generic[B]):
         block_limit: NeedsLeaseBackend[Never] = ...,
         log: bool | logging.Logger = False,
         clock: Clock | None = None,
+        history: int = ...,
     ) -> None: ...
 
     @overload
@@ -80,6 +97,7 @@ class Scheduler(Generic[B]):
         block_limit: Duration = "1m",
         log: bool | logging.Logger = False,
         clock: Clock | None = None,
+        history: int = DEFAULT_HISTORY,
     ) -> None: ...
 
     def __init__(self, backend: Any = None, **settings: Any) -> None:
@@ -126,6 +144,8 @@ class Scheduler(Generic[B]):
         self.max_skew_ms = parse_duration(settings.get("max_skew", "2s"), name="max_skew", allow_zero=True)
         self.block_limit_ms = parse_duration(settings.get("block_limit", "1m"), name="block_limit")
         self.clock: Clock = settings.get("clock") or SystemClock()
+        self.history: int = _history_setting(backend, caps, settings.get("history"))
+        """Ended runs kept per job in the store (0: none, and no job catalogue either)."""
         log = settings.get("log", False)
         self.log: logging.Logger = log if isinstance(log, logging.Logger) else logger
         if log is True:
@@ -305,7 +325,7 @@ class Scheduler(Generic[B]):
         self._stopping = False
         config = EngineConfig(self.namespace, self.instance_id, self.heartbeat_ms, self.jitter_ms,
                               self.stop_timeout_ms, self.max_skew_ms, self.block_limit_ms, self.clock,
-                              self.log)
+                              self.log, self.history)
         try:
             self._engine = await Engine.start(self.backend, config, list(self.jobs.values()), hook=self._hook,
                                               owner=self, sibling=self._sibling)

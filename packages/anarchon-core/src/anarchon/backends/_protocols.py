@@ -278,6 +278,9 @@ class CatalogueEntry:
     """The job's next due slot (epoch ms) when published; None when it has none left."""
     seen_at: int = 0
     """Store time of the publication, epoch ms; set by the store (ignored on write)."""
+    fingerprint: str = ""
+    """The schedule's fingerprint (as stored with the job's lease record): a reader computes later
+    slots from it once `next_slot` has passed (`anarchon.next_slot_of`)."""
 
 
 ReleaseCallback = Callable[[str, int], None]

@@ -20,10 +20,12 @@ from urllib.parse import urlsplit
 from .._schedules import to_ms
 from ..backends import (
     Capability,
+    CatalogueEntry,
     ClaimBackend,
     ClaimRequest,
     ClaimResult,
     ControlBackend,
+    HistoryBackend,
     InspectBackend,
     JobControl,
     JobState,
@@ -31,6 +33,7 @@ from ..backends import (
     LeaseBackend,
     ReleaseCallback,
     ReleaseOutcome,
+    RunRecord,
 )
 
 if TYPE_CHECKING:
@@ -327,6 +330,24 @@ class FaultyBackend:
         frozen."""
         await self._gate()
         return await cast(ControlBackend, self.inner).controls(namespace)
+
+    async def publish_catalogue(self, namespace: str, entries: Sequence[CatalogueEntry], ttl_ms: int) -> None:
+        """Publish jobs (when the wrapped backend declares `history`), unless crashed or frozen."""
+        await self._gate()
+        await cast(HistoryBackend, self.inner).publish_catalogue(namespace, entries, ttl_ms)
+
+    async def catalogue(self, namespace: str) -> list[CatalogueEntry]:
+        """Read the catalogue (when the wrapped backend declares `history`)."""
+        return await cast(HistoryBackend, self.inner).catalogue(namespace)
+
+    async def record_runs(self, namespace: str, runs: Sequence[RunRecord], keep: int) -> None:
+        """Record ended runs (when the wrapped backend declares `history`), unless crashed or frozen."""
+        await self._gate()
+        await cast(HistoryBackend, self.inner).record_runs(namespace, runs, keep)
+
+    async def history(self, namespace: str, job: str, limit: int) -> list[RunRecord]:
+        """Read a job's history (when the wrapped backend declares `history`)."""
+        return await cast(HistoryBackend, self.inner).history(namespace, job, limit)
 
     async def subscribe(self, namespace: str, callback: ReleaseCallback) -> None:
         """Subscribe; a crashed instance hears nothing more."""

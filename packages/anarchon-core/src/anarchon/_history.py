@@ -1,0 +1,233 @@
+"""The history writer: what does the store learn of this instance's jobs and of the runs that ended?
+
+Off the hot path: a run's end is put in a buffer and written with the others that end within a second,
+by one background task, in one call; the jobs are published at start and every `CATALOGUE_REFRESH_MS`
+in one call. A write that fails is logged once as a warning and its runs are dropped: history is for
+people, and it never holds up a claim, a release or a stop for long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+
+from ._clock import Clock
+from ._context import JobContext
+from ._job import Job
+from ._logs import short
+from ._schedules import At, Cron, Every, Schedule, from_ms
+from .backends import ERROR_LIMIT, CatalogueEntry, HistoryBackend, ReleaseOutcome, RunRecord
+
+__all__ = [
+    "CATALOGUE_REFRESH_MS",
+    "CATALOGUE_TTL_MS",
+    "FLUSH_MS",
+    "HistoryWriter",
+    "catalogue_entry",
+    "fmt_ms",
+    "next_slot_of",
+    "outcome_name",
+    "schedule_of",
+]
+
+CATALOGUE_REFRESH_MS = 60_000
+"""How often a scheduler publishes its jobs again."""
+CATALOGUE_TTL_MS = 3 * CATALOGUE_REFRESH_MS
+"""How long a published entry lives without a refresh: three refreshes, so one lost write is harmless."""
+FLUSH_MS = 1_000
+"""How long ended runs wait to be written together."""
+BUFFER_LIMIT = 10_000
+"""The most ended runs waiting to be written; older ones are dropped while the store stays away."""
+
+
+def fmt_ms(ms: int) -> str:
+    """A duration in the largest unit that divides it: '30s', '5m', '1h', '250ms'."""
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def _describe(schedule: Schedule) -> tuple[str, str, str]:
+    """(words, kind, timezone) of a schedule."""
+    if isinstance(schedule, Every):
+        offset = f" offset {fmt_ms(schedule.offset_ms)}" if schedule.offset_ms else ""
+        return f"every {fmt_ms(schedule.interval_ms)}{offset}", "every", "UTC"
+    if isinstance(schedule, Cron):
+        zone = "" if schedule.timezone == "UTC" else f" ({schedule.timezone})"
+        return f"cron '{schedule.expression}'{zone}", "cron", schedule.timezone
+    if isinstance(schedule, At):
+        return f"at {from_ms(schedule.when_ms).isoformat().replace('+00:00', 'Z')}", "at", "UTC"
+    return schedule.fingerprint, "custom", "UTC"
+
+
+def catalogue_entry(job: Job, instance: str, now_ms: int, *, leases: bool = True) -> CatalogueEntry:
+    """How `instance` publishes `job`: its schedule in words, its options, its next slot after `now_ms`."""
+    words, kind, zone = _describe(job.schedule)
+    o = job.options
+    options: dict[str, str] = {}
+    if leases:
+        options.update(lease=fmt_ms(o.lease_ms), heartbeat=fmt_ms(o.heartbeat_ms), overlap=str(o.overlap),
+                       max_attempts=str(o.max_attempts), catch_up=fmt_ms(o.catch_up_ms))
+        if o.retry_ms is not None:
+            options["retry"] = fmt_ms(o.retry_ms)
+    if o.timeout_ms is not None:
+        options["timeout"] = fmt_ms(o.timeout_ms)
+    if o.jitter_ms is not None:
+        options["jitter"] = fmt_ms(o.jitter_ms)
+    return CatalogueEntry(job=job.name, instance=instance, schedule=words, kind=kind, timezone=zone,
+                          options=options, next_slot=job.schedule.next_slot(now_ms),
+                          fingerprint=job.schedule.fingerprint)
+
+
+def schedule_of(fingerprint: str) -> Schedule | None:
+    """The schedule a fingerprint names, or None when it names none this version knows."""
+    kind, _, rest = fingerprint.partition(":")
+    try:
+        if kind == "every":
+            interval, _, offset = rest.partition("+")
+            return Every(int(interval), int(offset or 0))
+        if kind == "at":
+            return At(int(rest))
+        if kind == "cron":
+            expression, _, tail = rest.partition("@")
+            zone, *policy = tail.split(";")
+            opts = dict(p.split("=", 1) for p in policy)
+            return Cron(expression, zone or "UTC", opts.get("gap", "next"),  # type: ignore[arg-type]
+                        opts.get("fold", "first"))  # type: ignore[arg-type]
+    except Exception:  # a malformed fingerprint, or a schedule this version refuses
+        return None
+    return None
+
+
+def next_slot_of(entry: CatalogueEntry, now_ms: int) -> int | None:
+    """The entry's next slot as of `now_ms`: the published one while it lies ahead, else computed
+    from the schedule's fingerprint (None when it has no slot left or cannot be computed)."""
+    if entry.next_slot is not None and entry.next_slot > now_ms:
+        return entry.next_slot
+    schedule = schedule_of(entry.fingerprint) if entry.fingerprint else None
+    if schedule is None:
+        return None if entry.next_slot is None or entry.kind == "at" else entry.next_slot
+    return schedule.next_slot(now_ms)
+
+
+def outcome_name(outcome: ReleaseOutcome | None) -> str:
+    """How history names a run's end: done, failed, handover, or lost (ended without its lease)."""
+    return "lost" if outcome is None else str(outcome)
+
+
+def error_text(error: BaseException | None, *, timeout_ms: int | None = None) -> str:
+    """The error as history keeps it: `Type: message`, cut to `ERROR_LIMIT` characters."""
+    if timeout_ms is not None:
+        return f"timeout after {timeout_ms} ms"
+    if error is None:
+        return ""
+    return short(error)[:ERROR_LIMIT]
+
+
+class HistoryWriter:
+    """Writes one scheduler's ended runs and job catalogue to a history backend, in the background."""
+
+    def __init__(self, backend: HistoryBackend, *, namespace: str, instance_id: str, keep: int, clock: Clock,
+                 log: logging.Logger, jobs: Callable[[], Iterable[Job]], leases: bool = True) -> None:
+        self._backend = backend
+        self._namespace = namespace
+        self._instance_id = instance_id
+        self._keep = keep
+        self._clock = clock
+        self._log = log
+        self._jobs = jobs
+        self._leases = leases
+        self._buffer: list[RunRecord] = []
+        self._wake = asyncio.Event()
+        self._republish = False
+        self._failing: set[str] = set()
+        """What is failing now ("runs", "catalogue"): warned about once, until it works again."""
+
+    def record(self, ctx: JobContext, outcome: ReleaseOutcome | None, error: BaseException | None,
+               duration_ms: float, *, timeout_ms: int | None = None) -> None:
+        """Keep one ended run, to be written with the others that end within `FLUSH_MS`."""
+        duration = max(0, round(duration_ms))
+        run = RunRecord(job=ctx.name, slot=ctx.slot, attempt=ctx.attempt, token=ctx.token,
+                        instance=self._instance_id,
+                        outcome=outcome_name(outcome), started_at=self._clock.now_ms() - duration,
+                        duration_ms=duration, error=error_text(error, timeout_ms=timeout_ms))
+        if len(self._buffer) >= BUFFER_LIMIT:
+            del self._buffer[: len(self._buffer) - BUFFER_LIMIT + 1]
+        self._buffer.append(run)
+        self._wake.set()
+
+    def jobs_changed(self) -> None:
+        """A job was registered while running: publish the catalogue again soon."""
+        self._republish = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Publish the catalogue now and every `CATALOGUE_REFRESH_MS`; write ended runs as they come."""
+        loop = asyncio.get_running_loop()
+        refresh_s = CATALOGUE_REFRESH_MS / 1000
+        due = loop.time()
+        while True:
+            if self._republish or loop.time() >= due:
+                self._republish = False
+                await self.publish()
+                due = loop.time() + refresh_s
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, due - loop.time())):
+                    await self._wake.wait()
+            if self._wake.is_set():
+                self._wake.clear()
+                if self._buffer:
+                    await asyncio.sleep(FLUSH_MS / 1000)  # gather the runs that end meanwhile
+                    await self.flush()
+
+    async def publish(self) -> None:
+        """Publish every job of this instance, in one call."""
+        now = self._clock.now_ms()
+        entries = [catalogue_entry(job, self._instance_id, now, leases=self._leases)
+                   for job in list(self._jobs())]
+        if not entries:
+            return
+        await self._write("catalogue", lambda: self._backend.publish_catalogue(self._namespace, entries,
+                                                                                CATALOGUE_TTL_MS))
+
+    async def flush(self) -> None:
+        """Write the runs that ended, in one call; on failure they are dropped."""
+        batch, self._buffer = self._buffer, []
+        if not batch:
+            return
+        try:
+            await self._write("runs", lambda: self._backend.record_runs(self._namespace, batch, self._keep),
+                              dropped=len(batch))
+        except asyncio.CancelledError:
+            self._buffer[:0] = batch  # a stop cut the write short: the final flush writes them
+            raise
+
+    async def close(self, within_s: float) -> None:
+        """The final flush at a stop, given up after `within_s`."""
+        try:
+            async with asyncio.timeout(within_s):
+                await self.flush()
+        except TimeoutError:
+            self._log.warning("history: %d ended run(s) not written within %.1f s of the stop; dropped",
+                              len(self._buffer), within_s)
+
+    async def _write(self, what: str, call: Callable[[], Awaitable[None]], *, dropped: int = 0) -> None:
+        try:
+            await call()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            level = logging.DEBUG if what in self._failing else logging.WARNING
+            self._failing.add(what)
+            lost = f"; {dropped} run(s) dropped" if dropped else ""
+            self._log.log(level, "history: writing the %s to %s failed: %s%s (history is best effort: "
+                          "the jobs run on; warned once until it works again)", what, self._backend.url,
+                          short(exc), lost)
+            return
+        if what in self._failing:
+            self._failing.discard(what)
+            self._log.info("history: writing the %s to %s works again", what, self._backend.url)
+
