@@ -20,7 +20,7 @@ from starlette.testclient import TestClient
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import anarchon_dashboard
-from anarchon import MemoryBackend, MemoryClaimBackend
+from anarchon import Every, MemoryBackend, MemoryClaimBackend
 from anarchon.backends import CatalogueEntry, ClaimRequest, MemoryStore, ReleaseOutcome, RunRecord
 from anarchon.testing import ManualClock
 from anarchon_dashboard import Dashboard
@@ -98,6 +98,20 @@ async def test_the_state_has_holders_leases_schedules_next_and_recent_runs(
     report = next(j for j in (await state(anarchon_dashboard.app(backend, namespace=NS)))["jobs"]
                   if j["job"] == "report")
     assert report["record"]["holder"] == "" and report["record"]["expires_in_ms"] is None
+
+
+async def test_a_next_run_published_in_the_past_is_computed_from_the_schedule(
+        backend: MemoryBackend, clock: ManualClock) -> None:
+    """Replicas publish their jobs once a minute: by the time the page reads an entry, the slot it
+    published may be past, and the next one follows from the schedule's fingerprint."""
+    start = clock.now - clock.now % 10_000
+    entry = CatalogueEntry("sync", "host-a", "every 10s", "every", "UTC", {}, start + 10_000,
+                           fingerprint=Every(10_000).fingerprint)
+    await backend.publish_catalogue(NS, [entry], ttl_ms=180_000)
+    clock.advance(35_000)
+    await backend.claim(ClaimRequest(NS, "sync", start + 30_000, "host-a"))  # the page reads store time
+    sync = (await state(anarchon_dashboard.app(backend, namespace=NS)))["jobs"][0]
+    assert (sync["next_slot"], sync["next_in_ms"]) == (start + 40_000, start + 40_000 - clock.now)
 
 
 async def test_a_store_without_history_or_controls_is_shown_with_a_note_saying_why() -> None:

@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from anarchon import Capability, JobState, JobStatus
 from anarchon._controls import TRIGGER_SUFFIX
+from anarchon._history import next_slot_of
 from anarchon.backends import CatalogueEntry, ControlBackend, HistoryBackend, InspectBackend, RunRecord
 
 __all__ = ["RUNS_PER_JOB", "RECENT_RUNS", "TRIGGER_SUFFIX", "snapshot"]
@@ -91,8 +92,8 @@ async def snapshot(backend: object, namespace: str) -> dict[str, Any]:
         notes.append(f"{type(backend).__name__} keeps no job catalogue or run history (it lacks the "
                      "'history' capability): schedules, next runs and recent runs are not shown")
 
-    now = max((s.now for s in states), default=0)
-    now = now or max((e.seen_at for e in catalogue), default=0) or int(time.time() * 1000)
+    # The store's time as its records were read; with no record to read it from, this machine's.
+    now = max((s.now for s in states), default=0) or int(time.time() * 1000)
     jobs: dict[str, dict[str, Any]] = {}
 
     def job(name: str) -> dict[str, Any]:
@@ -116,8 +117,9 @@ async def snapshot(backend: object, namespace: str) -> dict[str, Any]:
         # Replicas of one deploy agree; during a rolling deploy the last one listed is as good as any.
         row.update(schedule=entry.schedule, kind=entry.kind, timezone=entry.timezone,
                    options=dict(entry.options))
-        if entry.next_slot is not None:
-            nxt = entry.next_slot
+        # Published once a minute: a slot already past is computed again from the schedule.
+        nxt = next_slot_of(entry, now)
+        if nxt is not None:
             row["next_slot"] = nxt if row["next_slot"] is None else min(row["next_slot"], nxt)
     recent: list[dict[str, Any]] = []
     if can["history"]:
