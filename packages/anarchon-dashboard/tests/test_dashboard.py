@@ -114,6 +114,21 @@ async def test_a_next_run_published_in_the_past_is_computed_from_the_schedule(
     assert (sync["next_slot"], sync["next_in_ms"]) == (start + 40_000, start + 40_000 - clock.now)
 
 
+async def test_open_pages_share_one_read_per_half_refresh_and_a_control_reads_again(
+        backend: MemoryBackend, clock: ManualClock) -> None:
+    await seed(backend, clock)
+    dashboard = anarchon_dashboard.app(backend, namespace=NS, refresh="1h")
+    first = await state(dashboard)
+    calls = backend.store.calls
+    second = await state(dashboard)
+    assert backend.store.calls == calls and second["jobs"] == first["jobs"]
+    assert 0 <= second["age_ms"] < 60_000
+    await dashboard.respond("POST", "/api/pause", b'{"job": "report"}', JSON)
+    calls = backend.store.calls
+    report = next(j for j in (await state(dashboard))["jobs"] if j["job"] == "report")
+    assert backend.store.calls > calls and report["paused"] and report["record"]["holder"] == "host-a"
+
+
 async def test_a_store_without_history_or_controls_is_shown_with_a_note_saying_why() -> None:
     data = await state(anarchon_dashboard.app(MemoryClaimBackend(), namespace=NS))
     assert data["jobs"] == [] and data["recent"] == []

@@ -15,6 +15,7 @@ import asyncio
 import html
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -94,6 +95,8 @@ class Dashboard:
         self._owned = isinstance(store, str)
         self._opened = False
         self._lock = asyncio.Lock()
+        self._cache: tuple[float, dict[str, Any]] | None = None
+        """(monotonic time of the read, what was read)."""
 
     def __repr__(self) -> str:
         return f"Dashboard({self.url!r}, namespace={self.namespace!r}, read_only={self.read_only})"
@@ -164,16 +167,21 @@ class Dashboard:
         return Reply(200, _static("icon.svg"), "image/svg+xml")
 
     async def _state(self) -> Reply:
-        try:
-            await self.open()
-            state = await snapshot(self.backend, self.namespace)
-        except Exception as exc:
-            message = " ".join(str(exc).split()) or type(exc).__name__
-            log.warning("dashboard: reading namespace %r from %s failed: %s", self.namespace, self.url,
-                        message)
-            return _error(503, f"cannot read {self.url}: {message}")
-        state.update(store=self.url, read_only=self.read_only)
-        return _json(200, state)
+        # Several open pages share one read per half refresh: the store's load does not grow with them.
+        # `age_ms` tells the page how old the read is, so its countdowns start from the right time.
+        now = time.monotonic()
+        if self._cache is None or (now - self._cache[0]) * 1000 >= self.refresh_ms / 2:
+            try:
+                await self.open()
+                self._cache = (time.monotonic(), await snapshot(self.backend, self.namespace))
+            except Exception as exc:
+                message = " ".join(str(exc).split()) or type(exc).__name__
+                log.warning("dashboard: reading namespace %r from %s failed: %s", self.namespace, self.url,
+                            message)
+                return _error(503, f"cannot read {self.url}: {message}")
+        read_at, state = self._cache
+        age = max(0, round((time.monotonic() - read_at) * 1000))
+        return _json(200, {**state, "store": self.url, "read_only": self.read_only, "age_ms": age})
 
     async def _control(self, verb: str, body: bytes, headers: Mapping[str, str]) -> Reply:
         if self.read_only:
@@ -204,6 +212,7 @@ class Dashboard:
             message = " ".join(str(exc).split()) or type(exc).__name__
             log.warning("dashboard: %s %r in namespace %r failed: %s", verb, job, self.namespace, message)
             return _error(503, f"cannot {verb} {job!r}: {message}")
+        self._cache = None  # the page reads its change back at once
         log.info("dashboard: %s %r in namespace %r", verb, job, self.namespace)
         return _json(200, {"job": job, "paused": control.paused, "trigger": control.trigger})
 

@@ -8,6 +8,7 @@ capability is still shown; the page says what it cannot show and why.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, cast
 
@@ -124,14 +125,16 @@ async def snapshot(backend: object, namespace: str) -> dict[str, Any]:
     recent: list[dict[str, Any]] = []
     if can["history"]:
         store = cast(HistoryBackend, backend)
-        for name, row in jobs.items():
-            runs = [_run(r) for r in await store.history(namespace, name, RECENT_RUNS)]
-            if row["trigger"] is not None:  # in case a store keeps a trigger's runs under its record's name
-                triggered = await store.history(namespace, name + TRIGGER_SUFFIX, RECENT_RUNS)
-                runs = sorted([*runs, *map(_run, triggered)], key=_newest, reverse=True)
-            row["runs"] = runs[:RUNS_PER_JOB]
-            recent.extend(runs)
-    recent.sort(key=_newest, reverse=True)
+        # One read per job (the store has no namespace-wide one), sent together.
+        names = [*jobs, *(name + TRIGGER_SUFFIX for name, row in jobs.items() if row["trigger"] is not None)]
+        found = await asyncio.gather(*(store.history(namespace, name, RECENT_RUNS) for name in names))
+        for runs in found:
+            recent.extend(map(_run, runs))
+        recent.sort(key=_newest, reverse=True)
+        for run in recent:
+            runs_of = jobs[run["job"]]["runs"]
+            if len(runs_of) < RUNS_PER_JOB:
+                runs_of.append(run)
     for row in jobs.values():
         if row["next_slot"] is not None:
             row["next_in_ms"] = row["next_slot"] - now

@@ -107,7 +107,8 @@
     const row = el("tr");
     row.dataset.job = job.job;
     const schedule = el("td", {}, job.schedule ? el("code", {}, job.schedule) : "—");
-    if (job.timezone && job.timezone !== "UTC") schedule.append(el("span", { class: "sub" }, job.timezone));
+    const options = Object.entries(job.options || {}).map(([key, value]) => `${key} ${value}`);
+    if (options.length) schedule.append(el("span", { class: "sub" }, options.join(" · ")));
     const next = el("td", { class: "num" });
     if (job.paused) next.append("paused");
     else if (job.next_slot !== null && job.next_slot !== undefined) {
@@ -173,7 +174,7 @@
       const data = await response.json();
       if (mine !== sequence) return;
       if (!response.ok) { showError(data.error || `HTTP ${response.status}`); return; }
-      fetchedAt = performance.now();
+      fetchedAt = performance.now() - (data.age_ms || 0);
       render(data);
     } catch (err) {
       if (mine === sequence) showError(`the dashboard cannot be reached: ${err}`);
