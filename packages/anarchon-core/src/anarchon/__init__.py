@@ -56,6 +56,7 @@ from ._errors import (
     SchemaMismatch,
 )
 from ._events import Event
+from ._history import next_slot_of
 from ._job import Job
 from ._options import ClaimJobOptions, LeaseJobOptions
 from ._plugins import PluginError, backend_classes, backend_for_url, plugin_errors, plugin_manager
@@ -144,6 +145,7 @@ __all__ = [
     "every",
     "from_ms",
     "hookimpl",
+    "next_slot_of",
     "parse_duration",
     "plugin_errors",
     "plugin_manager",

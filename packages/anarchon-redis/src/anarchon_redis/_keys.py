@@ -30,6 +30,14 @@ class Keys:
         """The claim-only backend's per-job stream."""
         return self.job(namespace, job) + ":stream"
 
+    def history(self, namespace: str, job: str) -> str:
+        """The job's ended runs, newest kept (capability `history`)."""
+        return self.job(namespace, job) + ":history"
+
+    def catalogue(self, namespace: str) -> str:
+        """The hash of the namespace's published jobs, a field per (job, instance) (capability `history`)."""
+        return f"{{{self.prefix}:{_escape(namespace)}}}:catalogue"
+
     def index(self, namespace: str) -> str:
         """The set of job names in a namespace (for `jobs()`)."""
         return f"{{{self.prefix}:{_escape(namespace)}}}:jobs"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import random
 import time
@@ -13,8 +14,10 @@ from typing import Any, ClassVar
 
 from anarchon import BackendError, BackendUnavailable, Duration, parse_duration
 from anarchon.backends import (
+    ERROR_LIMIT,
     BackendBase,
     Capability,
+    CatalogueEntry,
     ClaimOutcome,
     ClaimRequest,
     ClaimResult,
@@ -27,6 +30,7 @@ from anarchon.backends import (
     Overlap,
     ReleaseCallback,
     ReleaseOutcome,
+    RunRecord,
     redact_url,
 )
 
@@ -224,6 +228,10 @@ _RENEW, _RENEW_BATCH = Script(_scripts.RENEW), Script(_scripts.RENEW_BATCH)
 _RELEASE, _RELEASE_BATCH = Script(_scripts.RELEASE), Script(_scripts.RELEASE_BATCH)
 _INSPECT = Script(_scripts.INSPECT)
 _SET_CONTROL = Script(_scripts.SET_CONTROL)
+_RECORD_RUNS = Script(_scripts.RECORD_RUNS)
+_PUBLISH_CATALOGUE = Script(_scripts.PUBLISH_CATALOGUE)
+_CATALOGUE = Script(_scripts.CATALOGUE)
+_RUN_FIELDS = RunRecord.__slots__
 
 
 def _wait_replicas(value: object) -> int:
@@ -239,7 +247,8 @@ class RedisBackend(RedisStore, LeaseBackendBase):
     """A lease backend on Redis: every operation is one Lua script, releases are pushed by pub/sub."""
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT, Capability.CONTROL}
+        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT, Capability.CONTROL,
+         Capability.HISTORY}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster",
                                               "redis+sentinel", "rediss+sentinel")
@@ -280,7 +289,7 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         async with self._op("connecting"):
             await self.client.ping()
             for script in (_CLAIM, _CLAIM_BATCH, _RENEW, _RENEW_BATCH, _RELEASE, _RELEASE_BATCH, _INSPECT,
-                           _SET_CONTROL):
+                           _SET_CONTROL, _RECORD_RUNS, _PUBLISH_CATALOGUE, _CATALOGUE):
                 await self.client.script_load(script.source)
 
     async def _shutdown(self) -> None:
@@ -521,6 +530,60 @@ class RedisBackend(RedisStore, LeaseBackendBase):
             paused, _, trigger = _s(value).partition(":")
             found[_s(job)] = JobControl(paused == "1", int(trigger))
         return found
+
+    # -- history ---------------------------------------------------------------------------------
+
+    async def publish_catalogue(self, namespace: str, entries: Sequence[CatalogueEntry], ttl_ms: int) -> None:
+        """Upsert one entry per (job, instance) in one script; drop expired ones (see `HistoryBackend`)."""
+        args: list[Any] = [ttl_ms]
+        for e in entries:
+            args.append(json.dumps([e.job, e.instance], ensure_ascii=False))
+            args.append(json.dumps({
+                "schedule": e.schedule, "kind": e.kind, "timezone": e.timezone, "options": e.options,
+                "next_slot": e.next_slot, "fingerprint": e.fingerprint,
+            }, ensure_ascii=False, sort_keys=True))
+        await self._eval_many(_PUBLISH_CATALOGUE, [([self.keys.catalogue(namespace)], args)],
+                              "publishing the catalogue")
+
+    async def catalogue(self, namespace: str) -> list[CatalogueEntry]:
+        """Every live catalogue entry in a namespace, by job then instance: one script."""
+        [reply] = await self._eval_many(_CATALOGUE, [([self.keys.catalogue(namespace)], [])],
+                                        "reading the catalogue")
+        now, flat = int(reply[0]), reply[1]
+        found: list[CatalogueEntry] = []
+        for i in range(0, len(flat), 2):
+            expires, seen, body = _s(flat[i + 1]).split("|", 2)
+            if int(expires) <= now:
+                continue
+            job, instance = json.loads(_s(flat[i]))
+            e = json.loads(body)
+            found.append(CatalogueEntry(job=job, instance=instance, schedule=e["schedule"], kind=e["kind"],
+                                        timezone=e["timezone"], options=e["options"],
+                                        next_slot=e["next_slot"], seen_at=int(seen),
+                                        fingerprint=e.get("fingerprint", "")))
+        found.sort(key=lambda e: (e.job, e.instance))
+        return found
+
+    async def record_runs(self, namespace: str, runs: Sequence[RunRecord], keep: int) -> None:
+        """Append ended runs: one script per job, all in one round trip (see `HistoryBackend`)."""
+        by_job: dict[str, list[Any]] = {}
+        for r in runs:
+            args = by_job.setdefault(r.job, [keep])
+            run = {name: getattr(r, name) for name in _RUN_FIELDS}
+            run["error"] = r.error[:ERROR_LIMIT]
+            args.append(r.slot * 1000 + min(r.attempt, 999))
+            args.append(json.dumps(run, ensure_ascii=False, sort_keys=True))
+        calls = [([self.keys.history(namespace, job)], args) for job, args in by_job.items()]
+        if calls:
+            await self._eval_many(_RECORD_RUNS, calls, "recording runs")
+
+    async def history(self, namespace: str, job: str, limit: int) -> list[RunRecord]:
+        """A job's newest runs, newest first, at most `limit`: one ZREVRANGE."""
+        if limit <= 0:
+            return []
+        async with self._op("reading history"):
+            raw = await self.client.zrevrange(self.keys.history(namespace, job), 0, limit - 1)
+        return [RunRecord(**json.loads(_s(member))) for member in raw]
 
     # -- pushed releases -------------------------------------------------------------------------
 

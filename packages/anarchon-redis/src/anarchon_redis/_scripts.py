@@ -13,7 +13,7 @@ Time is the server's: `TIME` is read once, at the top of each script.
 from __future__ import annotations
 
 __all__ = ["CLAIM", "CLAIM_BATCH", "INSPECT", "RELEASE", "RELEASE_BATCH", "RENEW", "RENEW_BATCH",
-           "SET_CONTROL", "STREAM_CLAIM"]
+           "CATALOGUE", "PUBLISH_CATALOGUE", "RECORD_RUNS", "SET_CONTROL", "STREAM_CLAIM"]
 
 _COMMON = r"""
 local t = redis.call('TIME')
@@ -244,4 +244,42 @@ if ARGV[2] ~= '' then paused = tonumber(ARGV[2]) end
 if ARGV[3] == '1' then trigger = math.max(now, trigger + 1) end
 redis.call('HSET', KEYS[1], ARGV[1], string.format('%d:%d', paused, trigger))
 return {paused, trigger}
+"""
+
+RECORD_RUNS = r"""
+-- KEYS[1]: the job's history, a sorted set of JSON runs scored slot * 1000 + attempt.
+-- ARGV: keep, then (score, run) pairs. A run recorded again for its (slot, attempt) replaces the first.
+for i = 2, #ARGV, 2 do
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], ARGV[i], ARGV[i])
+  redis.call('ZADD', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(tonumber(ARGV[1]) + 1))
+return 1
+"""
+
+PUBLISH_CATALOGUE = r"""
+-- KEYS[1]: the namespace's catalogue hash: JSON [job, instance] -> 'expires_at|seen_at|' .. JSON entry.
+-- ARGV: ttl_ms, then (field, entry) pairs. Expired entries are dropped; the hash lives as long as its
+-- longest-lived entry.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[1])
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local expires = tonumber(string.match(all[i + 1], '^(%d+)|'))
+  if expires == nil or expires <= now then redis.call('HDEL', KEYS[1], all[i]) end
+end
+local stamp = string.format('%d|%d|', now + ttl, now)
+for i = 2, #ARGV, 2 do
+  redis.call('HSET', KEYS[1], ARGV[i], stamp .. ARGV[i + 1])
+end
+if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+return now
+"""
+
+CATALOGUE = r"""
+-- KEYS[1]: the namespace's catalogue hash. Returns {now, HGETALL}: the caller keeps the live entries.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return {now, redis.call('HGETALL', KEYS[1])}
 """

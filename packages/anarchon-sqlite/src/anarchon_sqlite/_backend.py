@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import random
@@ -18,7 +19,9 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from anarchon import BackendError, BackendUnavailable, Duration, parse_duration
 from anarchon.backends import (
+    ERROR_LIMIT,
     Capability,
+    CatalogueEntry,
     ClaimRequest,
     ClaimResult,
     JobControl,
@@ -28,12 +31,21 @@ from anarchon.backends import (
     LeaseBackendBase,
     LeaseRecord,
     ReleaseOutcome,
+    RunRecord,
     decide,
     decide_release,
     decide_renew,
 )
 
-from ._schema import SCHEMA_VERSION, controls_table, ensure_controls, ensure_schema
+from ._schema import (
+    SCHEMA_VERSION,
+    catalogue_table,
+    controls_table,
+    ensure_controls,
+    ensure_history,
+    ensure_schema,
+    history_table,
+)
 
 __all__ = ["SqliteBackend"]
 
@@ -146,7 +158,7 @@ class SqliteBackend(LeaseBackendBase):
     """
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.INSPECT, Capability.CONTROL}
+        {Capability.CLAIM, Capability.LEASE, Capability.INSPECT, Capability.CONTROL, Capability.HISTORY}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("sqlite",)
 
@@ -209,6 +221,25 @@ class SqliteBackend(LeaseBackendBase):
         self._sql_set_control = (f"INSERT OR REPLACE INTO {ct} (namespace, job, paused, trigger_id) "
                                  "VALUES (?, ?, ?, ?)")
         self._sql_controls = f"SELECT job, paused, trigger_id FROM {ct} WHERE namespace = ?"
+        ht = f'"{history_table(self.table)}"'
+        self._sql_record = (f"INSERT OR REPLACE INTO {ht} (namespace, job, slot, attempt, token, instance, "
+                            "outcome, started_at, duration_ms, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        self._sql_oldest_kept = (f"SELECT slot, attempt FROM {ht} WHERE namespace = ? AND job = ? "
+                                 "ORDER BY slot DESC, attempt DESC LIMIT 1 OFFSET ?")
+        self._sql_trim = (f"DELETE FROM {ht} WHERE namespace = ? AND job = ? "
+                          "AND (slot < ? OR (slot = ? AND attempt < ?))")
+        self._sql_history = (f"SELECT job, slot, attempt, token, instance, outcome, started_at, duration_ms, "
+                             f"error FROM {ht} WHERE namespace = ? AND job = ? "
+                             "ORDER BY slot DESC, attempt DESC LIMIT ?")
+        cat = f'"{catalogue_table(self.table)}"'
+        self._sql_expire = f"DELETE FROM {cat} WHERE namespace = ? AND expires_at <= ?"
+        self._sql_publish = (f"INSERT OR REPLACE INTO {cat} (namespace, job, instance, schedule, kind, "
+                             "timezone, options, next_slot, fingerprint, seen_at, expires_at) "
+                             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        self._sql_catalogue = (f"SELECT job, instance, schedule, kind, timezone, options, next_slot, "
+                               f"seen_at, fingerprint FROM {cat} "
+                               f"WHERE namespace = ? AND expires_at > {NOW_MS} "
+                               "ORDER BY job, instance")
 
     @classmethod
     def from_url(cls, url: str) -> SqliteBackend:
@@ -307,6 +338,7 @@ class SqliteBackend(LeaseBackendBase):
         def schema(c: Conn) -> None:
             ensure_schema(c, self.table, self.url)
             ensure_controls(c, self.table)
+            ensure_history(c, self.table)
 
         _transaction(schema)(conn)
 
@@ -497,3 +529,56 @@ class SqliteBackend(LeaseBackendBase):
             return {str(job): JobControl(bool(paused), int(trigger)) for job, paused, trigger in rows}
 
         return await self._call("controls", read)
+
+    async def publish_catalogue(self, namespace: str, entries: Sequence[CatalogueEntry], ttl_ms: int) -> None:
+        """Upsert one entry per (job, instance) in one transaction, dropping expired ones
+        (see `HistoryBackend`)."""
+        batch = list(entries)
+
+        def body(conn: Conn) -> None:
+            now = self._now(conn)
+            conn.execute(self._sql_expire, (namespace, now))
+            for e in batch:
+                conn.execute(self._sql_publish, (
+                    namespace, e.job, e.instance, e.schedule, e.kind, e.timezone,
+                    json.dumps(e.options, sort_keys=True), e.next_slot, e.fingerprint, now, now + ttl_ms))
+
+        await self._call("publish_catalogue", _transaction(body))
+
+    async def catalogue(self, namespace: str) -> list[CatalogueEntry]:
+        """Every live catalogue entry in a namespace, by job then instance."""
+
+        def read(conn: Conn) -> list[CatalogueEntry]:
+            rows = conn.execute(self._sql_catalogue, (namespace,)).fetchall()
+            return [CatalogueEntry(job=r[0], instance=r[1], schedule=r[2], kind=r[3], timezone=r[4],
+                                   options=json.loads(r[5]), next_slot=r[6], seen_at=int(r[7]),
+                                   fingerprint=r[8]) for r in rows]
+
+        return await self._call("catalogue", read)
+
+    async def record_runs(self, namespace: str, runs: Sequence[RunRecord], keep: int) -> None:
+        """Append ended runs in one transaction; each job keeps its newest `keep` (see `HistoryBackend`)."""
+        batch = list(runs)
+        if not batch:
+            return
+
+        def body(conn: Conn) -> None:
+            for r in batch:
+                conn.execute(self._sql_record, (
+                    namespace, r.job, r.slot, r.attempt, r.token, r.instance, r.outcome, r.started_at,
+                    r.duration_ms, r.error[:ERROR_LIMIT]))
+            for job in dict.fromkeys(r.job for r in batch):
+                oldest = conn.execute(self._sql_oldest_kept, (namespace, job, keep - 1)).fetchone()
+                if oldest is not None:
+                    conn.execute(self._sql_trim, (namespace, job, oldest[0], oldest[0], oldest[1]))
+
+        await self._call("record_runs", _transaction(body))
+
+    async def history(self, namespace: str, job: str, limit: int) -> list[RunRecord]:
+        """A job's newest runs, newest first, at most `limit`."""
+
+        def read(conn: Conn) -> list[RunRecord]:
+            rows = conn.execute(self._sql_history, (namespace, job, max(limit, 0))).fetchall()
+            return [RunRecord(*r) for r in rows]
+
+        return await self._call("history", read)

@@ -6,7 +6,8 @@ import sqlite3
 
 from anarchon import SchemaMismatch
 
-__all__ = ["COLUMNS", "META_TABLE", "SCHEMA_VERSION", "controls_table", "ensure_controls", "ensure_schema"]
+__all__ = ["COLUMNS", "META_TABLE", "SCHEMA_VERSION", "catalogue_table", "controls_table", "ensure_controls",
+           "ensure_history", "ensure_schema", "history_table"]
 
 SCHEMA_VERSION = 1
 """Bump this, and add a step to `_MIGRATIONS`, whenever the table's shape changes."""
@@ -130,4 +131,51 @@ def ensure_controls(conn: sqlite3.Connection, table: str) -> None:
             paused     INTEGER NOT NULL,   -- 1 while the job is paused
             trigger_id INTEGER NOT NULL,   -- the newest trigger's id (store time, epoch ms); 0: none
             PRIMARY KEY (namespace, job)
+        ) WITHOUT ROWID""")
+
+
+def history_table(table: str) -> str:
+    """The name of the table that keeps the ended runs of the jobs whose records are in `table`."""
+    return f"{table}_history"
+
+
+def catalogue_table(table: str) -> str:
+    """The name of the table where schedulers publish the jobs whose records are in `table`."""
+    return f"{table}_catalogue"
+
+
+def ensure_history(conn: sqlite3.Connection, table: str) -> None:
+    """Create the history and catalogue tables of `table` when they are missing (capability `history`).
+
+    New tables beside the records, not a change to them: a replica of an older anarchon-sqlite
+    still opens the file, and never reads them.
+    """
+    conn.execute(f"""
+        CREATE TABLE IF NOT EXISTS "{history_table(table)}" (
+            namespace   TEXT    NOT NULL,
+            job         TEXT    NOT NULL,
+            slot        INTEGER NOT NULL,   -- epoch ms, UTC
+            attempt     INTEGER NOT NULL,
+            token       INTEGER NOT NULL,
+            instance    TEXT    NOT NULL,
+            outcome     TEXT    NOT NULL,   -- done, failed, handover, lost
+            started_at  INTEGER NOT NULL,   -- epoch ms, by the instance's clock
+            duration_ms INTEGER NOT NULL,
+            error       TEXT    NOT NULL,
+            PRIMARY KEY (namespace, job, slot, attempt)
+        ) WITHOUT ROWID""")
+    conn.execute(f"""
+        CREATE TABLE IF NOT EXISTS "{catalogue_table(table)}" (
+            namespace   TEXT    NOT NULL,
+            job         TEXT    NOT NULL,
+            instance    TEXT    NOT NULL,
+            schedule    TEXT    NOT NULL,
+            kind        TEXT    NOT NULL,
+            timezone    TEXT    NOT NULL,
+            options     TEXT    NOT NULL,   -- a JSON object of strings
+            next_slot   INTEGER,            -- epoch ms; NULL when the job has no slot left
+            fingerprint TEXT    NOT NULL,
+            seen_at     INTEGER NOT NULL,   -- store time, epoch ms
+            expires_at  INTEGER NOT NULL,   -- store time, epoch ms
+            PRIMARY KEY (namespace, job, instance)
         ) WITHOUT ROWID""")
