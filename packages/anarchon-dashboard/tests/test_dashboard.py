@@ -112,6 +112,7 @@ async def test_a_next_run_published_in_the_past_is_computed_from_the_schedule(
     await backend.claim(ClaimRequest(NS, "sync", start + 30_000, "host-a"))  # the page reads store time
     sync = (await state(anarchon_dashboard.app(backend, namespace=NS)))["jobs"][0]
     assert (sync["next_slot"], sync["next_in_ms"]) == (start + 40_000, start + 40_000 - clock.now)
+    assert sync["every_ms"] == 10_000  # the page moves an interval job's next run on between polls
 
 
 async def test_open_pages_share_one_read_per_half_refresh_and_a_control_reads_again(

@@ -22,6 +22,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -122,6 +123,12 @@ def controls(url: str, namespace: str) -> dict[str, JobControl]:
         return pool.submit(asyncio.run, read()).result(30)
 
 
+def utc(text: str, plus_ms: int) -> str:
+    """A time as the page writes it ("2026-12-01 22:06:31Z"), `plus_ms` later."""
+    when = datetime.strptime(text, "%Y-%m-%d %H:%M:%SZ").replace(tzinfo=UTC) + timedelta(milliseconds=plus_ms)
+    return when.strftime("%Y-%m-%d %H:%M:%SZ")
+
+
 def seconds(text: str) -> float:
     found = re.fullmatch(r"(\d+\.\d) s", text.strip())
     assert found, f"not a countdown: {text!r}"
@@ -178,9 +185,25 @@ def test_pause_and_resume_from_the_page_reach_every_replica(browser: Any, cluste
         expect(tick.locator('button[data-verb="pause"]')).to_be_visible()
         cluster.assert_one_winner()
 
-        page.clock.run_for(2500)  # one poll more, so that the page shows the runs since the resume
+        assert errors == [], errors
+
+        # On real time now: each replica's registration, and the runs the replicas wrote to the history.
+        view = browser.new_page(viewport={"width": 1280, "height": 720})
+        view.on("pageerror", lambda exc: errors.append(str(exc)))
+        view.goto(base)
+        row = view.locator('tr[data-job="tick"]')
+        expect(row.locator("td").nth(1)).to_contain_text("every 1s")
+        for instance in instances.values():
+            expect(row.locator("td").nth(7)).to_contain_text(instance)
+        next_run = row.locator("td").nth(2).locator(".countdown")
+        expect(next_run).to_have_text(re.compile(r"^in \d\.\d s$"))
+        runs = view.locator("#runs tbody tr").filter(has_text="tick")
+        expect(runs.first).to_be_visible()
+        assert runs.first.locator("td").nth(4).inner_text() in instances.values()
+        expect(runs.first.locator("td").nth(5)).to_have_text("done")
+        time.sleep(1)
         shot = Path(os.environ.get("ANARCHON_DASHBOARD_SCREENSHOT") or tmp_path / "dashboard.png")
-        page.screenshot(path=str(shot), full_page=True)
+        view.screenshot(path=str(shot), full_page=True)
         assert shot.stat().st_size > 10_000
         assert errors == [], errors
 
@@ -243,7 +266,7 @@ def test_store_text_is_shown_as_text_with_schedules_next_and_recent_runs(browser
     the page shows them literally, with the schedule, the next run counting down and the runs."""
     from playwright.sync_api import expect
 
-    from anarchon import MemoryBackend
+    from anarchon import Every, MemoryBackend
     from anarchon.backends import CatalogueEntry, ClaimRequest, ReleaseOutcome, RunRecord
     from anarchon_dashboard import app
 
@@ -258,6 +281,8 @@ def test_store_text_is_shown_as_text_with_schedules_next_and_recent_runs(browser
             CatalogueEntry(HOSTILE, "web-1", "every 1h", "every", "UTC", {}, now + 3_600_000),
             CatalogueEntry("digest", "web-2", "cron '0 8 * * 1-5' (Europe/Athens)", "cron", "Europe/Athens",
                            {}, now + 90_000),
+            CatalogueEntry("sync", "web-2", "every 1m", "every", "UTC", {}, now - now % 60_000 + 60_000,
+                           fingerprint=Every(60_000).fingerprint),
         ], ttl_ms=60_000)
         await backend.record_runs("web", [RunRecord(HOSTILE, now - 1000, 1, 1, "web-1", "failed", now - 990,
                                                     1500, f"ValueError: {HOSTILE}")], keep=10)
@@ -282,5 +307,14 @@ def test_store_text_is_shown_as_text_with_schedules_next_and_recent_runs(browser
         assert digest.locator("td").nth(7).inner_text() == "web-2"
         due = digest.locator("td").nth(2).locator(".countdown")
         expect(due).to_have_text(re.compile(r"^in 1 m 2\d s$"))
-        page.clock.run_for(95_000)
-        expect(due).to_have_text("due now")
+        sync = page.locator('tr[data-job="sync"]').locator("td").nth(2)
+        expect(sync.locator(".countdown")).to_have_text(re.compile(r"^in (\d+\.\d s|1 m 00 s)$"))
+        first = sync.locator(".sub").inner_text()
+        page.clock.run_for(61_000)  # the interval job's next run moves on by itself, one period
+        expect(sync.locator(".countdown")).to_have_text(re.compile(r"^in (\d+\.\d s|1 m 00 s)$"))
+        assert sync.locator(".sub").inner_text() == utc(first, 60_000), first
+        expect(due).to_have_text(re.compile(r"^in 2\d\.\d s$"))
+        # The cron job's slot comes due: the page reads again at once, not at its next poll (an hour).
+        with page.expect_request("**/api/state"):
+            page.clock.run_for(35_000)
+        expect(due).to_have_text(re.compile(r"^in 1 m 2\d s$"))  # fake time moved on, the store's did not

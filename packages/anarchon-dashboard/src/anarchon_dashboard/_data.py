@@ -12,9 +12,9 @@ import asyncio
 import time
 from typing import Any, cast
 
-from anarchon import Capability, JobState, JobStatus
+from anarchon import Capability, Every, JobState, JobStatus
 from anarchon._controls import TRIGGER_SUFFIX
-from anarchon._history import next_slot_of
+from anarchon._history import next_slot_of, schedule_of
 from anarchon.backends import CatalogueEntry, ControlBackend, HistoryBackend, InspectBackend, RunRecord
 
 __all__ = ["RUNS_PER_JOB", "RECENT_RUNS", "TRIGGER_SUFFIX", "snapshot"]
@@ -100,7 +100,8 @@ async def snapshot(backend: object, namespace: str) -> dict[str, Any]:
     def job(name: str) -> dict[str, Any]:
         return jobs.setdefault(name, {
             "job": name, "paused": False, "trigger_id": 0, "schedule": "", "kind": "", "timezone": "",
-            "next_slot": None, "instances": [], "options": {}, "record": None, "trigger": None, "runs": [],
+            "next_slot": None, "every_ms": None, "instances": [], "options": {}, "record": None,
+            "trigger": None, "runs": [],
         })
 
     for state in states:
@@ -118,6 +119,9 @@ async def snapshot(backend: object, namespace: str) -> dict[str, Any]:
         # Replicas of one deploy agree; during a rolling deploy the last one listed is as good as any.
         row.update(schedule=entry.schedule, kind=entry.kind, timezone=entry.timezone,
                    options=dict(entry.options))
+        schedule = schedule_of(entry.fingerprint) if entry.fingerprint else None
+        if isinstance(schedule, Every):  # the page moves the next run on by itself between polls
+            row["every_ms"] = schedule.interval_ms
         # Published once a minute: a slot already past is computed again from the schedule.
         nxt = next_slot_of(entry, now)
         if nxt is not None:

@@ -8,6 +8,8 @@
   let fetchedAt = 0;
   let busy = false;
   let sequence = 0;
+  let elapsed = false;
+  let lastEarly = 0;
 
   if (config.read_only) document.body.classList.add("read-only");
   byId("store").textContent = `namespace ${config.namespace} on ${config.store}`;
@@ -46,17 +48,37 @@
 
   // A countdown to store time `target`, given the store's `now` when the state was read: remaining time
   // counts down on this browser's monotonic clock, so its wall clock never matters.
-  function countdown(remainingMs, done, prefix) {
+  // With `every` (an interval job's period), a countdown that runs out starts over, as the job's next
+  // slot moves on by one period, and its time below follows.
+  function countdown(remainingMs, done, prefix, every, slot, below) {
     const node = el("span", { class: "countdown" });
-    countdowns.push({ node, at: fetchedAt + remainingMs, done, prefix: prefix || "" });
+    countdowns.push({ node, at: fetchedAt + remainingMs, done, prefix: prefix || "", every, slot, below });
     return node;
   }
 
   function tick() {
     const now = performance.now();
     for (const c of countdowns) {
-      const left = c.at - now;
+      let left = c.at - now;
+      if (left <= 0 && c.every) {
+        const periods = Math.floor(-left / c.every) + 1;
+        c.at += periods * c.every;
+        c.slot += periods * c.every;
+        left = c.at - now;
+        if (c.below) c.below.textContent = utc(c.slot);
+      }
       c.node.textContent = left > 0 ? c.prefix + duration(left) : c.done;
+      if (left <= 0 && !c.elapsed) {
+        c.elapsed = true;
+        elapsed = true;
+      }
+    }
+    // A lease that ran out, or a slot that came due, since the last read: read again rather than wait
+    // for the next poll (its holder has most likely renewed it); at most once a second.
+    if (elapsed && now - lastEarly >= 1000) {
+      elapsed = false;
+      lastEarly = now;
+      refresh(false);
     }
     if (fetchedAt) byId("updated").textContent = `updated ${duration(now - fetchedAt)} ago`;
   }
@@ -65,7 +87,8 @@
     const cell = el("td");
     if (job.paused) cell.append(badge("paused"), " ");
     const record = job.record;
-    if (record) cell.append(badge(record.live ? "running" : record.status, record.live ? "running" : record.status));
+    if (record && record.status === "running" && !record.live) cell.append(badge("lease expired", "failed"));
+    else if (record) cell.append(badge(record.status));
     else cell.append(badge("never run", "none"));
     if (job.trigger && job.trigger.live) cell.append(" ", badge("trigger running", "running"));
     return cell;
@@ -83,9 +106,9 @@
   function leaseCell(job) {
     const cell = el("td", { class: "num" });
     const record = job.record;
-    if (record && record.live) cell.append(countdown(record.expires_in_ms, "expired"));
+    if (record && record.live) cell.append(countdown(record.expires_in_ms, "0.0 s"));
     if (job.trigger && job.trigger.live) {
-      cell.append(el("span", { class: "sub" }, "trigger: ", countdown(job.trigger.expires_in_ms, "expired")));
+      cell.append(el("span", { class: "sub" }, "trigger: ", countdown(job.trigger.expires_in_ms, "0.0 s")));
     }
     if (!cell.childNodes.length) cell.append("—");
     return cell;
@@ -112,7 +135,8 @@
     const next = el("td", { class: "num" });
     if (job.paused) next.append("paused");
     else if (job.next_slot !== null && job.next_slot !== undefined) {
-      next.append(countdown(job.next_in_ms, "due now", "in "), el("span", { class: "sub" }, utc(job.next_slot)));
+      const below = el("span", { class: "sub" }, utc(job.next_slot));
+      next.append(countdown(job.next_in_ms, "due now", "in ", job.every_ms, job.next_slot, below), below);
     } else next.append("—");
     const last = el("td", { class: "num" });
     if (job.record) {
@@ -136,7 +160,7 @@
       el("td", { class: "num" }, run.attempt),
       el("td", { class: "mono" }, run.instance),
       el("td", {}, badge(run.outcome)),
-      el("td", { class: "num" }, duration(run.duration_ms)),
+      el("td", { class: "num" }, run.duration_ms < 1000 ? `${run.duration_ms} ms` : duration(run.duration_ms)),
       el("td", {}, error));
   }
 
