@@ -220,6 +220,78 @@ def test_status_shows_a_trigger_record_by_its_job_name() -> None:
     assert "tick (trigger)" in table and "\x1f" not in table, table
 
 
+def _history_store() -> tuple[MemoryStore, ManualClock]:
+    """A store with one running job that failed before, and one job published that never ran."""
+    from anarchon import CatalogueEntry, RunRecord
+
+    clock = ManualClock(1_800_000_000_000)
+    store = MemoryStore(clock)
+    backend = MemoryBackend(store)
+
+    async def fill() -> None:
+        assert (await backend.claim(ClaimRequest("ns", "report", 1_800_000_000_000, "host:1:ab12",
+                                                 lease_ms=30_000))).won
+        await backend.record_runs("ns", [
+            RunRecord("report", 1_799_999_940_000, 1, 1, "host:2:cd34", "failed", 1_799_999_940_010, 1500,
+                      "ValueError: the report\nhas no rows"),
+            RunRecord("report", 1_799_999_880_000, 1, 1, "host:2:cd34", "done", 1_799_999_880_010, 900),
+        ], 10)
+        await backend.publish_catalogue("ns", [
+            CatalogueEntry("report", "host:1:ab12", "every 1m", "every", "UTC", {}, 1_800_000_060_000,
+                           fingerprint="every:60000+0"),
+            CatalogueEntry("digest", "host:1:ab12", "cron '0 8 * * 1-5' (Europe/Athens)", "cron",
+                           "Europe/Athens", {"lease": "30s"}, 1_800_000_000_000 - 1,
+                           fingerprint="cron:0 8 * * 1-5@Europe/Athens"),
+        ], 180_000)
+
+    asyncio.run(fill())
+    clock.advance(2_500)
+    return store, clock
+
+
+def test_status_shows_next_runs_last_outcomes_and_jobs_that_never_ran() -> None:
+    from anarchon.cli import format_overview, read_overview
+
+    store, clock = _history_store()
+    overview = asyncio.run(read_overview(MemoryBackend(store), "ns"))
+    overview.now_ms = clock.now_ms()  # the CLI's own clock, here the store's
+    rows = {r["job"]: r for r in json.loads(format_overview(overview, as_json=True))}
+    assert list(rows) == ["digest", "report"]
+    report, digest = rows["report"], rows["digest"]
+    assert (report["status"], report["holder"], report["attempt"]) == ("running", "host:1:ab12", 1)
+    assert report["next_run"] == "2027-01-15T08:01:00Z" and report["schedule"] == "every 1m"
+    assert (report["last_outcome"], report["last_instance"]) == ("failed", "host:2:cd34")
+    assert report["last_error"] == "ValueError: the report\nhas no rows"
+    assert digest["status"] == "never run" and digest["last_slot"] is None and digest["last_outcome"] is None
+    # Its published next slot has passed: the next one is computed from the schedule (Monday, 08:00 in
+    # Athens, after Friday 10:00 there).
+    assert digest["next_run"] == "2027-01-18T06:00:00Z"
+    table = format_overview(overview).splitlines()
+    assert table[0].split()[:4] == ["JOB", "NEXT", "RUN", "(UTC)"]
+    assert table[1].split()[:2] == ["digest", digest["next_run"]] and "never run" in table[1]
+    assert "ValueError: the report has no rows" in table[2], "the error on one line"
+
+
+def test_history_prints_the_newest_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from anarchon.cli import format_history, read_history
+
+    store, _clock = _history_store()
+    runs = asyncio.run(read_history(MemoryBackend(store), "ns", "report", 1))
+    assert [r.outcome for r in runs] == ["failed"]
+    rows = json.loads(format_history(runs, as_json=True))
+    assert rows[0]["slot"] == "2027-01-15T07:59:00Z" and rows[0]["duration_ms"] == 1500
+    table = format_history(asyncio.run(read_history(MemoryBackend(store), "ns", "report", 10)))
+    assert [line.split()[2] for line in table.splitlines()[1:]] == ["failed", "done"]
+    assert format_history([], job="nope").startswith("no runs of 'nope' recorded")
+    assert main(["history", "memory://", "report", "--limit", "0"]) == 1
+    assert "invalid --limit 0" in capsys.readouterr().err
+    assert main(["history", "memory-claim://", "report"]) == 1
+    err = capsys.readouterr().err
+    assert "keeps no run history" in err and "MemoryClaimBackend" in err
+    assert main(["history", "memory://", "report", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
 def test_dashboard_without_its_distribution_says_what_to_install(tmp_path: Path) -> None:
     """`anarchon dashboard` lives in the core's CLI, but the page is anarchon-dashboard's: without it,
     one line saying what to install (the import is blocked, as if the distribution were absent)."""

@@ -1,7 +1,14 @@
-"""The anarchon conformance suite against PostgresBackend (every tier) on the local PostgreSQL."""
+"""The anarchon conformance suite against PostgresBackend (every tier) on the local PostgreSQL.
 
-from collections.abc import Callable
+In a private schema, dropped afterwards: the suite migrates its table to this release's schema
+version, which must not touch tables that other checkouts' tests share.
+"""
 
+import asyncio
+import uuid
+from collections.abc import Callable, Iterator
+
+import asyncpg
 import pytest
 
 from anarchon_conformance import BackendFactory
@@ -9,13 +16,29 @@ from anarchon_conformance.suite import *  # noqa: F403
 from anarchon_postgres import PostgresBackend
 
 
-@pytest.fixture
-def anarchon_backend_factory(anarchon_service_url: Callable[[str], str]) -> BackendFactory:
+@pytest.fixture(scope="module")
+def conformance_schema(anarchon_service_url: Callable[[str], str]) -> Iterator[tuple[str, str]]:
     url = anarchon_service_url("postgres")
+    name = f"anarchon_c_{uuid.uuid4().hex[:10]}"
+    yield url, name
+
+    async def drop() -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+        finally:
+            await conn.close()
+
+    asyncio.run(drop())
+
+
+@pytest.fixture
+def anarchon_backend_factory(conformance_schema: tuple[str, str]) -> BackendFactory:
+    url, schema = conformance_schema
 
     async def make() -> PostgresBackend:
         # Its own pool; small, since races open 32 backends at once.
-        backend = PostgresBackend(url, table="anarchon_conformance", min_size=1, max_size=2)
+        backend = PostgresBackend(url, schema=schema, table="anarchon_conformance", min_size=1, max_size=2)
         await backend.open()
         return backend
 

@@ -28,6 +28,7 @@ from anarchon import (
     MemoryBackend,
     Overlap,
     ReleaseOutcome,
+    RunRecord,
     SchemaMismatch,
     backend_for_url,
 )
@@ -281,7 +282,8 @@ async def test_a_version_1_table_is_migrated_to_store_controls(schema: str) -> N
     first = PostgresBackend(URL, schema=schema, table="jobs")
     await first.open()
     try:  # make it a table as the first release left it
-        await first.pool.execute(f'DROP TABLE "{schema}"."jobs_controls"')
+        for table in ("jobs_controls", "jobs_history", "jobs_catalogue"):
+            await first.pool.execute(f'DROP TABLE "{schema}"."{table}"')
         await first.pool.execute(f'DELETE FROM "{schema}"."jobs_schema" WHERE version > 1')
     finally:
         await first.close()
@@ -290,6 +292,33 @@ async def test_a_version_1_table_is_migrated_to_store_controls(schema: str) -> N
     try:
         assert (await upgraded.set_control("ns", "j", paused=True)).paused
         assert await upgraded.controls("ns") == {"j": JobControl(paused=True)}
+    finally:
+        await upgraded.close()
+
+
+async def test_a_version_2_table_keeps_its_records_and_gains_the_history(schema: str) -> None:
+    first = PostgresBackend(URL, schema=schema, table="jobs")
+    await first.open()
+    try:  # make it a table as the release with controls left it, with a record and a control
+        lease = (await first.claim(ClaimRequest("ns", "j", 1_000, "a"))).lease
+        assert lease is not None and await first.release(lease, ReleaseOutcome.DONE)
+        await first.set_control("ns", "j", paused=True)
+        for table in ("jobs_history", "jobs_catalogue"):
+            await first.pool.execute(f'DROP TABLE "{schema}"."{table}"')
+        await first.pool.execute(f'DELETE FROM "{schema}"."jobs_schema" WHERE version > 2')
+    finally:
+        await first.close()
+    upgraded = PostgresBackend(URL, schema=schema, table="jobs")
+    await upgraded.open()
+    try:
+        state = await upgraded.inspect("ns", "j")
+        assert state is not None and (state.slot, state.status) == (1_000, JobStatus.DONE)
+        assert await upgraded.controls("ns") == {"j": JobControl(paused=True)}
+        run = RunRecord("j", 1_000, 1, lease.token, "a", "done", 1_000, 5)
+        await upgraded.record_runs("ns", [run], 10)
+        assert await upgraded.history("ns", "j", 10) == [run]
+        versions = await upgraded.pool.fetch(f'SELECT version FROM "{schema}"."jobs_schema" ORDER BY 1')
+        assert [v["version"] for v in versions] == [1, 2, 3]
     finally:
         await upgraded.close()
 

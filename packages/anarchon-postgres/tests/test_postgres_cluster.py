@@ -13,7 +13,13 @@ import asyncpg
 import pytest
 
 from anarchon.testing import require_service
-from anarchon.testing.cluster import Cluster, check_blocked_loops, check_controls, check_slow_network
+from anarchon.testing.cluster import (
+    Cluster,
+    check_blocked_loops,
+    check_controls,
+    check_history,
+    check_slow_network,
+)
 
 URL = os.environ.get("ANARCHON_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -83,3 +89,9 @@ def test_200_ms_each_way_never_loses_a_lease(cluster_url: str, tmp_path: Path) -
 
 def test_pause_resume_and_trigger_from_the_cli_reach_every_replica(cluster_url: str, tmp_path: Path) -> None:
     check_controls(cluster_url, tmp_path)
+
+
+def test_history_keeps_the_newest_runs_and_status_lists_a_job_that_never_ran(
+    cluster_url: str, tmp_path: Path
+) -> None:
+    check_history(cluster_url, tmp_path)

@@ -17,7 +17,13 @@ import redis
 
 from anarchon import JobContext, Scheduler
 from anarchon.testing import require_service
-from anarchon.testing.cluster import Cluster, check_blocked_loops, check_controls, check_slow_network
+from anarchon.testing.cluster import (
+    Cluster,
+    check_blocked_loops,
+    check_controls,
+    check_history,
+    check_slow_network,
+)
 from anarchon_redis import RedisBackend
 
 pytestmark = pytest.mark.slow
@@ -73,6 +79,12 @@ def test_pause_resume_and_trigger_from_the_cli_reach_every_replica(
     redis_url: str, prefix: str, tmp_path: Path
 ) -> None:
     check_controls(_with_prefix(redis_url, prefix), tmp_path)
+
+
+def test_history_keeps_the_newest_runs_and_status_lists_a_job_that_never_ran(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    check_history(_with_prefix(redis_url, prefix), tmp_path)
 
 
 def test_a_blocked_event_loop_keeps_its_lease_until_block_limit(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from anarchon.testing.cluster import Cluster, check_blocked_loops
+from anarchon.testing.cluster import Cluster, check_blocked_loops, check_history
 
 LEASE_S = 2.0
 HEARTBEAT_S = 0.5
@@ -60,3 +60,8 @@ def test_handover_after_sigterm_and_takeover_after_kill_9(tmp_path: Path) -> Non
 @pytest.mark.slow
 def test_a_blocked_event_loop_keeps_its_lease_until_block_limit(tmp_path: Path) -> None:
     check_blocked_loops(f"sqlite:///{tmp_path}/blocked.db", tmp_path / "replicas")
+
+
+@pytest.mark.slow
+def test_history_keeps_the_newest_runs_and_status_lists_a_job_that_never_ran(tmp_path: Path) -> None:
+    check_history(f"sqlite:///{tmp_path}/history.db", tmp_path / "replicas")

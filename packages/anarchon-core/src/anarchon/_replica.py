@@ -6,6 +6,8 @@ It runs two jobs on the backend at `url` and appends one JSON line per handler s
 - `long`, every `long_every`: runs `long_run`, checking its cancellation signal every 100 ms;
 - with `extra_ticks` = n, `tick-0` ... `tick-<n-1>`, like `tick` (jobs whose keys spread over a
   sharded store);
+- with `later`, `later`: due once, in 2100 (a job that never runs while the cluster does);
+- with `history` = n, `Scheduler(history=n)`;
 - with `block_for` (a list of seconds), `block`, every `block_every`: an `async def` that blocks its
   event loop with `time.sleep`, the n-th such run in the cluster for `block_for[n]` seconds, then no more.
 """
@@ -18,6 +20,7 @@ import os
 import signal
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +45,8 @@ def main(argv: list[str]) -> None:
         settings.update(lease=config["lease"], heartbeat=config["heartbeat"])
         if config.get("block_limit"):
             settings["block_limit"] = config["block_limit"]
+    if config.get("history") is not None:
+        settings["history"] = config["history"]
     scheduler: Scheduler[Any] = Scheduler(backend, **settings)
     long_run = float(config["long_run"])
 
@@ -74,6 +79,8 @@ def main(argv: list[str]) -> None:
         scheduler.every(f"tick-{i}", config["tick_every"], tick, **options)
     if config.get("block_for"):
         scheduler.every("block", config["block_every"], block, **options)
+    if config.get("later"):
+        scheduler.at("later", datetime(2100, 1, 1, tzinfo=UTC), tick)
 
     async def serve() -> None:
         loop = asyncio.get_running_loop()

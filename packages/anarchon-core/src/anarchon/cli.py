@@ -2,6 +2,7 @@
 
     anarchon run myapp.jobs:scheduler            # until SIGINT/SIGTERM, then a graceful stop
     anarchon status redis://localhost:6379/0 --namespace myapp [--json]
+    anarchon history redis://localhost:6379/0 JOB --namespace myapp [--limit 20] [--json]
     anarchon pause|resume|trigger sqlite:///jobs.db JOB --namespace myapp
     anarchon dashboard sqlite:///jobs.db --namespace myapp [--port 8321] [--read-only]
     anarchon backends
@@ -28,13 +29,24 @@ from zoneinfo import ZoneInfo
 
 from ._controls import TRIGGER_SUFFIX, set_control
 from ._errors import AnarchonError, ConfigError
+from ._history import next_slot_of
 from ._logs import app_logging
 from ._plugins import backend_classes, backend_for_url, plugin_errors
 from ._scheduler import Scheduler
 from ._schedules import Cron, from_ms, to_ms
-from .backends import Capability, InspectBackend, JobState, JobStatus, redact_url
+from .backends import (
+    Capability,
+    CatalogueEntry,
+    HistoryBackend,
+    InspectBackend,
+    JobState,
+    JobStatus,
+    RunRecord,
+    redact_url,
+)
 
-__all__ = ["format_status", "main", "read_status"]
+__all__ = ["Overview", "format_history", "format_overview", "format_status", "main", "read_history",
+           "read_overview", "read_status"]
 
 
 class CliError(Exception):
@@ -87,13 +99,7 @@ def _run(args: argparse.Namespace) -> int:
 
 async def read_status(backend: Any, namespace: str) -> list[JobState]:
     """Open `backend`, read every job record in `namespace`, close it."""
-    caps: frozenset[Capability] = getattr(backend, "capabilities", frozenset())
-    if Capability.INSPECT not in caps:
-        names = ", ".join(sorted(str(c) for c in caps))
-        raise ConfigError(
-            f"{backend.url} cannot be inspected: {type(backend).__name__} does not declare the 'inspect' "
-            f"capability (it has: {names}); claim-only stores keep no per-job record to show"
-        )
+    _check_inspect(backend)
     await backend.open()
     try:
         return await cast(InspectBackend, backend).jobs(namespace)
@@ -138,6 +144,160 @@ def format_status(states: Sequence[JobState], *, as_json: bool = False, namespac
                      for line in table)
 
 
+class Overview:
+    """What `anarchon status` shows: the stored records, the job catalogue and each job's last run."""
+
+    def __init__(self, states: list[JobState], catalogue: list[CatalogueEntry],
+                 last: dict[str, RunRecord], now_ms: int, history: bool) -> None:
+        self.states = states
+        self.catalogue = catalogue
+        self.last = last
+        """Each job's newest ended run, where the store keeps a history."""
+        self.now_ms = now_ms
+        self.history = history
+        """True when the store keeps a history and a catalogue (capability `history`)."""
+
+
+def _check_inspect(backend: Any) -> None:
+    caps: frozenset[Capability] = getattr(backend, "capabilities", frozenset())
+    if Capability.INSPECT not in caps:
+        names = ", ".join(sorted(str(c) for c in caps))
+        raise ConfigError(
+            f"{backend.url} cannot be inspected: {type(backend).__name__} does not declare the 'inspect' "
+            f"capability (it has: {names}); claim-only stores keep no per-job record to show"
+        )
+
+
+async def read_overview(backend: Any, namespace: str) -> Overview:
+    """Open `backend`, read the records, the catalogue and each job's last run in `namespace`, close it."""
+    _check_inspect(backend)
+    keeps = Capability.HISTORY in backend.capabilities
+    await backend.open()
+    try:
+        states = await cast(InspectBackend, backend).jobs(namespace)
+        catalogue: list[CatalogueEntry] = []
+        last: dict[str, RunRecord] = {}
+        if keeps:
+            store = cast(HistoryBackend, backend)
+            catalogue = await store.catalogue(namespace)
+            names = sorted({s.job for s in states if not s.job.endswith(TRIGGER_SUFFIX)}
+                           | {e.job for e in catalogue})
+            runs = await asyncio.gather(*(store.history(namespace, name, 1) for name in names))
+            last = {name: found[0] for name, found in zip(names, runs, strict=True) if found}
+        return Overview(states, catalogue, last, to_ms(datetime.now(UTC)), keeps)
+    finally:
+        await backend.close()
+
+
+def _iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return from_ms(ms).isoformat(timespec="milliseconds" if ms % 1000 else "seconds").replace("+00:00", "Z")
+
+
+def _overview_rows(o: Overview) -> list[dict[str, Any]]:
+    rows: dict[str, dict[str, Any]] = {}
+    for state in o.states:
+        row = _row(state)
+        row.update(next_run=None, next_run_ms=None, schedule=None, instances=[], last_outcome=None,
+                   last_error=None, last_instance=None, last_duration_ms=None)
+        rows[row["job"]] = row
+    for entry in o.catalogue:
+        if entry.job not in rows:
+            rows[entry.job] = {
+                "job": entry.job, "last_slot": None, "slot_ms": None, "attempt": None, "status": "never run",
+                "holder": None, "lease_expires_in_s": None, "token": None, "next_run": None,
+                "next_run_ms": None, "schedule": None, "instances": [], "last_outcome": None,
+                "last_error": None, "last_instance": None, "last_duration_ms": None,
+            }
+        row = rows[entry.job]
+        row["schedule"] = row["schedule"] or entry.schedule
+        row["instances"].append(entry.instance)
+        nxt = next_slot_of(entry, o.now_ms)
+        if nxt is not None and (row["next_run_ms"] is None or nxt < row["next_run_ms"]):
+            row["next_run_ms"], row["next_run"] = nxt, _iso(nxt)
+    for name, run in o.last.items():
+        if name in rows:
+            rows[name].update(last_outcome=run.outcome, last_error=run.error or None,
+                              last_instance=run.instance, last_duration_ms=run.duration_ms)
+    return [rows[name] for name in sorted(rows)]
+
+
+def format_overview(o: Overview, *, as_json: bool = False, namespace: str | None = None) -> str:
+    """A table (or JSON) of each job: next run, last slot, attempt, status, holder, lease left, and the
+    last run's outcome and error. Jobs published by a scheduler that never ran are listed too."""
+    rows = _overview_rows(o)
+    if as_json:
+        return json.dumps(rows, indent=2)
+    if not rows:
+        where = "this namespace" if namespace is None else f"namespace {namespace!r}"
+        return (f"no jobs recorded in {where} yet (a scheduler's namespace is its namespace= option, "
+                "'anarchon' unless set)")
+    header = ["JOB", "NEXT RUN (UTC)", "LAST SLOT (UTC)", "ATTEMPT", "STATUS", "HOLDER", "LEASE LEFT",
+              "LAST OUTCOME", "ERROR"]
+
+    def cell(value: Any) -> str:
+        return "-" if value is None else str(value)
+
+    table = [header] + [
+        [r["job"], cell(r["next_run"]), cell(r["last_slot"]), cell(r["attempt"]), r["status"],
+         cell(r["holder"]), "-" if r["lease_expires_in_s"] is None else f"{r['lease_expires_in_s']:.1f}s",
+         cell(r["last_outcome"]), _cut(r["last_error"] or "-", 60)]
+        for r in rows
+    ]
+    if not o.history:
+        table = [line[:1] + line[2:7] for line in table]
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
+                     for line in table)
+
+
+def _cut(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _check_history(backend: Any) -> None:
+    caps: frozenset[Capability] = getattr(backend, "capabilities", frozenset())
+    if Capability.HISTORY not in caps:
+        names = ", ".join(sorted(str(c) for c in caps))
+        raise ConfigError(
+            f"{backend.url} keeps no run history: {type(backend).__name__} does not declare the 'history' "
+            f"capability (it has: {names}); use SQLite, PostgreSQL or Redis for a history"
+        )
+
+
+async def read_history(backend: Any, namespace: str, job: str, limit: int) -> list[RunRecord]:
+    """Open `backend`, read `job`'s newest `limit` runs in `namespace` (newest first), close it."""
+    _check_history(backend)
+    await backend.open()
+    try:
+        return await cast(HistoryBackend, backend).history(namespace, job, limit)
+    finally:
+        await backend.close()
+
+
+def format_history(runs: Sequence[RunRecord], *, as_json: bool = False, job: str = "") -> str:
+    """A table (or JSON) of runs: slot, attempt, outcome, instance, start, duration and error."""
+    if as_json:
+        return json.dumps([{"job": r.job, "slot": _iso(r.slot), "slot_ms": r.slot, "attempt": r.attempt,
+                            "token": r.token, "instance": r.instance, "outcome": r.outcome,
+                            "started_at": _iso(r.started_at), "started_at_ms": r.started_at,
+                            "duration_ms": r.duration_ms, "error": r.error} for r in runs], indent=2)
+    if not runs:
+        return (f"no runs of {job!r} recorded (check the job name and --namespace; schedulers with "
+                "history=0 record none)")
+    header = ["SLOT (UTC)", "ATTEMPT", "OUTCOME", "INSTANCE", "STARTED (UTC)", "DURATION", "ERROR"]
+    table = [header] + [
+        [str(_iso(r.slot)), str(r.attempt), r.outcome, r.instance, str(_iso(r.started_at)),
+         f"{r.duration_ms} ms", _cut(r.error or "-", 80)]
+        for r in runs
+    ]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
+                     for line in table)
+
+
 def _existing_store(args: argparse.Namespace) -> Any:
     """The backend of `args.url` for `args.namespace`; a store in a local file must exist already."""
     if not args.namespace.strip():
@@ -156,8 +316,17 @@ def _existing_store(args: argparse.Namespace) -> Any:
 
 def _status(args: argparse.Namespace) -> int:
     backend = _existing_store(args)
-    states = asyncio.run(read_status(backend, args.namespace))
-    print(format_status(states, as_json=args.json, namespace=args.namespace))
+    overview = asyncio.run(read_overview(backend, args.namespace))
+    print(format_overview(overview, as_json=args.json, namespace=args.namespace))
+    return 0
+
+
+def _history(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise CliError(f"invalid --limit {args.limit!r}: use 1 or more")
+    backend = _existing_store(args)
+    runs = asyncio.run(read_history(backend, args.namespace, args.job, args.limit))
+    print(format_history(runs, as_json=args.json, job=args.job))
     return 0
 
 
@@ -276,6 +445,14 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--namespace", default="anarchon", help="default: anarchon")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     status.set_defaults(func=_status)
+
+    history = sub.add_parser("history", help="print a job's newest ended runs, newest first")
+    history.add_argument("url", help="the store's URL, e.g. postgresql://user@host/db")
+    history.add_argument("job", help="the job's name")
+    history.add_argument("--namespace", default="anarchon", help="default: anarchon")
+    history.add_argument("--limit", type=int, default=20, help="how many runs at most (default 20)")
+    history.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    history.set_defaults(func=_history)
 
     for verb, text in (("pause", "pause a job on every replica: its slots are skipped until resumed"),
                        ("resume", "resume a paused job on every replica"),

@@ -12,9 +12,9 @@ import asyncio
 import time
 from typing import Any, cast
 
-from anarchon import Capability, Every, JobState, JobStatus
+from anarchon import Capability, Every, JobState, JobStatus, next_slot_of
 from anarchon._controls import TRIGGER_SUFFIX
-from anarchon._history import next_slot_of, schedule_of
+from anarchon._history import schedule_of
 from anarchon.backends import CatalogueEntry, ControlBackend, HistoryBackend, InspectBackend, RunRecord
 
 __all__ = ["RUNS_PER_JOB", "RECENT_RUNS", "TRIGGER_SUFFIX", "snapshot"]

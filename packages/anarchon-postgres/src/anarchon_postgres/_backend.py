@@ -25,7 +25,16 @@ from anarchon import (
     LeaseLost,
     ReleaseOutcome,
 )
-from anarchon.backends import JobControl, LeaseBackendBase, LeaseRecord, ReleaseCallback, redact_url
+from anarchon.backends import (
+    ERROR_LIMIT,
+    CatalogueEntry,
+    JobControl,
+    LeaseBackendBase,
+    LeaseRecord,
+    ReleaseCallback,
+    RunRecord,
+    redact_url,
+)
 
 from ._errors import translate
 from ._listener import PROBE, Listener
@@ -78,7 +87,8 @@ class PostgresBackend(LeaseBackendBase):
     """A lease backend on PostgreSQL: one-statement claims, LISTEN/NOTIFY handover, fenced writes."""
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT, Capability.CONTROL}
+        {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT, Capability.CONTROL,
+         Capability.HISTORY}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
 
@@ -409,6 +419,49 @@ class PostgresBackend(LeaseBackendBase):
         """Read every controlled job's controls in a namespace, in one statement."""
         rows = await self._fetch("controls", self.sql.controls, namespace)
         return {str(r["job"]): JobControl(bool(r["paused"]), int(r["trigger_id"])) for r in rows}
+
+    # -- history -----------------------------------------------------------------------------
+
+    async def publish_catalogue(self, namespace: str, entries: Sequence[CatalogueEntry], ttl_ms: int) -> None:
+        """Upsert one entry per (job, instance) in one statement; drop expired ones (see `HistoryBackend`)."""
+        unique = list({(e.job, e.instance): e for e in entries}.values())
+        if not unique:
+            return
+        await self._fetch(
+            "publish_catalogue", self.sql.publish_catalogue, namespace, int(ttl_ms),
+            [e.job for e in unique], [e.instance for e in unique], [e.schedule for e in unique],
+            [e.kind for e in unique], [e.timezone for e in unique],
+            [json.dumps(e.options, sort_keys=True) for e in unique],
+            [None if e.next_slot is None else str(e.next_slot) for e in unique],
+            [e.fingerprint for e in unique],
+        )
+
+    async def catalogue(self, namespace: str) -> list[CatalogueEntry]:
+        """Every live catalogue entry in a namespace, by job then instance, in one statement."""
+        rows = await self._fetch("catalogue", self.sql.catalogue, namespace)
+        return [CatalogueEntry(job=r["job"], instance=r["instance"], schedule=r["schedule"], kind=r["kind"],
+                               timezone=r["timezone"], options=json.loads(r["options"]),
+                               next_slot=r["next_slot"], seen_at=int(r["seen_at"]),
+                               fingerprint=r["fingerprint"]) for r in rows]
+
+    async def record_runs(self, namespace: str, runs: Sequence[RunRecord], keep: int) -> None:
+        """Append ended runs and trim each job to its newest `keep`, in one statement
+        (see `HistoryBackend`)."""
+        unique = list({(r.job, r.slot, r.attempt): r for r in runs}.values())
+        if not unique:
+            return
+        await self._fetch(
+            "record_runs", self.sql.record_runs, namespace,
+            [r.job for r in unique], [str(r.slot) for r in unique], [str(r.attempt) for r in unique],
+            [str(r.token) for r in unique], [r.instance for r in unique], [r.outcome for r in unique],
+            [str(r.started_at) for r in unique], [str(r.duration_ms) for r in unique],
+            [r.error[:ERROR_LIMIT] for r in unique], keep,
+        )
+
+    async def history(self, namespace: str, job: str, limit: int) -> list[RunRecord]:
+        """A job's newest runs, newest first, at most `limit`, in one statement."""
+        rows = await self._fetch("history", self.sql.history, namespace, job, max(limit, 0))
+        return [RunRecord(*row) for row in rows]
 
     # -- push --------------------------------------------------------------------------------
 

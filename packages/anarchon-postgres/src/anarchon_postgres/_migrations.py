@@ -51,7 +51,41 @@ def _v2(s: Statements) -> list[str]:
     ]
 
 
-MIGRATIONS = [_v1, _v2]
+def _v3(s: Statements) -> list[str]:
+    return [
+        f"""CREATE TABLE {s.history_table} (
+            namespace text NOT NULL,
+            job text NOT NULL,
+            slot bigint NOT NULL,
+            attempt integer NOT NULL,
+            token bigint NOT NULL,
+            instance text NOT NULL,
+            outcome text NOT NULL,
+            started_at bigint NOT NULL,
+            duration_ms bigint NOT NULL,
+            error text NOT NULL,
+            PRIMARY KEY (namespace, job, slot, attempt)
+        )""",
+        f"COMMENT ON TABLE {s.history_table} IS 'anarchon: the newest ended runs of each job'",
+        f"""CREATE TABLE {s.catalogue_table} (
+            namespace text NOT NULL,
+            job text NOT NULL,
+            instance text NOT NULL,
+            schedule text NOT NULL,
+            kind text NOT NULL,
+            timezone text NOT NULL,
+            options jsonb NOT NULL,
+            next_slot bigint,
+            fingerprint text NOT NULL,
+            seen_at bigint NOT NULL,
+            expires_at bigint NOT NULL,
+            PRIMARY KEY (namespace, job, instance)
+        )""",
+        f"COMMENT ON TABLE {s.catalogue_table} IS 'anarchon: the jobs each scheduler registered, with a TTL'",
+    ]
+
+
+MIGRATIONS = [_v1, _v2, _v3]
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema version this release creates and expects."""
 

@@ -120,6 +120,16 @@ class Statements:
         return f"{quote_ident(self.schema)}.{quote_ident(self.table + '_controls')}"
 
     @property
+    def history_table(self) -> str:
+        """The table of each job's newest ended runs (capability `history`)."""
+        return f"{quote_ident(self.schema)}.{quote_ident(self.table + '_history')}"
+
+    @property
+    def catalogue_table(self) -> str:
+        """The table of the jobs each scheduler published (capability `history`)."""
+        return f"{quote_ident(self.schema)}.{quote_ident(self.table + '_catalogue')}"
+
+    @property
     def channel(self) -> str:
         """The NOTIFY channel for releases in this table (a valid identifier under 63 bytes)."""
         digest = hashlib.sha1(f"{self.schema}.{self.table}".encode()).hexdigest()[:12]
@@ -382,3 +392,80 @@ RETURNING paused, trigger_id"""
     def controls(self) -> str:
         """Every controlled job's controls in a namespace."""
         return f"SELECT job, paused, trigger_id FROM {self.controls_table} WHERE namespace = $1"
+
+    # -- history -------------------------------------------------------------------------------
+
+    @property
+    def record_runs(self) -> str:
+        """Upsert ended runs ($2..$10 arrays, each (job, slot, attempt) once) of namespace $1 and keep
+        each job's newest $11, in one statement: the runs are ranked together with the stored ones, the
+        stored ones past the bound are deleted and the new ones within it are written."""
+        h = self.history_table
+        return f"""
+WITH r AS (
+    SELECT * FROM unnest($2::text[], $3::text[]::bigint[], $4::text[]::int[], $5::text[]::bigint[],
+                         $6::text[], $7::text[], $8::text[]::bigint[], $9::text[]::bigint[], $10::text[])
+        AS r(job, slot, attempt, token, instance, outcome, started_at, duration_ms, error)
+),
+ranked AS (
+    SELECT job, slot, attempt,
+           row_number() OVER (PARTITION BY job ORDER BY slot DESC, attempt DESC) AS n
+    FROM (SELECT job, slot, attempt FROM {h} WHERE namespace = $1 AND job IN (SELECT job FROM r)
+          UNION SELECT job, slot, attempt FROM r) AS a
+),
+gone AS (
+    DELETE FROM {h} AS h USING ranked k
+    WHERE h.namespace = $1 AND h.job = k.job AND h.slot = k.slot AND h.attempt = k.attempt AND k.n > $11
+)
+INSERT INTO {h} AS h (namespace, job, slot, attempt, token, instance, outcome, started_at, duration_ms, error)
+SELECT $1, r.job, r.slot, r.attempt, r.token, r.instance, r.outcome, r.started_at, r.duration_ms, r.error
+FROM r JOIN ranked k ON k.job = r.job AND k.slot = r.slot AND k.attempt = r.attempt
+WHERE k.n <= $11
+ON CONFLICT (namespace, job, slot, attempt) DO UPDATE SET
+    token = excluded.token, instance = excluded.instance, outcome = excluded.outcome,
+    started_at = excluded.started_at, duration_ms = excluded.duration_ms, error = excluded.error"""
+
+    @property
+    def history(self) -> str:
+        """A job's newest runs, newest first, at most $3."""
+        return (
+            "SELECT job, slot, attempt, token, instance, outcome, started_at, duration_ms, error "
+            f"FROM {self.history_table} WHERE namespace = $1 AND job = $2 "
+            "ORDER BY slot DESC, attempt DESC LIMIT $3"
+        )
+
+    @property
+    def publish_catalogue(self) -> str:
+        """Upsert catalogue entries ($3..$10 arrays, each (job, instance) once) of namespace $1 with a
+        TTL of $2 ms, stamped with the server's time; expired entries of the namespace are dropped."""
+        c = self.catalogue_table
+        return f"""
+WITH n AS MATERIALIZED (SELECT {NOW_MS} AS now),
+e AS (
+    SELECT * FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+                         $9::text[]::bigint[], $10::text[])
+        AS e(job, instance, schedule, kind, timezone, options, next_slot, fingerprint)
+),
+gone AS (
+    DELETE FROM {c} AS c USING n
+    WHERE c.namespace = $1 AND c.expires_at <= n.now
+      AND NOT EXISTS (SELECT 1 FROM e WHERE e.job = c.job AND e.instance = c.instance)
+)
+INSERT INTO {c} AS c (namespace, job, instance, schedule, kind, timezone, options, next_slot, fingerprint,
+                      seen_at, expires_at)
+SELECT $1, e.job, e.instance, e.schedule, e.kind, e.timezone, e.options::jsonb, e.next_slot, e.fingerprint,
+       n.now, n.now + $2::bigint
+FROM e CROSS JOIN n
+ON CONFLICT (namespace, job, instance) DO UPDATE SET
+    schedule = excluded.schedule, kind = excluded.kind, timezone = excluded.timezone,
+    options = excluded.options, next_slot = excluded.next_slot, fingerprint = excluded.fingerprint,
+    seen_at = excluded.seen_at, expires_at = excluded.expires_at"""
+
+    @property
+    def catalogue(self) -> str:
+        """Every live catalogue entry of namespace $1, by job then instance in code-point order."""
+        return (
+            "SELECT job, instance, schedule, kind, timezone, options::text AS options, next_slot, seen_at, "
+            f"fingerprint FROM {self.catalogue_table} WHERE namespace = $1 AND expires_at > {NOW_MS} "
+            'ORDER BY job COLLATE "C", instance COLLATE "C"'
+        )

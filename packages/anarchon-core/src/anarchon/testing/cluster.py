@@ -34,7 +34,7 @@ from .faultproxy import FaultProxy
 T = TypeVar("T")
 
 __all__ = ["Cluster", "Event", "ProxyThread", "check_blocked_loops", "check_controls",
-           "check_every_slot_once", "check_slow_network"]
+           "check_every_slot_once", "check_history", "check_slow_network"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +75,8 @@ class Cluster:
         block_limit: Duration | None = None,
         env: dict[str, str] | None = None,
         extra_ticks: int = 0,
+        history: int | None = None,
+        later: bool = False,
     ) -> None:
         self.url = url
         self.workdir = Path(workdir)
@@ -93,6 +95,8 @@ class Cluster:
             "block_every": f"{parse_duration(block_every, name='block_every')}ms",
             "block_for": list(block_for or []),
             "extra_ticks": extra_ticks,
+            "history": history,
+            "later": later,
             "block_limit": (None if block_limit is None
                             else f"{parse_duration(block_limit, name='block_limit')}ms"),
         }
@@ -351,6 +355,41 @@ def _cli(*args: str) -> str:
                           timeout=30, check=False)
     assert done.returncode == 0, f"anarchon {' '.join(args)} failed: {done.stderr}"
     return done.stdout
+
+
+def check_history(url: str, workdir: Path | str, *, keep: int = 3) -> None:
+    """Run three replicas with `history=keep` on `url` and read the store from the `anarchon` command line:
+
+    1. once more than `keep` runs of the 1 s job have ended, `anarchon history --json` lists at most
+       `keep` runs, newest first, each slot once, each one a slot that a replica ran to its end;
+    2. `anarchon status --json` lists the job that never ran (`later`, due in 2100) with its next run,
+       and the 1 s job with its last outcome.
+    """
+    workdir = Path(workdir)
+    with Cluster(url, workdir, replicas=3, heartbeat="0.5s", tick_every="1s", long_every="1h",
+                 history=keep, later=True) as c:
+        ns = c.namespace
+        deadline = time.monotonic() + 15
+        while len([e for e in c.events() if e.event == "end" and e.job == "tick"]) < keep + 2:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"fewer than {keep + 2} runs of tick within 15 s:\n{c.output()}")
+            time.sleep(0.1)
+        time.sleep(1.5)  # ended runs are written within a second
+        runs = json.loads(_cli("history", url, "tick", "--namespace", ns, "--json", "--limit", "100"))
+        ended = {e.slot for e in c.events() if e.event == "end" and e.job == "tick"}
+        slots = [r["slot_ms"] for r in runs]
+        assert 1 <= len(runs) <= keep, f"history keeps at most {keep} runs: {runs}"
+        assert slots == sorted(set(slots), reverse=True), f"newest first, each slot once: {slots}"
+        assert set(slots) <= ended, f"runs no replica ended: {set(slots) - ended}"
+        assert all(r["outcome"] == "done" and r["error"] == "" for r in runs), runs
+        rows = {r["job"]: r for r in json.loads(_cli("status", url, "--namespace", ns, "--json"))}
+        later = rows.get("later")
+        assert later is not None, f"a job that never ran is listed: {rows}"
+        assert later["status"] == "never run" and later["next_run"] == "2100-01-01T00:00:00Z", later
+        assert len(later["instances"]) == 3, f"each replica published it: {later}"
+        tick = rows["tick"]
+        assert tick["last_outcome"] == "done" and tick["next_run_ms"] is not None, tick
+        c.assert_one_winner()
 
 
 def check_controls(url: str, workdir: Path | str, *, heartbeat_s: float = 0.5, slack_s: float = 0.3) -> None:
