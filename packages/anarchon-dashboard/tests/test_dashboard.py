@@ -362,3 +362,16 @@ def test_the_command_never_creates_a_store_and_checks_its_port(
     assert "invalid --port 70000: use 1-65535" in capsys.readouterr().err
     assert main(["dashboard", "memory://", "--namespace", " "]) == 1
     assert "invalid --namespace ' '" in capsys.readouterr().err
+
+
+def test_all_is_honest_and_public_names_have_docstrings() -> None:
+    exported = anarchon_dashboard.__all__
+    assert len(set(exported)) == len(exported) and all(hasattr(anarchon_dashboard, n) for n in exported)
+    public = {n for n, v in vars(anarchon_dashboard).items()
+              if not n.startswith("_") and getattr(v, "__module__", "").startswith("anarchon_dashboard")}
+    assert public <= set(exported), sorted(public - set(exported))
+    for name in exported:
+        value = getattr(anarchon_dashboard, name)
+        if callable(value):
+            assert value.__doc__, f"anarchon_dashboard.{name} has no docstring"
+
