@@ -22,7 +22,7 @@ from _log import StartLog
 from anarchon import Capability, JobContext, Scheduler, backend_for_url
 
 _COUNTED = ("claim", "claim_many", "renew", "renew_many", "release", "release_many", "inspect", "jobs",
-            "controls", "set_control")
+            "controls", "set_control", "record_runs", "publish_catalogue")
 
 
 class CountingBackend:

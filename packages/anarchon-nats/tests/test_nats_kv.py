@@ -292,3 +292,11 @@ def test_three_process_cluster_with_kill_takeover(url: str, bucket: str, tmp_pat
         c.assert_one_winner()
         # A tick won by a replica that then died is taken over after its lease: none is missed.
         assert c.missed("tick", since, until) == [], c.output()
+
+
+def test_history_is_refused_and_off_by_default(url: str, bucket: str) -> None:
+    backend = NatsKVBackend(url, bucket=bucket, lease="5s")
+    assert Scheduler(backend, lease="5s", heartbeat="1s").history == 0, "nothing is recorded by default"
+    assert Scheduler(backend, lease="5s", heartbeat="1s", history=0).history == 0
+    with pytest.raises(ConfigError, match=r"'history' needs .*NatsKVBackend.*history=0"):
+        Scheduler(backend, lease="5s", heartbeat="1s", history=5)

@@ -211,6 +211,15 @@ async def controls_section(scheduler: Scheduler[SqliteBackend]) -> None:
         await store.pause("sync-customers")
 
 
+def history_section() -> None:
+    """docs/operations.md, Status, catalogue and run history."""
+    scheduler = Scheduler.from_url("postgresql://app@db/app", history=100)   # the default
+    scheduler = Scheduler.from_url("postgresql://app@db/app", history=0)     # write neither
+    print(scheduler.history)
+    kept: int = Scheduler(PostgresBackend("postgresql://app@db/app"), history=10).history
+    print(kept)
+
+
 def operations_page() -> None:
     scheduler = Scheduler.from_url("redis://localhost")
 
