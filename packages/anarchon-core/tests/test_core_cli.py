@@ -290,3 +290,15 @@ def test_history_prints_the_newest_runs(capsys: pytest.CaptureFixture[str]) -> N
     assert "keeps no run history" in err and "MemoryClaimBackend" in err
     assert main(["history", "memory://", "report", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == []
+
+
+def test_dashboard_without_its_distribution_says_what_to_install(tmp_path: Path) -> None:
+    """`anarchon dashboard` lives in the core's CLI, but the page is anarchon-dashboard's: without it,
+    one line saying what to install (the import is blocked, as if the distribution were absent)."""
+    code = ("import sys; sys.modules['anarchon_dashboard'] = None; from anarchon.cli import main; "
+            "sys.exit(main(['dashboard', 'memory://']))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          check=False, cwd=tmp_path)
+    assert done.returncode == 1 and done.stdout == "", done
+    assert done.stderr == ("anarchon dashboard: error: the dashboard is a distribution of its own: "
+                           "pip install anarchon-dashboard\n")

@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 DISTRIBUTIONS = ["anarchon-core", "anarchon-sqlite", "anarchon-redis", "anarchon-postgres",
                  "anarchon-rabbitmq", "anarchon-nats", "anarchon-prometheus", "anarchon-opentelemetry",
-                 "anarchon-conformance"]
+                 "anarchon-dashboard", "anarchon-conformance"]
 
 pytestmark = pytest.mark.slow
 
@@ -145,3 +145,18 @@ def test_the_metrics_and_tracing_plugins_load_from_the_wheels(venv: Path, tmp_pa
     assert "'opentelemetry'" in out[0] and "'prometheus'" in out[0] and out[0].endswith(" []"), out
     assert float(out[1]) >= 1, out
     assert out[2] == "run tick", out
+
+
+def test_the_dashboard_serves_its_page_from_the_wheel(venv: Path, tmp_path: Path) -> None:
+    """anarchon-dashboard's page, script and style are package data: a wheel without them serves 500s."""
+    code = """if True:
+        import asyncio, anarchon_dashboard
+        dashboard = anarchon_dashboard.app("memory://", namespace="wheel")
+        for path in ("/", "/app.js", "/app.css", "/api/state"):
+            reply = asyncio.run(dashboard.respond("GET", path))
+            print(path, reply.status, reply.content_type.split(";")[0], len(reply.body) > 100)
+    """
+    out = _run([venv / "bin" / "python", "-c", code], tmp_path).splitlines()
+    assert out == ["/ 200 text/html True", "/app.js 200 text/javascript True", "/app.css 200 text/css True",
+                   "/api/state 200 application/json True"], out
+    assert "anarchon dashboard" in _run([venv / "bin" / "anarchon", "dashboard", "--help"], tmp_path)

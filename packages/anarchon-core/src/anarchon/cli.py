@@ -4,6 +4,7 @@
     anarchon status redis://localhost:6379/0 --namespace myapp [--json]
     anarchon history redis://localhost:6379/0 JOB --namespace myapp [--limit 20] [--json]
     anarchon pause|resume|trigger sqlite:///jobs.db JOB --namespace myapp
+    anarchon dashboard sqlite:///jobs.db --namespace myapp [--port 8321] [--read-only]
     anarchon backends
     anarchon next "0 8 * * 1-5" --timezone Europe/Athens -n 5
     anarchon --version
@@ -343,6 +344,25 @@ def _control(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- dashboard ------------------------------------------------------------------------------------
+
+def _dashboard(args: argparse.Namespace) -> int:
+    try:
+        import anarchon_dashboard
+    except ImportError as exc:
+        if exc.name != "anarchon_dashboard":
+            raise  # installed, but one of its own dependencies is missing: say which
+        raise CliError(
+            "the dashboard is a distribution of its own: pip install anarchon-dashboard"
+        ) from None
+    if not 1 <= args.port <= 65535:
+        raise CliError(f"invalid --port {args.port!r}: use 1-65535")
+    backend = _existing_store(args)
+    anarchon_dashboard.serve(backend, namespace=args.namespace, host=args.host, port=args.port,
+                             read_only=args.read_only, refresh=args.refresh)
+    return 0
+
+
 # -- backends -------------------------------------------------------------------------------------
 
 def _backends(args: argparse.Namespace) -> int:
@@ -442,6 +462,18 @@ def build_parser() -> argparse.ArgumentParser:
         control.add_argument("job", help="the job's name")
         control.add_argument("--namespace", default="anarchon", help="default: anarchon")
         control.set_defaults(func=_control)
+
+    dash = sub.add_parser("dashboard", help="serve a status page with pause, resume and trigger buttons "
+                          "(needs pip install anarchon-dashboard)")
+    dash.add_argument("url", help="the store's URL, e.g. postgresql://db/app")
+    dash.add_argument("--namespace", default="anarchon", help="default: anarchon")
+    dash.add_argument("--host", default="127.0.0.1",
+                      help="the address to listen on (default 127.0.0.1; the page has no login)")
+    dash.add_argument("--port", type=int, default=8321, help="default: 8321")
+    dash.add_argument("--read-only", action="store_true",
+                      help="no pause, resume or trigger: the buttons are left out and their requests refused")
+    dash.add_argument("--refresh", default="2s", help="how often the page polls the store (default 2s)")
+    dash.set_defaults(func=_dashboard)
 
     backends = sub.add_parser("backends", help="list installed drivers and their URL schemes")
     backends.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -1,0 +1,280 @@
+"""The dashboard as a plain ASGI app: one page, its script and style, a JSON state and three controls.
+
+    GET  /              the page (a shell: the script fills it from /api/state, as text only)
+    GET  /app.js        the script; /app.css the style; /icon.svg the icon
+    GET  /api/state     everything the page shows, as JSON
+    POST /api/pause     {"job": NAME}; likewise /api/resume and /api/trigger (403 when read-only)
+
+Paths are relative to where the app is mounted (the ASGI `root_path`). No framework: Starlette, FastAPI
+and Django mount it as they mount any ASGI app, and `respond` serves it from a framework's own view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from anarchon import AnarchonError, backend_for_url, parse_duration
+from anarchon._controls import set_control
+from anarchon.backends import redact_url
+
+from ._data import capabilities, snapshot
+
+__all__ = ["Dashboard", "Reply", "app"]
+
+log = logging.getLogger("anarchon.dashboard")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+VERBS = ("pause", "resume", "trigger")
+"""The controls the page's buttons post to `api/<verb>`."""
+MAX_BODY = 16_384
+"""The largest control request accepted, in bytes (a job name is at most a few hundred)."""
+# Scripts and styles from this app only, and no inline script: store text that slipped into markup
+# could still not run. The page talks to its own origin only and cannot be framed.
+_SECURITY = [
+    (b"content-security-policy", b"default-src 'none'; script-src 'self'; style-src 'self'; "
+     b"connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One response of the dashboard, for a framework view to send as its own."""
+
+    status: int
+    body: bytes
+    content_type: str
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    """Headers besides the content type (security headers, a redirect's location)."""
+
+
+def _static(name: str) -> bytes:
+    return resources.files("anarchon_dashboard").joinpath("static", name).read_bytes()
+
+
+def _json(status: int, data: object) -> Reply:
+    return Reply(status, json.dumps(data, separators=(",", ":")).encode(), "application/json")
+
+
+def _error(status: int, message: str) -> Reply:
+    return _json(status, {"error": message})
+
+
+class Dashboard:
+    """The dashboard of one namespace of one store: an ASGI app (`await dashboard(scope, receive, send)`).
+
+    Build it with `anarchon_dashboard.app(...)`. The store is opened on the first request (or at ASGI
+    lifespan startup when the dashboard is the server's app) and closed by `aclose()` or lifespan shutdown
+    when the dashboard opened it from a URL.
+    """
+
+    def __init__(self, store: str | Any, *, namespace: str = "anarchon", read_only: bool = False,
+                 refresh: float | str = 2.0, title: str | None = None) -> None:
+        if not isinstance(namespace, str) or not namespace.strip():
+            raise AnarchonError(f"invalid namespace {namespace!r}: give the scheduler's namespace "
+                                "(its namespace= option; 'anarchon' unless set)")
+        self.backend: Any = backend_for_url(store) if isinstance(store, str) else store
+        self.namespace = namespace
+        self.read_only = read_only
+        self.refresh_ms = parse_duration(refresh, name="refresh")
+        self.title = title or f"anarchon · {namespace}"
+        self._owned = isinstance(store, str)
+        self._opened = False
+        self._lock = asyncio.Lock()
+        self._cache: tuple[float, dict[str, Any]] | None = None
+        """(monotonic time of the read, what was read)."""
+
+    def __repr__(self) -> str:
+        return f"Dashboard({self.url!r}, namespace={self.namespace!r}, read_only={self.read_only})"
+
+    @property
+    def url(self) -> str:
+        """The store's URL, password redacted."""
+        return redact_url(str(getattr(self.backend, "url", type(self.backend).__name__)))
+
+    async def open(self) -> None:
+        """Open the store (idempotent; the first request does it when nothing else did)."""
+        async with self._lock:
+            if not self._opened:
+                await self.backend.open()
+                self._opened = True
+
+    async def aclose(self) -> None:
+        """Close the store if this dashboard opened it from a URL; a backend passed in is left open."""
+        async with self._lock:
+            if self._opened and self._owned:
+                await self.backend.close()
+            self._opened = False
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    async def respond(self, method: str, path: str, body: bytes = b"",
+                      headers: Mapping[str, str] | Iterable[tuple[str, str]] = ()) -> Reply:
+        """Answer one request: `path` relative to where the dashboard is mounted ('/' is the page)."""
+        items = headers.items() if isinstance(headers, Mapping) else headers
+        lowered = {k.lower(): v for k, v in items}
+        method = method.upper()
+        path = "/" + path.lstrip("/")
+        reply = await self._route(method, path, body, lowered)
+        return Reply(reply.status, reply.body, reply.content_type,
+                     [*reply.headers, *((k.decode(), v.decode()) for k, v in _SECURITY)])
+
+    async def _route(self, method: str, path: str, body: bytes, headers: Mapping[str, str]) -> Reply:
+        reads = {"/": self._page, "/app.js": self._script, "/app.css": self._style, "/icon.svg": self._icon,
+                 "/api/state": self._state}
+        if path in reads:
+            if method not in ("GET", "HEAD"):
+                return _error(405, f"{method} {path}: use GET")
+            return await reads[path]()
+        verb = path.removeprefix("/api/")
+        if verb in VERBS:
+            if method != "POST":
+                return _error(405, f"{method} {path}: use POST with a JSON body {{\"job\": NAME}}")
+            return await self._control(verb, body, headers)
+        return _error(404, f"no such page {path!r}: the dashboard serves '/', '/api/state' and "
+                      "POST '/api/pause', '/api/resume', '/api/trigger'")
+
+    async def _page(self) -> Reply:
+        page = _static("index.html").decode()
+        page = page.replace("{{title}}", html.escape(self.title)).replace(
+            "{{config}}", html.escape(json.dumps({
+                "namespace": self.namespace, "store": self.url, "read_only": self.read_only,
+                "refresh_ms": self.refresh_ms,
+            }), quote=True))
+        return Reply(200, page.encode(), "text/html; charset=utf-8")
+
+    async def _script(self) -> Reply:
+        return Reply(200, _static("app.js"), "text/javascript; charset=utf-8")
+
+    async def _style(self) -> Reply:
+        return Reply(200, _static("app.css"), "text/css; charset=utf-8")
+
+    async def _icon(self) -> Reply:
+        return Reply(200, _static("icon.svg"), "image/svg+xml")
+
+    async def _state(self) -> Reply:
+        # Several open pages share one read per half refresh: the store's load does not grow with them.
+        # `age_ms` tells the page how old the read is, so its countdowns start from the right time.
+        now = time.monotonic()
+        if self._cache is None or (now - self._cache[0]) * 1000 >= self.refresh_ms / 2:
+            try:
+                await self.open()
+                self._cache = (time.monotonic(), await snapshot(self.backend, self.namespace))
+            except Exception as exc:
+                message = " ".join(str(exc).split()) or type(exc).__name__
+                log.warning("dashboard: reading namespace %r from %s failed: %s", self.namespace, self.url,
+                            message)
+                return _error(503, f"cannot read {self.url}: {message}")
+        read_at, state = self._cache
+        age = max(0, round((time.monotonic() - read_at) * 1000))
+        return _json(200, {**state, "store": self.url, "read_only": self.read_only, "age_ms": age})
+
+    async def _control(self, verb: str, body: bytes, headers: Mapping[str, str]) -> Reply:
+        if self.read_only:
+            return _error(403, f"cannot {verb}: this dashboard is read-only")
+        # A cross-site form can post text/plain or a form, never application/json without a CORS
+        # preflight (which this app does not answer): requiring JSON is the CSRF guard.
+        if headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+            return _error(415, f"cannot {verb}: send a JSON body {{\"job\": NAME}} with "
+                          "Content-Type: application/json")
+        if len(body) > MAX_BODY:
+            return _error(413, f"cannot {verb}: the request is {len(body)} bytes; at most {MAX_BODY}")
+        try:
+            job = json.loads(body)["job"]
+        except (ValueError, KeyError, TypeError):
+            return _error(400, f"cannot {verb}: send a JSON body {{\"job\": NAME}}, not {body[:200]!r}")
+        if not isinstance(job, str):
+            return _error(400, f"cannot {verb}: the job must be a string, not {job!r}")
+        if not capabilities(self.backend)["control"]:
+            return _error(409, f"cannot {verb} {job!r}: {type(self.backend).__name__} stores no controls "
+                          "(it lacks the 'control' capability); use SQLite, PostgreSQL or Redis")
+        change: dict[str, Any] = {"trigger": True} if verb == "trigger" else {"paused": verb == "pause"}
+        try:
+            await self.open()
+            control = await set_control(self.backend, self.namespace, job, verb, opened=True, **change)
+        except AnarchonError as exc:
+            return _error(400, str(exc))
+        except Exception as exc:
+            message = " ".join(str(exc).split()) or type(exc).__name__
+            log.warning("dashboard: %s %r in namespace %r failed: %s", verb, job, self.namespace, message)
+            return _error(503, f"cannot {verb} {job!r}: {message}")
+        self._cache = None  # the page reads its change back at once
+        log.info("dashboard: %s %r in namespace %r", verb, job, self.namespace)
+        return _json(200, {"job": job, "paused": control.paused, "trigger": control.trigger})
+
+    # -- ASGI -------------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI entry point: HTTP requests, and lifespan when the dashboard is the server's app."""
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            raise RuntimeError(f"the anarchon dashboard serves HTTP, not {scope['type']!r}")
+        root = str(scope.get("root_path", ""))
+        path = str(scope["path"])
+        # Starlette and Django keep the full path and add the mount point to root_path; older servers
+        # strip it. Either way, what is left is the dashboard's own path.
+        if root and path.startswith(root):
+            path = path[len(root):]
+        if path == "":  # mounted at /ops/jobs, opened as /ops/jobs: the page's links need the slash
+            await self._send(send, Reply(308, b"", "text/plain", [("location", root + "/")]))
+            return
+        body = b""
+        if scope["method"] == "POST":
+            while True:
+                message = await receive()
+                body += message.get("body", b"")
+                if len(body) > MAX_BODY or not message.get("more_body"):
+                    break
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers", [])]
+        reply = await self.respond(scope["method"], path, body, headers)
+        if scope["method"] == "HEAD":
+            reply = Reply(reply.status, b"", reply.content_type, reply.headers)
+        await self._send(send, reply)
+
+    @staticmethod
+    async def _send(send: Send, reply: Reply) -> None:
+        headers = [(b"content-type", reply.content_type.encode()),
+                   (b"content-length", str(len(reply.body)).encode()),
+                   *((k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers)]
+        await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+        await send({"type": "http.response.body", "body": reply.body})
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.open()
+                except Exception as exc:  # the page shows the error and polls until the store is back
+                    log.warning("dashboard: cannot open %s yet: %s", self.url, " ".join(str(exc).split()))
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def app(store: str | Any, *, namespace: str = "anarchon", read_only: bool = False,
+        refresh: float | str = 2.0, title: str | None = None) -> Dashboard:
+    """The dashboard of `namespace` in `store` (a URL such as "redis://localhost:6379/0", or a backend).
+
+    `read_only=True` leaves out the pause, resume and trigger buttons and answers their requests 403.
+    `refresh` is how often the page polls the store (a duration: 2.0, "2s", "500ms").
+    """
+    return Dashboard(store, namespace=namespace, read_only=read_only, refresh=refresh, title=title)

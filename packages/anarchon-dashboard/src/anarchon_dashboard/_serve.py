@@ -1,0 +1,24 @@
+"""`anarchon dashboard`: the dashboard on its own, served by uvicorn until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import uvicorn
+
+from ._app import Dashboard
+
+__all__ = ["serve"]
+
+
+def serve(store: str | Any, *, namespace: str = "anarchon", host: str = "127.0.0.1", port: int = 8321,
+          read_only: bool = False, refresh: float | str = 2.0, log_level: str = "info") -> None:
+    """Serve the dashboard of `namespace` in `store` at http://host:port/ until interrupted."""
+    dashboard = Dashboard(store, namespace=namespace, read_only=read_only, refresh=refresh)
+    mode = "read-only" if read_only else "with pause, resume and trigger"
+    print(f"anarchon dashboard: namespace {namespace!r} on {dashboard.url}, {mode}, at "
+          f"http://{host}:{port}/ (no login: bind to a private address or put it behind your auth)",
+          flush=True)
+    config = uvicorn.Config(dashboard, host=host, port=port, log_level=log_level, lifespan="on",
+                            access_log=False)
+    uvicorn.Server(config).run()
