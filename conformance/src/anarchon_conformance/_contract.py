@@ -374,6 +374,35 @@ class TestLeaseContract:
         result = await anarchon_kit.claim("job", "b", anarchon_kit.slot)
         assert result.outcome is ClaimOutcome.STALE, f"claim of an older slot: {result!r}"
 
+    async def test_a_claim_past_stale_after_is_stale(self, anarchon_kit: Kit) -> None:
+        probe = await anarchon_kit.claim("probe", "a")
+        now = probe.now if probe.now is not None else time.time_ns() // 1_000_000
+        past, future = now - 1_000, now + 600_000
+        # Every kind of record: none, same slot expired, same slot handed over, an older slot ended.
+        expired = await anarchon_kit.won("expired", "a", lease_ms=SHORT_LEASE_MS)
+        handed = await anarchon_kit.won("handed", "a")
+        assert await anarchon_kit.release(handed, ReleaseOutcome.HANDOVER)
+        older = await anarchon_kit.won("older", "a")
+        assert await anarchon_kit.release(older, ReleaseOutcome.DONE)
+        await anarchon_kit.expire()
+        cases = [("fresh", anarchon_kit.slot), ("expired", anarchon_kit.slot), ("handed", anarchon_kit.slot),
+                 ("older", anarchon_kit.slot + MINUTE)]
+        for job, slot in cases:
+            late = await anarchon_kit.claim(job, "b", slot, stale_after=past)
+            assert late.outcome is ClaimOutcome.STALE, (
+                f"a claim of {job!r} that reached the store after its stale_after must be STALE (a late "
+                f"claim must not revive a past slot); got {late!r}"
+            )
+        # STALE changed nothing, and a claim within its stale_after is judged by the claim table.
+        for job, slot in cases:
+            result = await anarchon_kit.claim(job, "c", slot, stale_after=future)
+            assert result.outcome is ClaimOutcome.WON and result.lease is not None, (
+                f"a claim of {job!r} before its stale_after: {result!r}"
+            )
+            attempt = 2 if job in ("expired", "handed") else 1
+            assert result.lease.attempt == attempt, f"a STALE claim of {job!r} changed the record: {result!r}"
+        assert expired.attempt == 1 and handed.attempt == 1
+
     async def test_early_slot_is_refused(self, anarchon_kit: Kit) -> None:
         future = time.time_ns() // 1_000_000 + 3_600_000
         result = await anarchon_kit.claim("job", "a", future)
@@ -482,10 +511,18 @@ class TestLeaseContract:
         assert await anarchon_kit.release(lease, ReleaseOutcome.DONE) is False
         assert await anarchon_kit.renew(taken.lease, on=other) is not None
 
-    async def test_renew_of_expired_untaken_lease_succeeds(self, anarchon_kit: Kit) -> None:
+    async def test_renew_after_expiry_is_lost_though_nobody_took_over(self, anarchon_kit: Kit) -> None:
         lease = await anarchon_kit.won("job", "a", lease_ms=SHORT_LEASE_MS)
         await anarchon_kit.expire()
-        assert await anarchon_kit.renew(lease) is not None
+        assert await anarchon_kit.renew(lease) is None, (
+            "a renewal that reaches the store after the lease expired must be lost, even when nobody "
+            "took the slot over: a renewal delayed in the network must not revive a run its holder "
+            "gave up on"
+        )
+        # ... and it changed nothing: the slot is taken over as after any expiry.
+        result = await anarchon_kit.claim("job", "b")
+        assert result.outcome is ClaimOutcome.WON and result.lease is not None, result
+        assert result.lease.attempt == 2, result
 
     async def test_renew_after_release_is_lost(self, anarchon_kit: Kit) -> None:
         lease = await anarchon_kit.won("job", "a")
@@ -751,26 +788,31 @@ class TestRenewManyContract:
     async def test_each_renewal_is_judged_alone(self, anarchon_kit: Kit) -> None:
         from dataclasses import replace
 
-        live = await anarchon_kit.won("live", "a", lease_ms=SHORT_LEASE_MS)
-        forged = await anarchon_kit.won("forged", "a")
-        released = await anarchon_kit.won("released", "a")
-        assert await anarchon_kit.release(released, ReleaseOutcome.DONE)
         stale = await anarchon_kit.won("stale", "a", lease_ms=SHORT_LEASE_MS)
+        expired = await anarchon_kit.won("expired", "a", lease_ms=SHORT_LEASE_MS)
         await anarchon_kit.expire()
         other = await anarchon_kit.client()
         taken = await anarchon_kit.claim("stale", "b", on=other)
         assert taken.outcome is ClaimOutcome.WON and taken.lease is not None
+        live = await anarchon_kit.won("live", "a", lease_ms=SHORT_LEASE_MS)
+        forged = await anarchon_kit.won("forged", "a")
+        released = await anarchon_kit.won("released", "a")
+        assert await anarchon_kit.release(released, ReleaseOutcome.DONE)
         live_ms = anarchon_kit.long_lease_ms
         results = list(await anarchon_kit.backend.renew_many([
             (live, live_ms),
             (replace(forged, token=forged.token + 1), live_ms),
             (released, live_ms),
             (stale, live_ms),
+            (expired, live_ms),
         ]))
-        assert len(results) == 4, results
+        assert len(results) == 5, results
         renewed, *lost = results
-        assert lost == [None, None, None], f"only the owner's live lease renews: {results}"
-        assert renewed is not None, "the owner's renew in a batch must succeed (expired but untaken)"
+        assert lost == [None, None, None, None], (
+            "only the owner's live lease renews (not a forged, released, taken over or expired one): "
+            f"{results}"
+        )
+        assert renewed is not None, "the owner's renew of its live lease in a batch must succeed"
         assert (renewed.slot, renewed.token, renewed.owner, renewed.attempt) == (
             live.slot, live.token, live.owner, live.attempt,
         )

@@ -61,6 +61,29 @@ class EngineConfig:
     log: logging.Logger
 
 
+def stale_after(entry: Due) -> int | None:
+    """The latest store time at which `entry`'s slot is still worth running (`ClaimRequest.stale_after`).
+
+    Only the latest slot runs: a slot is worth running until the job's next slot is due, and a
+    catch-up no later than `catch_up` after its slot. A backup's re-claim (a takeover) gets one lease
+    more: the older run's live lease made the next slot skip, so its takeover is the run of that
+    window. So a claim that reaches the store late (sent before a partition, delivered at its heal)
+    cannot start a slot that is past. Under `overlap="allow"` every slot runs on its own: no limit.
+    """
+    job = entry.plan.job
+    o = job.options
+    if o.overlap is Overlap.ALLOW:
+        return None
+    following = job.schedule.next_slot(entry.slot)
+    limit = None if following is None else following - 1
+    if limit is not None and entry.kind == "watch":
+        limit += o.lease_ms
+    if entry.kind == "catchup":
+        cap = entry.slot + o.catch_up_ms
+        limit = cap if limit is None else min(limit, cap)
+    return limit
+
+
 class Engine:
     """One start of a scheduler, until its stop: every claim, run and lease in between."""
 
@@ -194,7 +217,8 @@ class Engine:
     def _request(self, entry: Due) -> ClaimRequest:
         o, c = entry.plan.job.options, self._config
         return ClaimRequest(c.namespace, entry.plan.job.name, entry.slot, c.instance_id, o.lease_ms,
-                            o.max_attempts, o.overlap, entry.plan.fingerprint, c.max_skew_ms)
+                            o.max_attempts, o.overlap, entry.plan.fingerprint, c.max_skew_ms,
+                            stale_after(entry))
 
     async def _claim_batch(self, batch: list[Due]) -> None:
         c = self._config
@@ -205,7 +229,7 @@ class Engine:
             job = plan.job
             o = job.options
             requests.append(ClaimRequest(namespace, job.name, e.slot, owner, o.lease_ms, o.max_attempts,
-                                         o.overlap, plan.fingerprint, skew))
+                                         o.overlap, plan.fingerprint, skew, stale_after(e)))
         backend = self._backend
         sent = self.keeper.now()
         try:

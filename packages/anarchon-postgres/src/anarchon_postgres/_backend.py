@@ -271,6 +271,7 @@ class PostgresBackend(LeaseBackendBase):
             [r.namespace for r in reqs], [r.job for r in reqs], [str(r.slot) for r in reqs],
             [r.owner for r in reqs], [str(r.lease_ms) for r in reqs], [str(r.max_attempts) for r in reqs],
             [str(r.overlap) for r in reqs], [r.fingerprint for r in reqs], [str(r.max_skew_ms) for r in reqs],
+            [None if r.stale_after is None else str(r.stale_after) for r in reqs],
         )
         return [self._result(r, row) for r, row in zip(reqs, rows, strict=True)]
 
@@ -307,7 +308,7 @@ class PostgresBackend(LeaseBackendBase):
         kind = _OUTCOMES.get(outcome) or ClaimOutcome(outcome)
         live = kind in (ClaimOutcome.TAKEN, ClaimOutcome.SKIPPED)
         return ClaimResult(
-            kind, r.job, r.slot, holder=holder, attempt=attempt,
+            kind, r.job, r.slot, holder=holder, attempt=attempt or 0,
             expires_at=expires_at if live else None, now=now,
             previous_status=JobStatus(status) if kind is ClaimOutcome.EXHAUSTED else None,
             fingerprint=fingerprint, record_slot=record_slot,

@@ -312,7 +312,8 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         calls = [
             (self._job_keys(r.namespace, r.job),
              [r.slot, r.owner, r.lease_ms, r.max_attempts,
-              _OVERLAPS.get(r.overlap) or Overlap(r.overlap).value, r.fingerprint, r.max_skew_ms])
+              _OVERLAPS.get(r.overlap) or Overlap(r.overlap).value, r.fingerprint, r.max_skew_ms,
+              "" if r.stale_after is None else r.stale_after])
             for r in requests
         ]
         fresh = self._unindexed(requests)

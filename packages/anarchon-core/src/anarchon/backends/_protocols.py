@@ -122,6 +122,11 @@ class ClaimRequest:
     fingerprint: str = ""
     """The schedule's fingerprint, stored with the record so that a changed schedule is noticed."""
     max_skew_ms: int = 2_000
+    stale_after: int | None = None
+    """The latest store time (epoch ms) at which the slot is still worth running: a claim that reaches
+    the store later is **STALE** and changes nothing. None: no limit. The scheduler sets the job's
+    next slot (a catch-up claim: also at most `catch_up` after its slot), so a claim delivered late,
+    after the next slot was due, cannot start a past slot."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +298,7 @@ class LeaseBackend(ClaimBackend, Protocol):
         """Decide atomically, with `now` read from the store's clock. One record per (namespace, job):
 
         - `request.slot > now + max_skew_ms`: **EARLY**; nothing changes.
+        - `request.stale_after` set and `now > stale_after`: **STALE**; nothing changes.
         - no record: create `slot, attempt=1, token=1, running`, `expires_at = now + lease_ms`: **WON**.
         - record for the same slot, `running` and `expires_at > now`: **TAKEN** (holder, expires_at).
         - same slot, `done` or `failed`: **DONE**.
@@ -320,7 +326,8 @@ class LeaseBackend(ClaimBackend, Protocol):
         """Extend the lease to store `now + lease_ms`, or return None when it is lost.
 
         - Succeeds only while the record of `lease.slot` has the lease's token and owner and status
-          `running` (an expired lease that nobody took over is still renewed).
+          `running`, and its lease has not expired (`expires_at > now`): a renewal that reaches the
+          store after the lease ended is lost, even when nobody took the slot over.
         - The new expiry counts from the store's `now`, never from the old expiry.
         - Returns the lease with the new `expires_at`; None when the job has no record at all.
         - Atomic: a renewal and a takeover of the same record never both succeed.
