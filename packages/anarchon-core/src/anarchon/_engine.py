@@ -20,8 +20,8 @@ from ._controls import ControlState
 from ._job import Job
 from ._keeper import Keeper
 from ._keeper_thread import Sibling, open_keeper
-from ._logs import fields, fmt_slot, short
-from ._outcomes import Facts, Step, is_takeover, react, skips
+from ._logs import SlotText, fields, fmt_slot, short
+from ._outcomes import Action, Facts, Step, is_takeover, react, skips
 from ._planner import Due, Planner
 from ._runs import Hook, Runs
 from ._tasks import Tasks
@@ -39,6 +39,8 @@ from .backends import (
 )
 
 __all__ = ["Engine", "EngineConfig", "default_instance_id"]
+
+_HELD_BY_ITSELF = frozenset({ClaimOutcome.TAKEN, ClaimOutcome.SKIPPED})
 
 
 def default_instance_id() -> str:
@@ -269,6 +271,8 @@ class Engine:
         self._check_fingerprint(entry.plan.fingerprint, job, result)
         action = react(job, result, watching=entry.kind == "watch", stopping=self._stopping,
                        facts=self._facts)
+        if result.holder == self._config.instance_id and result.outcome in _HELD_BY_ITSELF:
+            self._held_by_itself(job, result, action)
         if self._log.isEnabledFor(action.level):
             attempt = result.lease.attempt if result.lease is not None else result.attempt
             extra = fields(job.name, result.slot, self._config.instance_id, attempt=attempt,
@@ -290,6 +294,30 @@ class Engine:
             elif action.step is Step.HAND_BACK:
                 # Won as the instance stops: hand it over at once (batched).
                 self.keeper.hand_back(result.lease)
+
+    def _held_by_itself(self, job: Job, result: ClaimResult, action: Action) -> None:
+        """The store holds a slot for this very instance, which does not run it (TAKEN: the claimed
+        slot; SKIPPED: the older one): a claim whose answer never came (the client gave up, the
+        request still reached the store), or one answered too late and being released (`_too_late`).
+        The contract releases only with the lease's token, which never arrived, so the slot is
+        taken over (TAKEN) or the newer slot claimed again (SKIPPED, `_skipped_by_itself`) when that
+        lease ends: one lease at most. The log line says so, instead of naming this instance as
+        another holder."""
+        held = result.slot if result.outcome is ClaimOutcome.TAKEN else result.record_slot
+        if (job.name, held) in self._not_run or any(
+                ctx.name == job.name and ctx.slot == held for ctx in self.runs.active):
+            return
+        left = (result.expires_at - result.now if result.expires_at is not None and result.now is not None
+                else job.options.lease_ms)
+        action.level = logging.INFO
+        if result.outcome is ClaimOutcome.TAKEN:
+            action.message = ("%s slot=%s held by this instance's own unanswered claim (its answer was "
+                              "lost); taken over when that lease ends, in %d ms")
+            action.args = (job.name, SlotText(result.slot), max(0, left))
+        else:
+            action.message = ("%s slot=%s waits: slot %s is held by this instance's own unanswered claim "
+                              "(its answer was lost) until that lease ends, in %d ms")
+            action.args = (job.name, SlotText(result.slot), SlotText(held or 0), max(0, left))
 
     def _skipped_by_itself(self, entry: Due, job: Job, result: ClaimResult) -> None:
         """The store skipped `result.slot` behind an older slot that this very instance holds.
