@@ -109,6 +109,16 @@ class IgnoresStaleAfterBackend(_Rewrite):
         return replace(r, stale_after=None)
 
 
+class NoReissueBackend(_Rewrite):
+    """Answers TAKEN to the holder's own claim: a claim whose answer was lost strands its slot."""
+
+    def result(self, r: ClaimRequest, result: ClaimResult) -> ClaimResult:
+        if not result.reissued:
+            return result
+        return ClaimResult(ClaimOutcome.TAKEN, r.job, r.slot, holder=r.owner, attempt=result.attempt,
+                           expires_at=result.expires_at, now=result.now)
+
+
 class TokenPerSlotBackend(MemoryBackend):
     """Counts tokens per slot, not per job: a new slot starts over at token 1."""
 
@@ -500,6 +510,8 @@ BROKEN = [
     Broken("replace_as_allow", ReplaceAsAllowBackend, "test_row_older_slot_live_replace", "revoked"),
     Broken("ignores_stale_after", IgnoresStaleAfterBackend, "test_a_claim_past_stale_after_is_stale",
            "must not revive a past slot"),
+    Broken("no_reissue", NoReissueBackend, "test_a_claim_by_the_holder_answers_its_own_lease_again",
+           "its own lease again"),
     Broken("token_per_slot", TokenPerSlotBackend, "test_token_increases_across_claims",
            "the token must increase"),
     Broken("older_slot_wins", OlderSlotWinsBackend, "test_row_newer_slot_is_stale", "claim of an older slot"),

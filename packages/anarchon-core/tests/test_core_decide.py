@@ -218,6 +218,20 @@ def test_a_slot_exactly_max_skew_ahead_is_not_early() -> None:
     assert decision.result.outcome is ClaimOutcome.WON
 
 
+def test_the_holder_of_a_live_record_gets_its_own_lease_again_and_nothing_is_written() -> None:
+    # A claim whose answer was lost: its resend must not leave the slot stranded until expiry.
+    head = rec(S2, attempt=2, token=4, owner="me", expires_at=NOW + 1)
+    lease = Lease("ns", "job", S2, 2, 4, "me", NOW + 1)
+    assert decide(head, req(), NOW, token=4) == ClaimDecision(ClaimResult(
+        ClaimOutcome.WON, "job", S2, lease=lease, holder="me", attempt=2, expires_at=NOW + 1, now=NOW,
+        fingerprint="fp-old", record_slot=S2, reissued=True,
+    ))
+    # Expired: an ordinary takeover, even by the same owner.
+    expired = rec(S2, token=4, owner="me", expires_at=NOW)
+    taken_over = decide(expired, req(), NOW, token=4).result
+    assert taken_over.lease == Lease("ns", "job", S2, 2, 5, "me", NOW + LEASE) and not taken_over.reissued
+
+
 # -- stale_after: a claim delivered too late -----------------------------------------------------
 
 

@@ -306,6 +306,16 @@ class PostgresBackend(LeaseBackendBase):
             holder, attempt, status = other["owner"], other["attempt"], other["status"]
             expires_at, fingerprint, record_slot = other["expires_at"], other["fingerprint"], r.slot
         kind = _OUTCOMES.get(outcome) or ClaimOutcome(outcome)
+        if kind is ClaimOutcome.TAKEN and holder == r.owner:
+            # Held by the claimer already (a claim whose answer was lost): its own lease again, nothing
+            # written. (Read from the statement's snapshot: the scheduler renews it before relying on it.)
+            token = row["c_token"] if r.slot == row["c_slot"] else json.loads(row["c_other"])["token"]
+            lease = Lease(r.namespace, r.job, r.slot, attempt, int(token), r.owner, int(expires_at))
+            return ClaimResult(
+                ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=holder, attempt=attempt,
+                expires_at=lease.expires_at, now=now, fingerprint=fingerprint, record_slot=record_slot,
+                reissued=True,
+            )
         live = kind in (ClaimOutcome.TAKEN, ClaimOutcome.SKIPPED)
         return ClaimResult(
             kind, r.job, r.slot, holder=holder, attempt=attempt or 0,

@@ -175,7 +175,8 @@ cur AS (
                 -- Delivered too late to be worth running: it never revives a past slot.
                 WHEN n.now > r.stale_after THEN 'stale'
                 ELSE {decide("c", "n.now", "r.slot", "r.overlap", "r.max_attempts")} END AS outcome,
-           c.slot AS c_slot, c.owner AS c_owner, c.attempt AS c_attempt, c.status AS c_status,
+           c.slot AS c_slot, c.owner AS c_owner, c.attempt AS c_attempt, c.token AS c_token,
+           c.status AS c_status,
            c.expires_at AS c_expires_at, c.fingerprint AS c_fingerprint, c.others -> r.slot::text AS c_other
     FROM req r CROSS JOIN n LEFT JOIN {t} c ON c.namespace = r.namespace AND c.job = r.job
 ),

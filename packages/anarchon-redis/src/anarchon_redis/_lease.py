@@ -43,6 +43,8 @@ BATCH = 500
 """Jobs per script call in a batch: one call holds the server for about a millisecond."""
 _INDEX_REFRESH_S = 60.0
 _OUTCOMES: dict[Any, ClaimOutcome] = {o.value.encode(): o for o in ClaimOutcome}
+_REISSUED = b"reissued"
+"""The claim script's code for a WON by the owner of the slot's live record: its own lease again."""
 _OVERLAPS: dict[Any, str] = {o: o.value for o in Overlap}
 """An overlap (member or its string) to its value, without an Enum call per claim."""
 
@@ -427,7 +429,8 @@ class RedisBackend(RedisStore, LeaseBackendBase):
     def _result(r: ClaimRequest, reply: list[Any]) -> ClaimResult:
         # (Inline rather than through _opt_s and _opt_i: this runs once per claim attempt.)
         code, holder, attempt, expires, now, prev, fingerprint, record_slot = reply[:8]
-        outcome = _OUTCOMES.get(code) or ClaimOutcome(_s(code))
+        reissued = code == _REISSUED
+        outcome = ClaimOutcome.WON if reissued else _OUTCOMES.get(code) or ClaimOutcome(_s(code))
         if holder is not None:
             holder = holder.decode() if type(holder) is bytes else str(holder)
         if fingerprint is not None:
@@ -442,6 +445,7 @@ class RedisBackend(RedisStore, LeaseBackendBase):
             outcome, r.job, r.slot, lease=lease, holder=holder, attempt=attempt, expires_at=expires_at,
             now=int(now), previous_status=None if prev is None else JobStatus(_s(prev)),
             fingerprint=fingerprint, record_slot=None if record_slot is None else int(record_slot),
+            reissued=reissued,
         )
 
     def _renew_call(self, lease: Lease, lease_ms: int) -> tuple[list[str], list[Any]]:

@@ -94,6 +94,10 @@ end
 
 local function same_slot(r)
   if live(r) then
+    -- Held by the claimer already (a claim whose answer was lost): its own lease again, nothing written.
+    if r.owner == owner then
+      return reply('reissued', r, r.expires_at, nil, r.fingerprint, r.slot, r.token)
+    end
     return reply('taken', r, r.expires_at, nil, r.fingerprint, r.slot)
   end
   if r.status == 'done' or r.status == 'failed' then

@@ -113,6 +113,15 @@ def _start(
 def _same_slot(r: ClaimRequest, now: int, token: int, rec: LeaseRecord) -> ClaimDecision:
     """The rows for a record of the claimed slot itself."""
     if rec.live(now):
+        if rec.owner == r.owner:
+            # The claimer holds it already (a claim whose answer was lost): its own lease again, so it
+            # can run or release it at once instead of waiting for it to expire.
+            lease = Lease(r.namespace, r.job, rec.slot, rec.attempt, rec.token, rec.owner, rec.expires_at)
+            return ClaimDecision(ClaimResult(
+                ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=rec.owner, attempt=rec.attempt,
+                expires_at=rec.expires_at, now=now, fingerprint=rec.fingerprint, record_slot=rec.slot,
+                reissued=True,
+            ))
         return ClaimDecision(ClaimResult(
             ClaimOutcome.TAKEN, r.job, r.slot, holder=rec.owner, attempt=rec.attempt,
             expires_at=rec.expires_at, now=now, fingerprint=rec.fingerprint, record_slot=rec.slot,

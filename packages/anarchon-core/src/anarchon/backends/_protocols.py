@@ -167,6 +167,9 @@ class ClaimResult:
     """The fingerprint stored with the record before this claim, when the backend keeps one."""
     record_slot: int | None = None
     """The slot the record held before this claim (the newer slot for STALE, the older one for SKIPPED)."""
+    reissued: bool = False
+    """WON by the owner of the slot's live record: its own lease again (a claim whose answer was lost),
+    nothing written. Its `expires_at` may be near: renew it before relying on it."""
 
     @property
     def won(self) -> bool:
@@ -300,7 +303,8 @@ class LeaseBackend(ClaimBackend, Protocol):
         - `request.slot > now + max_skew_ms`: **EARLY**; nothing changes.
         - `request.stale_after` set and `now > stale_after`: **STALE**; nothing changes.
         - no record: create `slot, attempt=1, token=1, running`, `expires_at = now + lease_ms`: **WON**.
-        - record for the same slot, `running` and `expires_at > now`: **TAKEN** (holder, expires_at).
+        - record for the same slot, `running` and `expires_at > now`: held by `request.owner`: **WON**
+          with that record's lease again (`reissued`, nothing written); else **TAKEN** (holder, expires_at).
         - same slot, `done` or `failed`: **DONE**.
         - same slot, `released`, or `running` with `expires_at <= now` (expiry is inclusive):
           if `attempt < max_attempts`: `attempt+1, token+1, owner=me, running`: **WON** (takeover,
