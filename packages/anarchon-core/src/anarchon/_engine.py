@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import socket
 from collections.abc import Iterable
@@ -39,6 +40,9 @@ from .backends import (
 )
 
 __all__ = ["Engine", "EngineConfig", "default_instance_id"]
+
+_RECOVERY_S = 15.0
+"""After a store outage, how long further claim failures count as the same outage (not warned again)."""
 
 
 
@@ -118,6 +122,8 @@ class Engine:
         """Since when claims have failed (the keeper's clock), or None while the store answers."""
         self._failures = 0
         """Claim batches failed in a row since `_down_since`."""
+        self._up_since = -math.inf
+        """When the store answered again after an outage that was warned about (the keeper's clock)."""
         self._not_run: set[tuple[str, int | None]] = set()
         """(job, slot) won too late and released without running (see `_too_late`)."""
         self._warned: set[str] = set()
@@ -244,14 +250,18 @@ class Engine:
             # At once, within the jitter (a reset connection is re-established on the way), backing
             # off to a heartbeat while the store stays away; a newer slot replaces an older one.
             retry_ms = self.planner.retry(batch, min(1000, self._config.heartbeat_ms))
-            first = self._down_since is None
-            if first:
-                self._down_since = self.keeper.now()
+            down_since = self._down_since
+            first = down_since is None
+            if down_since is None:
+                down_since = self._down_since = self.keeper.now()
                 self._failures = 0
             self._failures += 1
             # A single failure answered by the retry is a blip (a reset, a dead pooled connection): one
             # line. Failing again, the store is away: one warning, then one line when it answers again.
-            if self._failures == 2:
+            # Failures soon after it came back (connections opened before the outage dying one by one)
+            # belong to the same outage: no second warning.
+            recovering = down_since - self._up_since < _RECOVERY_S
+            if self._failures == 2 and not recovering:
                 self._log.warning("claims on %s fail: %s; the store looks unreachable, retrying every "
                                   "%d ms at most", backend.url, short(exc),
                                   min(1000, self._config.heartbeat_ms))
@@ -261,10 +271,14 @@ class Engine:
                               len(batch), backend.url, short(exc), retry_ms)
             return
         if self._down_since is not None:
-            self._log.log(logging.INFO if self._failures > 1 else logging.DEBUG,
+            now, down_since = self.keeper.now(), self._down_since
+            warned = self._failures > 1 and down_since - self._up_since >= _RECOVERY_S
+            self._log.log(logging.INFO if warned else logging.DEBUG,
                           "claims on %s answer again, after %d ms", backend.url,
-                          int((self.keeper.now() - self._down_since) * 1000))
+                          int((now - down_since) * 1000))
             self._down_since = None
+            if warned:
+                self._up_since = now
         latency_ms = (self.keeper.now() - sent) * 1000
         for entry, request, result in zip(batch, requests, results, strict=True):
             self._hook("anarchon_claim", request=request, result=result, latency_ms=latency_ms)

@@ -143,9 +143,23 @@ class RedisStore(BackendBase):
                 async with asyncio.timeout(OP_TIMEOUT_S):
                     yield
             except TimeoutError as exc:
+                await self._drop_idle_connections()
                 raise BackendUnavailable(
                     f"{self._drv.name} at {self.url} did not answer within {OP_TIMEOUT_S:g} s while {doing}"
                 ) from exc
+            except self._drv.unavailable as exc:
+                if type(exc).__name__ == "TimeoutError":  # the client library's own (redis-py, valkey-py)
+                    await self._drop_idle_connections()
+                raise
+
+    async def _drop_idle_connections(self) -> None:
+        """After a call that got no answer, close the pool's idle connections: opened before the
+        silence, they may be as dead (a black-holed network keeps them open), and each would cost
+        the next calls a whole deadline. New ones are opened as needed."""
+        pool = getattr(self.client, "connection_pool", None)
+        if pool is not None:
+            with contextlib.suppress(Exception):
+                await pool.disconnect(inuse_connections=False)
 
     async def _eval_many(
         self, script: Script, calls: Sequence[tuple[list[str], list[Any]]], doing: str,
