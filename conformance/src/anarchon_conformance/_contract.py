@@ -810,7 +810,7 @@ class TestRenewManyContract:
         other = await anarchon_kit.client()
         taken = await anarchon_kit.claim("stale", "b", on=other)
         assert taken.outcome is ClaimOutcome.WON and taken.lease is not None
-        live = await anarchon_kit.won("live", "a", lease_ms=SHORT_LEASE_MS)
+        live = await anarchon_kit.won("live", "a")
         forged = await anarchon_kit.won("forged", "a")
         released = await anarchon_kit.won("released", "a")
         assert await anarchon_kit.release(released, ReleaseOutcome.DONE)
