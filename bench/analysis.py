@@ -66,7 +66,7 @@ def expected_fires(
 
 
 def analyse(records: list[dict[str, Any]], jobs: Sequence[str], stop_t: int, kill: Kill | None,
-            in_flight_ms: int = 0) -> dict[str, Any]:
+            in_flight_ms: int = 0, interval_ms: int = 1000) -> dict[str, Any]:
     """Every per-run metric that the start log gives.
 
     A re-run after the kill of any (job, fire) the killed replica had in flight (started within
@@ -99,7 +99,7 @@ def analyse(records: list[dict[str, Any]], jobs: Sequence[str], stop_t: int, kil
             extra -= 1  # attempt 2 of a killed in-flight run is a takeover, not a duplicate
             takeovers += 1
         duplicates += max(0, extra)
-    missed = len(expected_fires(jobs, w_start, w_end) - in_window.keys())
+    missed = len(expected_fires(jobs, w_start, w_end, interval_ms) - in_window.keys())
     latencies = [runs[0]["t"] - key[1] for key, runs in in_window.items()]
 
     gap_ms: int | None = None

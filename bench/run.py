@@ -1,6 +1,6 @@
 """The cluster benchmark: anarchon and its peers on one workload, in one run, on one machine.
 
-    python bench/run.py [--quick] [--repeats N] [--scenarios A,B,C,C5] [--only name,name] [--out DIR]
+    python bench/run.py [--quick] [--repeats N] [--scenarios A,B,D,K,C,C5] [--only name,name] [--out DIR]
                         [--baseline CHECKOUT]
 
 Each scheduler runs as 3 OS processes (replicas) registering the same J jobs, each every 1 s. Every
@@ -48,11 +48,31 @@ class Scenario:
     kill_at: float | None
     sleep: float
     only: tuple[str, ...] = ()
+    interval: float = 1.0
+    """Each job's interval in seconds."""
+    defaults: bool = False
+    """Run anarchon with its default lease and heartbeat (30 s, 5 s) instead of 5 s and 1 s."""
 
 
+ANARCHON = ("anarchon-sqlite", "anarchon-redis", "anarchon-postgresql", "anarchon-redis-stream",
+            "anarchon-nats", "anarchon-nats-kv", "anarchon-rabbitmq")
+LEASE = ("anarchon-sqlite", "anarchon-redis", "anarchon-postgresql", "anarchon-nats-kv")
+PEERS = ("apscheduler3-memory", "apscheduler4-postgresql", "arq-redis", "procrastinate-postgresql")
 SCENARIOS = {
     "A": Scenario("A", 10, 45, 20, 0.2),
     "B": Scenario("B", 200, 45, None, 0.0),
+    # 2,000 jobs on the lease stores that are built for it, beside every peer.
+    "D": Scenario("D", 2_000, 45, None, 0.0,
+                  only=("anarchon-sqlite", "anarchon-redis", "anarchon-postgresql", *PEERS)),
+    # A kill that always lands on a run in flight: each run lasts 2 s of every 10 s, and the replica
+    # killed is the one that started a run last, under 1.5 s before the kill. Attempt 2 (within
+    # lease + heartbeat, 6 s) ends before the next slot, so no slot is skipped behind it. The
+    # takeover gap is what a user waits for attempt 2 of a crashed run.
+    "K": Scenario("K", 10, 45, 20, 2.0, only=ANARCHON, interval=10.0),
+    # At rest with default settings: 10 jobs every 1 s (S), and 10,000 jobs registered that are not
+    # due during the run (R: every 365 days), on every lease backend.
+    "S": Scenario("S", 10, 45, None, 0.0, only=LEASE, defaults=True),
+    "R": Scenario("R", 10_000, 45, None, 0.0, only=LEASE, interval=365 * 86_400.0, defaults=True),
     "C": Scenario("C", 10_000, 60, None, 0.0, only=("anarchon-redis", "anarchon-postgresql")),
     # The target is 10,000 jobs on Redis but 5,000 on PostgreSQL: C5 measures the latter.
     "C5": Scenario("C5", 5_000, 60, None, 0.0, only=("anarchon-postgresql",)),
@@ -168,10 +188,20 @@ def store_cpu(names: tuple[str, ...]) -> float:
 
 # -- one run -----------------------------------------------------------------------------------
 
+def every_text(sc: Scenario) -> str:
+    """How often each job of `sc` is due, for the tables."""
+    return "365 d (not due)" if sc.interval >= 86_400 else f"{sc.interval:g} s"
+
+
 def config_for(spec: Spec, sc: Scenario, workdir: Path, run_id: str) -> dict[str, Any]:
-    return {"scheduler": spec.name, "url": spec.url, "jobs": sc.jobs, "sleep": sc.sleep,
+    url = spec.url
+    if sc.defaults and spec.name == "anarchon-nats-kv":  # its own bucket, with the default 30 s TTL
+        url = url.replace("bucket=bench_anarchon&lease=5s", "bucket=bench_anarchon_defaults")
+    return {"scheduler": spec.name, "url": url, "jobs": sc.jobs, "sleep": sc.sleep,
+            "interval": sc.interval,
             "log": str(workdir / "starts.jsonl"), "workdir": str(workdir),
-            "namespace": f"bench{run_id}", "lease": "5s", "heartbeat": "1s", **spec.extra}
+            "namespace": f"bench{run_id}", **({} if sc.defaults else {"lease": "5s", "heartbeat": "1s"}),
+            **spec.extra}
 
 
 def tail_latest_start(log: Path, live: set[int], since: int) -> dict[str, Any] | None:
@@ -259,7 +289,8 @@ def one_run(spec: Spec, sc: Scenario, workdir: Path, run_id: str) -> dict[str, A
     cpu1 = store_cpu(spec.store)
     records = read_log(log) if log.exists() else []
     jobs = [f"j{i}" for i in range(sc.jobs)]
-    metrics = analyse(records, jobs, stop_t, kill, in_flight_ms=int(sc.sleep * 1000))
+    metrics = analyse(records, jobs, stop_t, kill, in_flight_ms=int(sc.sleep * 1000),
+                      interval_ms=int(sc.interval * 1000))
     survivors = [u for pid, u in usage.items() if u and (kill is None or pid != kill.pid)]
     calls: dict[str, int] = {}
     for f in workdir.glob("calls-*.json"):
@@ -326,7 +357,8 @@ def tables(rows: list[dict[str, Any]], meta: dict[str, Any], heading: str = "###
     for scenario in sorted({r["scenario"] for r in rows}, key=list(SCENARIOS).index):
         sc = SCENARIOS[scenario]
         secs = meta["durations"][scenario]
-        lines += [f"{heading} Scenario {scenario}: {sc.jobs:,} jobs every 1 s, 3 replicas, {secs:.0f} s"
+        lines += [f"{heading} Scenario {scenario}: {sc.jobs:,} jobs every {every_text(sc)}, 3 replicas, "
+                  f"{secs:.0f} s"
                   + (f", SIGKILL at {meta['kill_at'][scenario]} s" if sc.kill_at else ""), "",
                   "Runs and latency:", "",
                   "| scheduler | runs | duplicates (each run) | missed (each run) | p50 ms | p99 ms | max ms "
@@ -355,7 +387,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="one run of A and B, 30 s each (kill at 15 s)")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--scenarios", default="A,B,C,C5")
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--only", default="", help="comma-separated scheduler names")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--duration", type=float, default=None, help="override every scenario's duration (s)")
@@ -366,11 +398,11 @@ def main() -> None:
     args = ap.parse_args()
     scenarios = [SCENARIOS[s] for s in args.scenarios.split(",")]
     if args.duration:
-        scenarios = [Scenario(s.name, s.jobs, args.duration, s.kill_at and args.duration / 2, s.sleep, s.only)
+        scenarios = [replace(s, duration=args.duration, kill_at=s.kill_at and args.duration / 2)
                      for s in scenarios]
     if args.quick:
         args.repeats = 1
-        scenarios = [Scenario(s.name, s.jobs, 30, 15 if s.kill_at else None, s.sleep, s.only)
+        scenarios = [replace(s, duration=30, kill_at=15 if s.kill_at else None)
                      for s in scenarios if s.name in ("A", "B")]
     started = time.strftime("%Y-%m-%dT%H-%M-%S")
     out = args.out or BENCH / "results" / started

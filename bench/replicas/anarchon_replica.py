@@ -1,7 +1,7 @@
 """One anarchon replica for the benchmark (runs in the repository's .venv).
 
-Usage: python anarchon_replica.py CONFIG_JSON. Registers `jobs` jobs, each every 1 s, and counts
-every backend call (a store round trip for the drivers here) in `<workdir>/calls-<pid>.json`.
+Usage: python anarchon_replica.py CONFIG_JSON. Registers `jobs` jobs, each every `interval` s (default
+1 s), and counts every backend call (a store round trip for the drivers here) in `<workdir>/calls-<pid>.json`.
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ def main() -> None:
     threading.Thread(target=dumper, daemon=True).start()
     backend = CountingBackend(config["url"], counts)
     settings: dict[str, Any] = {"namespace": config["namespace"], "stop_timeout": "2s"}
-    if Capability.LEASE in backend.capabilities:
-        settings.update(lease=config.get("lease", "5s"), heartbeat=config.get("heartbeat", "1s"))
+    if Capability.LEASE in backend.capabilities and "lease" in config:
+        settings.update(lease=config["lease"], heartbeat=config["heartbeat"])
     scheduler: Scheduler[Any] = Scheduler(backend, **settings)
     sleep = float(config["sleep"])
 
@@ -86,8 +86,9 @@ def main() -> None:
             await asyncio.sleep(sleep)
 
     options: dict[str, Any] = {"catch_up": 0} if scheduler.leases else {}
+    every = f"{round(float(config.get('interval', 1.0)) * 1000)}ms"
     for i in range(int(config["jobs"])):
-        scheduler.every(f"j{i}", "1s", handler, **options)
+        scheduler.every(f"j{i}", every, handler, **options)
     log.ready()
     try:
         scheduler.run()

@@ -21,26 +21,50 @@ def run(scheduler: str, scenario: str, *, missed: int = 0, p50: float = 10, p99:
 
 def test_the_page_judges_each_target_from_the_runs() -> None:
     data = {
-        "meta": {"machine": "2 cores", "repeats": 1, "durations": {"A": 45, "B": 45, "C": 60},
-                 "kill_at": {"A": 20, "B": None, "C": None}},
+        "meta": {"machine": "2 cores", "repeats": 1,
+                 "durations": {"A": 45, "B": 45, "D": 45, "K": 45, "S": 45, "R": 45, "C": 60},
+                 "kill_at": {"A": 20, "B": None, "D": None, "K": 20, "S": None, "R": None, "C": None}},
         "runs": [
             run("anarchon-redis", "A", missed=9, takeover=5000),
             run("anarchon-rabbitmq", "A", p50=31, p99=65),
             run("arq-redis", "A", p50=300, p99=400),
             run("anarchon-redis", "B", steady=0.4),
             run("anarchon-rabbitmq", "B", missed=12, steady=4.9),
+            run("anarchon-redis", "D", p50=40, p99=90, steady=2.0),
+            run("anarchon-postgresql", "D", p50=60, p99=180, steady=3.1),
+            run("apscheduler4-postgresql", "D", p50=900, p99=2500, steady=30),
+            run("anarchon-redis", "K", takeover=5400),
+            run("anarchon-postgresql", "K", takeover=6300),
+            run("anarchon-nats", "K"),
+            run("anarchon-redis", "S", steady=0.25),
+            run("anarchon-nats-kv", "S", steady=1.3),
+            run("anarchon-redis", "R", steady=0.1),
             run("anarchon-redis", "C", p50=600, p99=900, steady=16),
             run("anarchon-postgresql", "C", missed=5),
         ],
     }
     page = render(data)
-    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| ([^|]+) \| (?:A|B|C|C5) \|.*$", page, re.M)}
+    line = r"^\| ([^|]+) \| (?:A|B|D|K|S|R|C|C5) \|.*$"
+    rows = {m.group(1): m.group(0) for m in re.finditer(line, page, re.M)}
     assert rows["p50 ≤ 25 ms and p99 ≤ 60 ms at 10 jobs"].endswith("| redis | rabbitmq |")
     assert rows["0 duplicates and 0 missed at 200 jobs"].endswith("| redis | rabbitmq |")
     takeover = "a killed run taken over as attempt 2 within lease + heartbeat (6 s), where one ran"
     assert rows[takeover].endswith("| redis | - |")
-    # 10,000 jobs is a target on Redis only: PostgreSQL's misses there are not judged.
     assert rows["10,000 jobs on Redis, none missed"].endswith("| redis | - |")
+    assert rows["10,000 jobs on PostgreSQL, none missed"].endswith("| - | postgresql |")
+    # The kill of scenario K lands on a run in flight, so every lease backend is judged, and a
+    # claim-only backend (no takeover) is not.
+    in_flight = "a run killed in flight taken over as attempt 2 within lease + heartbeat (6 s)"
+    assert rows[in_flight].endswith("| redis | postgresql |")
+    assert rows["p99 ≤ 100 ms at 2,000 jobs"].endswith("| redis | postgresql |")
+    assert rows["≤ 2.2 CPU s per replica per 45 s at 2,000 jobs"].endswith("| redis | postgresql |")
+    assert "| apscheduler4-postgresql | 0 | 0 | 900 / 2,500 |" in page
+    assert "| K | 10 | 10 s |" in page
+    rest = "steady CPU ≤ 0.3 s per replica per 45 s at 10 jobs, default settings"
+    assert rows[rest].endswith("| redis | nats-kv |")
+    idle = "10,000 jobs not due: < 1 % of a core (0.45 s per 45 s) and < 80 MB RSS"
+    assert rows[idle].endswith("| redis | - |")
+    assert "| R | 10,000 | 365 d (not due) |" in page
     assert "5,000 jobs on PostgreSQL" not in page  # no C5 in this run
     assert "| arq-redis | 0 | 0 | 300 / 400 |" in page
     assert "## Every number" in page and "DESIGN" not in page

@@ -9,7 +9,16 @@ from typing import Any
 import pytest
 
 from anarchon import ConfigError
-from anarchon.backends import Capability, ClaimOutcome, JobControl, JobStatus, Lease, Overlap, ReleaseOutcome
+from anarchon.backends import (
+    CONTROLS_CHANGED,
+    Capability,
+    ClaimOutcome,
+    JobControl,
+    JobStatus,
+    Lease,
+    Overlap,
+    ReleaseOutcome,
+)
 
 from ._kit import LONG_LEASE_MS, SHORT_LEASE_MS, Kit
 
@@ -969,6 +978,23 @@ class TestControlContract:
         assert len(set(ids)) == len(ids), f"each trigger gets its own id: {sorted(ids)}"
         stored = (await anarchon_kit.backend.controls(anarchon_kit.namespace))["job"].trigger
         assert stored == max(ids)
+
+    async def test_a_control_is_pushed_where_the_backend_notifies(self, anarchon_kit: Kit) -> None:
+        if "notify" not in anarchon_kit.capabilities:
+            pytest.skip(f"{type(anarchon_kit.backend).__name__} lacks 'notify': replicas poll controls")
+        listener = await anarchon_kit.client()
+        got: asyncio.Queue[tuple[str, int]] = asyncio.Queue()
+        await listener.subscribe(anarchon_kit.namespace, lambda job, slot: got.put_nowait((job, slot)))
+        await asyncio.sleep(0.1)  # let a subscription settle on stores that confirm it asynchronously
+        await anarchon_kit.backend.set_control(anarchon_kit.namespace + "-x", "elsewhere", paused=True)
+        for job, change in ((ODD_NAMES[0], {"paused": True}), ("job", {"trigger": True})):
+            await anarchon_kit.backend.set_control(anarchon_kit.namespace, job, **change)
+            try:
+                pushed = await asyncio.wait_for(got.get(), timeout=5)
+            except TimeoutError:
+                pytest.fail(f"a backend with 'notify' must push (job, CONTROLS_CHANGED) to the namespace's "
+                            f"subscribers after set_control: nothing came within 5 s of {change} of {job!r}")
+            assert pushed == (job, CONTROLS_CHANGED), "a control change of another namespace was pushed"
 
     async def test_controls_are_namespaced(self, anarchon_kit: Kit) -> None:
         backend, ns = anarchon_kit.backend, anarchon_kit.namespace

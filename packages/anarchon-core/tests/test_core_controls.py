@@ -29,7 +29,8 @@ T0 = to_ms(START)
 class Replicas:
     """Three schedulers on one store and one virtual clock, each recording the runs it starts."""
 
-    def __init__(self, clock: VirtualClock, n: int = 3) -> None:
+    def __init__(self, clock: VirtualClock, n: int = 3, *, heartbeat: str = "1s",
+                 notify: bool = True) -> None:
         self.clock = clock
         self.store = MemoryStore(clock)
         self.starts: list[tuple[int, str, int]] = []  # slot, instance, virtual time
@@ -38,8 +39,8 @@ class Replicas:
         self.contexts: list[JobContext] = []
         self.schedulers: list[Scheduler[MemoryBackend]] = []
         for k in range(n):
-            s = Scheduler(MemoryBackend(self.store), instance_id=f"i{k}", clock=clock, lease="6s",
-                          heartbeat="1s")
+            s = Scheduler(MemoryBackend(self.store, notify=notify), instance_id=f"i{k}", clock=clock,
+                          lease="60s" if heartbeat != "1s" else "6s", heartbeat=heartbeat)
 
             async def tick(ctx: JobContext) -> None:
                 self.starts.append((ctx.slot, ctx.instance_id, clock.now_ms()))
@@ -110,6 +111,26 @@ def test_a_replica_learns_of_a_pause_within_one_heartbeat(clock: VirtualClock) -
     # skipped by all; here the last poll before the slot came at +9.x s, so the 1 s heartbeat
     # guarantees the pause is known by +10.5 s at the latest: no slot after that runs.
     assert all(slot <= T0 + 10_000 for slot in r.slots())
+
+
+@pytest.mark.parametrize("notify", [True, False])
+def test_a_pushed_pause_reaches_every_replica_at_once(clock: VirtualClock, notify: bool) -> None:
+    r = Replicas(clock, n=2, heartbeat="20s", notify=notify)
+
+    async def main() -> None:
+        for s in r.schedulers:
+            await s.start()
+        await asyncio.sleep(25)  # +10 and +20 run; the replicas last polled at +20 s
+        await r.admin().pause("tick")  # at +25 s; their next poll is at +40 s
+        await asyncio.sleep(10)
+        for s in r.schedulers:
+            await s.stop()
+
+    clock.run(main())
+    pushed = [T0 + 10_000, T0 + 20_000]
+    # Pushed, the +30 s slot is skipped; polled every 20 s, the pause arrives only after it ran.
+    assert r.slots() == (pushed if notify else [*pushed, T0 + 30_000])
+    assert {slot for _, slot in r.skipped} == ({T0 + 30_000} if notify else set())
 
 
 def test_trigger_runs_once_on_one_replica_under_a_slot_of_its_own(clock: VirtualClock) -> None:

@@ -98,3 +98,7 @@ def test_store_fault_scenario(scenario: str, cluster_url: str, tmp_path: Path) -
 
 def test_pause_resume_and_trigger_from_the_cli_reach_every_replica(cluster_url: str, tmp_path: Path) -> None:
     check_controls(cluster_url, tmp_path)
+
+
+def test_controls_are_pushed_by_notify_well_within_a_heartbeat(cluster_url: str, tmp_path: Path) -> None:
+    check_controls(cluster_url, tmp_path, pushed=True, slack_s=0.5)

@@ -82,6 +82,12 @@ def test_pause_resume_and_trigger_from_the_cli_reach_every_replica(
     check_controls(_with_prefix(redis_url, prefix), tmp_path)
 
 
+def test_controls_are_pushed_by_publish_well_within_a_heartbeat(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    check_controls(_with_prefix(redis_url, prefix), tmp_path, pushed=True, slack_s=0.5)
+
+
 def test_a_blocked_event_loop_keeps_its_lease_until_block_limit(
     redis_url: str, prefix: str, tmp_path: Path
 ) -> None:

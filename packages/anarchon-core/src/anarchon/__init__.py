@@ -62,6 +62,7 @@ from ._plugins import PluginError, backend_classes, backend_for_url, plugin_erro
 from ._scheduler import Scheduler
 from ._schedules import At, Cron, Every, Schedule, from_ms, to_ms
 from .backends import (
+    CONTROLS_CHANGED,
     Capability,
     ClaimBackend,
     ClaimOutcome,
@@ -98,6 +99,7 @@ __all__ = [
     "ClaimResult",
     "Clock",
     "ConfigError",
+    "CONTROLS_CHANGED",
     "ControlBackend",
     "Cron",
     "DuplicateJobError",

@@ -27,6 +27,7 @@ from ._planner import Due, Planner
 from ._runs import Hook, Runs
 from ._tasks import Tasks
 from .backends import (
+    CONTROLS_CHANGED,
     Capability,
     ClaimBackend,
     ClaimOutcome,
@@ -143,7 +144,7 @@ class Engine:
         try:
             engine = cls(backend, config, keeper, hook=hook, owner=owner)
             if Capability.NOTIFY in backend.capabilities:
-                await cast(LeaseBackend, backend).subscribe(config.namespace, engine.planner.on_release)
+                await cast(LeaseBackend, backend).subscribe(config.namespace, engine._pushed)
         except BaseException:
             await keeper.crash()  # nothing is held yet: its thread, if any, just ends
             raise
@@ -198,6 +199,13 @@ class Engine:
         while True:
             await asyncio.sleep(self._config.heartbeat_ms / 1000)
             await self.controls.poll()
+
+    def _pushed(self, job: str, slot: int) -> None:
+        """The store pushed a handover of `job`'s `slot`, or a change of `job`'s controls."""
+        if slot != CONTROLS_CHANGED:
+            self.planner.on_release(job, slot)
+        elif self.controls is not None and not self._stopping:
+            self.tasks.spawn(self.controls.poll(), "ticks", name="anarchon-controls-pushed")
 
     def _skip_paused(self, entry: Due) -> bool:
         """Skip `entry` when its job is paused: a due slot is logged and reported as skipped."""

@@ -39,6 +39,8 @@ log = logging.getLogger("anarchon.postgres")
 # A loser whose snapshot predates a concurrent claim asks again this often before answering TAKEN.
 _PUSH_CHECK_S = 2.0
 """How long the start-up check waits for its own NOTIFY on the LISTEN connection."""
+JIT_FREE_ROWS = 256
+"""Batches of at least this many items run with JIT compilation off (see `_fetch`)."""
 _RECHECKS = 3
 _OUTCOMES = {o.value: o for o in ClaimOutcome}
 """An outcome's string to the member, without an Enum call per claim."""
@@ -199,13 +201,17 @@ class PostgresBackend(LeaseBackendBase):
         """asyncpg's errors, and socket errors, as anarchon's (see `_errors.translate`)."""
         return translate(exc, doing, self.url)
 
-    async def _fetch(self, what: str, query: str, *args: Any) -> list[Any]:
+    async def _fetch(self, what: str, query: str, *args: Any, rows: int = 1) -> list[Any]:
         """Run one statement on a pool connection, answered within `OP_TIMEOUT_S`.
 
         The connection goes back to the pool after the answer is returned, not before: asyncpg's
         reset on release costs a round trip, which a renewal on a slow network cannot spare. (For the
         same reason the statements take integer arrays as text[]: asyncpg looks up the codec of an
         integer array on each new connection, six more round trips.)
+
+        A batch of `rows` >= `JIT_FREE_ROWS` items runs in a transaction with JIT compilation off:
+        its cost estimate passes PostgreSQL's `jit_above_cost`, and compiling it took longer than
+        running it (two extra round trips, where the statement itself takes milliseconds).
         """
         if not self._opened:
             await self.open()
@@ -215,7 +221,13 @@ class PostgresBackend(LeaseBackendBase):
                 async with asyncio.timeout(OP_TIMEOUT_S):
                     conn = await pool.acquire()
                     try:
-                        rows = await conn.fetch(query, *args)
+                        if rows >= JIT_FREE_ROWS:
+                            # After an error, the pool's reset on release rolls the transaction back.
+                            await conn.execute("BEGIN; SET LOCAL jit = off")
+                            found = await conn.fetch(query, *args)
+                            await conn.execute("COMMIT")
+                        else:
+                            found = await conn.fetch(query, *args)
                     except BaseException as exc:
                         if not isinstance(exc, asyncpg.PostgresError):
                             conn.terminate()  # its state is unknown (a timeout, a lost socket): a new one
@@ -231,7 +243,7 @@ class PostgresBackend(LeaseBackendBase):
         task = asyncio.get_running_loop().create_task(self._give_back(conn))
         self._releasing.add(task)
         task.add_done_callback(self._releasing.discard)
-        return list(rows)
+        return list(found)
 
     async def _give_back(self, conn: Any) -> None:
         try:
@@ -275,6 +287,7 @@ class PostgresBackend(LeaseBackendBase):
             [r.owner for r in reqs], [str(r.lease_ms) for r in reqs], [str(r.max_attempts) for r in reqs],
             [str(r.overlap) for r in reqs], [r.fingerprint for r in reqs], [str(r.max_skew_ms) for r in reqs],
             [None if r.stale_after is None else str(r.stale_after) for r in reqs],
+            rows=len(reqs),
         )
         return [self._result(r, row) for r, row in zip(reqs, rows, strict=True)]
 
@@ -338,6 +351,7 @@ class PostgresBackend(LeaseBackendBase):
             "renew", self.sql.renew_many,
             [x.namespace for x in leases], [x.job for x in leases], [str(x.slot) for x in leases],
             [str(x.token) for x in leases], [x.owner for x in leases], [str(ms) for _, ms in renewals],
+            rows=len(leases),
         )
         results: list[Lease | None] = [None] * len(renewals)
         for row in rows:
@@ -364,7 +378,7 @@ class PostgresBackend(LeaseBackendBase):
                 "release", self.sql.release_many,
                 [x.namespace for x in leases], [x.job for x in leases], [str(x.slot) for x in leases],
                 [str(x.token) for x in leases], [x.owner for x in leases],
-                [releases[i][1].status.value for i in batch], self.sql.channel,
+                [releases[i][1].status.value for i in batch], self.sql.channel, rows=len(leases),
             )
             for row in rows:
                 results[batch[row["ord"] - 1]] = True
@@ -415,8 +429,10 @@ class PostgresBackend(LeaseBackendBase):
 
     async def set_control(self, namespace: str, job: str, *, paused: bool | None = None,
                           trigger: bool = False) -> JobControl:
-        """Set a job's paused flag and/or issue a trigger, in one statement (see `ControlBackend`)."""
-        [row] = await self._fetch("set_control", self.sql.set_control, namespace, job, paused, trigger)
+        """Set a job's paused flag and/or issue a trigger, and push the change, in one statement (see
+        `ControlBackend`)."""
+        [row] = await self._fetch("set_control", self.sql.set_control, namespace, job, paused, trigger,
+                                  self.sql.channel)
         return JobControl(bool(row["paused"]), int(row["trigger_id"]))
 
     async def controls(self, namespace: str) -> dict[str, JobControl]:

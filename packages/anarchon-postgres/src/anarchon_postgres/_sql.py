@@ -139,8 +139,10 @@ class Statements:
         ($10, `stale_after`, holds NULL for no limit).
 
         The snapshot CTE `cur` says why each request would lose; the upsert `up` decides on the
-        locked, latest row. A loser whose snapshot says it would have won saw a row that changed
-        under it (a concurrent claim): the caller asks again.
+        locked, latest row. Only the requests that win in the snapshot go to the upsert: a loser
+        there locks (and so writes) nothing, and the answer it gets was true at the snapshot. A
+        loser whose snapshot says it would have won saw a row that changed under it (a concurrent
+        claim): the caller asks again.
         """
         t = self.qualified
         ex = "excluded"
@@ -185,8 +187,8 @@ up AS (
                           fingerprint, updated_at, max_attempts, overlap, others)
     SELECT r.namespace, r.job, r.slot, 1, 1, 1, r.owner, 'running', n.now + r.lease_ms,
            r.fingerprint, n.now, r.max_attempts, r.overlap, '{{}}'::jsonb
-    FROM req r CROSS JOIN n
-    WHERE r.slot <= n.now + r.max_skew_ms AND (r.stale_after IS NULL OR n.now <= r.stale_after)
+    FROM req r CROSS JOIN n JOIN cur ON cur.ord = r.ord
+    WHERE cur.outcome = 'won'
     ON CONFLICT (namespace, job) DO UPDATE SET
         slot = GREATEST(t.slot, {ex}.slot),
         attempt = CASE WHEN {ex}.slot = t.slot THEN t.attempt + 1
@@ -376,14 +378,19 @@ FOR UPDATE
 
     @property
     def set_control(self) -> str:
-        """Set a job's paused flag ($3, NULL: leave it) and/or issue a trigger ($4), in one upsert."""
+        """Set a job's paused flag ($3, NULL: leave it) and/or issue a trigger ($4), in one upsert,
+        and NOTIFY the change on channel $5 as slot -1 (`CONTROLS_CHANGED`), sent at commit."""
         return f"""
-INSERT INTO {self.controls_table} AS c (namespace, job, paused, trigger_id)
-VALUES ($1, $2, coalesce($3::boolean, false), CASE WHEN $4::boolean THEN {NOW_MS} ELSE 0 END)
-ON CONFLICT (namespace, job) DO UPDATE SET
-    paused = coalesce($3::boolean, c.paused),
-    trigger_id = CASE WHEN $4::boolean THEN greatest({NOW_MS}, c.trigger_id + 1) ELSE c.trigger_id END
-RETURNING paused, trigger_id"""
+WITH c AS (
+    INSERT INTO {self.controls_table} AS c (namespace, job, paused, trigger_id)
+    VALUES ($1, $2, coalesce($3::boolean, false), CASE WHEN $4::boolean THEN {NOW_MS} ELSE 0 END)
+    ON CONFLICT (namespace, job) DO UPDATE SET
+        paused = coalesce($3::boolean, c.paused),
+        trigger_id = CASE WHEN $4::boolean THEN greatest({NOW_MS}, c.trigger_id + 1) ELSE c.trigger_id END
+    RETURNING paused, trigger_id
+)
+SELECT c.paused, c.trigger_id, pg_notify($5, json_build_array($1::text, $2::text, -1)::text) AS pushed
+FROM c"""
 
     @property
     def controls(self) -> str:

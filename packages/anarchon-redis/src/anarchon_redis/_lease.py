@@ -525,9 +525,10 @@ class RedisBackend(RedisStore, LeaseBackendBase):
 
     async def set_control(self, namespace: str, job: str, *, paused: bool | None = None,
                           trigger: bool = False) -> JobControl:
-        """Set a job's paused flag and/or issue a trigger, in one script (see `ControlBackend`)."""
+        """Set a job's paused flag and/or issue a trigger, and push the change, in one script (see
+        `ControlBackend`)."""
         flag = "" if paused is None else str(int(paused))
-        call = ([self.keys.controls(namespace)], [job, flag, str(int(trigger))])
+        call = ([self.keys.controls(namespace)], [job, flag, str(int(trigger)), self.keys.channel(namespace)])
         [reply] = await self._eval_many(_SET_CONTROL, [call], "setting a control")
         return JobControl(bool(int(reply[0])), int(reply[1]))
 

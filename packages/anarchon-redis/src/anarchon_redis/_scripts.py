@@ -241,7 +241,8 @@ return {1, ARGV[2]}
 
 
 SET_CONTROL = r"""
--- KEYS[1]: the namespace's controls hash; ARGV: job, paused ('' to leave it, '0', '1'), trigger ('0', '1').
+-- KEYS[1]: the namespace's controls hash; ARGV: job, paused ('' to leave it, '0', '1'), trigger ('0', '1'),
+-- the namespace's release channel (the change is pushed there as slot -1, CONTROLS_CHANGED).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local paused, trigger = 0, 0
@@ -254,5 +255,6 @@ end
 if ARGV[2] ~= '' then paused = tonumber(ARGV[2]) end
 if ARGV[3] == '1' then trigger = math.max(now, trigger + 1) end
 redis.call('HSET', KEYS[1], ARGV[1], string.format('%d:%d', paused, trigger))
+redis.call('PUBLISH', ARGV[4], '-1:' .. ARGV[1])
 return {paused, trigger}
 """

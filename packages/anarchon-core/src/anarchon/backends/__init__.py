@@ -4,6 +4,7 @@ from ._base import BackendBase, LeaseBackendBase, lazy_exports, redact_url
 from ._decide import ClaimDecision, ReleaseDecision, RenewDecision, decide, decide_release, decide_renew
 from ._memory import MemoryBackend, MemoryClaimBackend, MemoryStore
 from ._protocols import (
+    CONTROLS_CHANGED,
     Capability,
     ClaimBackend,
     ClaimOutcome,
@@ -30,6 +31,7 @@ __all__ = [
     "ClaimOutcome",
     "ClaimRequest",
     "ClaimResult",
+    "CONTROLS_CHANGED",
     "ControlBackend",
     "InspectBackend",
     "JobControl",

@@ -19,6 +19,7 @@ from .._duration import Duration, parse_duration
 from ._base import BackendBase, LeaseBackendBase
 from ._decide import decide, decide_release, decide_renew
 from ._protocols import (
+    CONTROLS_CHANGED,
     Capability,
     ClaimOutcome,
     ClaimRequest,
@@ -215,7 +216,7 @@ class MemoryBackend(LeaseBackendBase):
 
     async def set_control(self, namespace: str, job: str, *, paused: bool | None = None,
                           trigger: bool = False) -> JobControl:
-        """Set a job's paused flag and/or issue a trigger (see `ControlBackend.set_control`)."""
+        """Set a job's paused flag and/or issue a trigger, and push the change (see `ControlBackend`)."""
         with self.store.lock:
             self.store.calls += 1
             key = (namespace, job)
@@ -225,7 +226,12 @@ class MemoryBackend(LeaseBackendBase):
                 trigger=max(self._now(), old.trigger + 1) if trigger else old.trigger,
             )
             self.store.controls[key] = new
-            return new
+            subscriptions = list(self.store.subscriptions)
+        if self.notify:
+            for sub in subscriptions:
+                if sub.namespace == namespace and not sub.loop.is_closed():
+                    sub.loop.call_soon_threadsafe(sub.callback, job, CONTROLS_CHANGED)
+        return new
 
     async def controls(self, namespace: str) -> dict[str, JobControl]:
         """Read every controlled job's controls in a namespace."""

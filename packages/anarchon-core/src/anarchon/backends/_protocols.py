@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import ClassVar, Final, Protocol, runtime_checkable
 
 __all__ = [
     "Capability",
@@ -236,7 +236,11 @@ class JobControl:
 
 
 ReleaseCallback = Callable[[str, int], None]
-"""Called with (job, slot) when a handover of that slot is pushed by the store."""
+"""Called with (job, slot) when a handover of that slot is pushed by the store, or with
+(job, `CONTROLS_CHANGED`) when the job's controls changed."""
+
+CONTROLS_CHANGED: Final = -1
+"""The slot a backend with `notify` and `control` pushes to say that a job's controls changed."""
 
 
 @runtime_checkable
@@ -398,6 +402,9 @@ class ControlBackend(LeaseBackend, Protocol):
     """A lease backend that stores each job's cluster-wide controls (capability `control`).
 
     A job never controlled has no controls stored and reads as `JobControl()`.
+    A backend that also declares `notify` pushes `(job, CONTROLS_CHANGED)` to the namespace's
+    subscribers after every `set_control`, so replicas apply a control at once instead of at their
+    next poll. A push may be lost (a subscriber reconnecting); replicas still poll every heartbeat.
     """
 
     async def set_control(self, namespace: str, job: str, *, paused: bool | None = None,

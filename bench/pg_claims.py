@@ -1,0 +1,88 @@
+"""Three replicas claiming the same N jobs' slot at once on PostgreSQL, statement by statement.
+
+    python bench/pg_claims.py [--jobs 10000] [--rounds 5] [--batch 0]
+
+Each round, three PostgresBackend clients (as three replicas would) claim slot k of every job at
+the same moment with `claim_many` (in batches of `--batch` requests, 0: all at once), then the
+winners release their runs. Prints per round the wall time until every claim is answered, the
+statements sent and the winners (exactly one per job, or the run is wrong). Runs in a database of
+its own (`bench_pg_claims`), created afresh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import time
+from typing import Any
+
+from anarchon import ClaimRequest, ReleaseOutcome
+from anarchon_postgres import PostgresBackend
+
+PG = "postgresql://postgres@127.0.0.1:5432"
+DB = "bench_pg_claims"
+
+
+class Counting(PostgresBackend):
+    """Counts the statements sent."""
+
+    statements = 0
+
+    async def _fetch(self, what: str, query: str, *args: Any, rows: int = 1) -> list[Any]:
+        Counting.statements += 1
+        return await super()._fetch(what, query, *args, rows=rows)
+
+
+async def replica(backend: PostgresBackend, owner: str, jobs: int, slot: int, batch: int) -> list[Any]:
+    reqs = [ClaimRequest("bench", f"j{i:05d}", slot, owner, 5000, 3) for i in range(jobs)]
+    size = batch or jobs
+    out: list[Any] = []
+    chunks = [reqs[i:i + size] for i in range(0, jobs, size)]
+    for part in await asyncio.gather(*[backend.claim_many(c) for c in chunks]):
+        out.extend(part)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=10_000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=0)
+    args = ap.parse_args()
+    for sql in (f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)", f"CREATE DATABASE {DB}"):
+        subprocess.run(["psql", f"{PG}/test", "-q", "-c", sql], check=True)
+    asyncio.run(rounds(args))
+
+
+async def rounds(args: argparse.Namespace) -> None:
+    backends = [Counting(f"{PG}/{DB}") for _ in range(3)]
+    for b in backends:
+        await b.open()
+    slot0 = (int(time.time() * 1000) // 1000) * 1000
+    try:
+        for k in range(args.rounds):
+            Counting.statements = 0
+            slot = slot0 + k * 1000
+            t0 = time.perf_counter()
+            results = await asyncio.gather(*[replica(b, f"r{n}", args.jobs, slot, args.batch)
+                                             for n, b in enumerate(backends)])
+            took = time.perf_counter() - t0
+            statements = Counting.statements
+            won = [r for rs in results for r in rs if r.won]
+            assert len(won) == args.jobs, f"{len(won)} winners for {args.jobs} jobs"
+            assert len({r.job for r in won}) == args.jobs, "two winners for one job"
+            t1 = time.perf_counter()
+            for n, rs in enumerate(results):
+                leases = [(r.lease, ReleaseOutcome.DONE) for r in rs if r.lease is not None]
+                if leases:
+                    await backends[n].release_many(leases)
+            print(f"round {k}: claims answered in {took * 1000:7.0f} ms with {statements} statements; "
+                  f"releases {1000 * (time.perf_counter() - t1):6.0f} ms", flush=True)
+    finally:
+        for b in backends:
+            await b.close()
+
+
+if __name__ == "__main__":
+    main()
