@@ -103,6 +103,23 @@ class ReplaceAsAllowBackend(_Rewrite):
         return replace(r, overlap=Overlap.ALLOW) if r.overlap is Overlap.REPLACE else r
 
 
+class IgnoresStaleAfterBackend(_Rewrite):
+    """Ignores `stale_after`: a claim delivered late still starts a past slot."""
+
+    def request(self, r: ClaimRequest) -> ClaimRequest:
+        return replace(r, stale_after=None)
+
+
+class NoReissueBackend(_Rewrite):
+    """Answers TAKEN to the holder's own claim: a claim whose answer was lost strands its slot."""
+
+    def result(self, r: ClaimRequest, result: ClaimResult) -> ClaimResult:
+        if not result.reissued:
+            return result
+        return ClaimResult(ClaimOutcome.TAKEN, r.job, r.slot, holder=r.owner, attempt=result.attempt,
+                           expires_at=result.expires_at, now=result.now)
+
+
 class TokenPerSlotBackend(MemoryBackend):
     """Counts tokens per slot, not per job: a new slot starts over at token 1."""
 
@@ -242,6 +259,24 @@ class RenewFromOldExpiryBackend(MemoryBackend):
                     continue
                 job.put(replace(rec, expires_at=rec.expires_at + lease_ms))
                 out.append(replace(lease, expires_at=rec.expires_at + lease_ms))
+        return out
+
+
+class RenewsExpiredBackend(MemoryBackend):
+    """Renews an expired lease that nobody took over: a renewal delivered late revives the run."""
+
+    async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
+        out: list[Lease | None] = []
+        with self.store.lock:
+            for lease, lease_ms in renewals:
+                job = self.store.jobs.get((lease.namespace, lease.job))
+                rec = None if job is None else job.get(lease.slot)
+                if job is None or rec is None or not rec.held_by(lease):
+                    out.append(None)
+                    continue
+                now = self.store.clock.now_ms()
+                job.put(replace(rec, expires_at=now + lease_ms, updated_at=now))
+                out.append(replace(lease, expires_at=now + lease_ms))
         return out
 
 
@@ -486,6 +521,10 @@ BROKEN = [
     Broken("echoed_fingerprint", EchoedFingerprintBackend, "test_fingerprint_is_stored", "not echo"),
     Broken("skip_as_replace", SkipAsReplaceBackend, "test_row_older_slot_live_skipped", "overlap="),
     Broken("replace_as_allow", ReplaceAsAllowBackend, "test_row_older_slot_live_replace", "revoked"),
+    Broken("ignores_stale_after", IgnoresStaleAfterBackend, "test_a_claim_past_stale_after_is_stale",
+           "must not revive a past slot"),
+    Broken("no_reissue", NoReissueBackend, "test_a_claim_by_the_holder_answers_its_own_lease_again",
+           "its own lease again"),
     Broken("token_per_slot", TokenPerSlotBackend, "test_token_increases_across_claims",
            "the token must increase"),
     Broken("older_slot_wins", OlderSlotWinsBackend, "test_row_newer_slot_is_stale", "claim of an older slot"),
@@ -498,6 +537,8 @@ BROKEN = [
     Broken("non_owner_renew", NonOwnerRenewBackend, "test_renew_only_by_current_owner", "forged lease"),
     Broken("renew_from_old_expiry", RenewFromOldExpiryBackend, "test_renewal_counts_from_the_store_now",
            "not extend the old expiry"),
+    Broken("renews_expired", RenewsExpiredBackend, "test_renew_after_expiry_is_lost_though_nobody_took_over",
+           "after the lease expired must be lost"),
     Broken("renew_without_record", RenewWithoutRecordBackend, "test_no_record_renew_and_release",
            "no record must return None"),
     Broken("non_atomic_renew", NonAtomicRenewBackend, "test_renew_and_takeover_race",

@@ -12,6 +12,7 @@ from anarchon import ConfigError
 from anarchon.backends import (
     CONTROLS_CHANGED,
     ERROR_LIMIT,
+    Capability,
     CatalogueEntry,
     ClaimOutcome,
     JobControl,
@@ -98,7 +99,10 @@ class TestClaimContract:
     async def test_second_claim_is_taken(self, anarchon_kit: Kit) -> None:
         await anarchon_kit.won("job", "a")
         other = await anarchon_kit.client()
-        for owner, client in (("b", other), ("a", anarchon_kit.backend)):
+        # (On a lease backend the holder's own claim answers its lease again: see the lease tier.)
+        owners = [("b", other)] if Capability.LEASE in anarchon_kit.capabilities else [
+            ("b", other), ("a", anarchon_kit.backend)]
+        for owner, client in owners:
             result = await anarchon_kit.claim("job", owner, on=client)
             assert result.outcome is ClaimOutcome.TAKEN, f"second claim by {owner!r}: {result!r}"
             assert result.holder in (None, "a"), f"holder should be 'a': {result!r}"
@@ -386,6 +390,48 @@ class TestLeaseContract:
         result = await anarchon_kit.claim("job", "b", anarchon_kit.slot)
         assert result.outcome is ClaimOutcome.STALE, f"claim of an older slot: {result!r}"
 
+    async def test_a_claim_by_the_holder_answers_its_own_lease_again(self, anarchon_kit: Kit) -> None:
+        lease = await anarchon_kit.won("job", "a")
+        again = await anarchon_kit.claim("job", "a")
+        assert again.outcome is ClaimOutcome.WON and again.reissued, (
+            "a claim by the owner of the slot's live record (a claim whose answer was lost) must answer "
+            f"WON with its own lease again, reissued, so it can run or release it at once; got {again!r}"
+        )
+        assert again.lease is not None
+        assert (again.lease.attempt, again.lease.token) == (lease.attempt, lease.token), again
+        assert (await anarchon_kit.claim("job", "b")).outcome is ClaimOutcome.TAKEN, "a reissue wrote"
+        assert await anarchon_kit.release(again.lease, ReleaseOutcome.DONE), "the reissued lease releases"
+        assert (await anarchon_kit.claim("job", "a")).outcome is ClaimOutcome.DONE
+
+    async def test_a_claim_past_stale_after_is_stale(self, anarchon_kit: Kit) -> None:
+        probe = await anarchon_kit.claim("probe", "a")
+        now = probe.now if probe.now is not None else time.time_ns() // 1_000_000
+        past, future = now - 1_000, now + 600_000
+        # Every kind of record: none, same slot expired, same slot handed over, an older slot ended.
+        expired = await anarchon_kit.won("expired", "a", lease_ms=SHORT_LEASE_MS)
+        handed = await anarchon_kit.won("handed", "a")
+        assert await anarchon_kit.release(handed, ReleaseOutcome.HANDOVER)
+        older = await anarchon_kit.won("older", "a")
+        assert await anarchon_kit.release(older, ReleaseOutcome.DONE)
+        await anarchon_kit.expire()
+        cases = [("fresh", anarchon_kit.slot), ("expired", anarchon_kit.slot), ("handed", anarchon_kit.slot),
+                 ("older", anarchon_kit.slot + MINUTE)]
+        for job, slot in cases:
+            late = await anarchon_kit.claim(job, "b", slot, stale_after=past)
+            assert late.outcome is ClaimOutcome.STALE, (
+                f"a claim of {job!r} that reached the store after its stale_after must be STALE (a late "
+                f"claim must not revive a past slot); got {late!r}"
+            )
+        # STALE changed nothing, and a claim within its stale_after is judged by the claim table.
+        for job, slot in cases:
+            result = await anarchon_kit.claim(job, "c", slot, stale_after=future)
+            assert result.outcome is ClaimOutcome.WON and result.lease is not None, (
+                f"a claim of {job!r} before its stale_after: {result!r}"
+            )
+            attempt = 2 if job in ("expired", "handed") else 1
+            assert result.lease.attempt == attempt, f"a STALE claim of {job!r} changed the record: {result!r}"
+        assert expired.attempt == 1 and handed.attempt == 1
+
     async def test_early_slot_is_refused(self, anarchon_kit: Kit) -> None:
         future = time.time_ns() // 1_000_000 + 3_600_000
         result = await anarchon_kit.claim("job", "a", future)
@@ -494,10 +540,18 @@ class TestLeaseContract:
         assert await anarchon_kit.release(lease, ReleaseOutcome.DONE) is False
         assert await anarchon_kit.renew(taken.lease, on=other) is not None
 
-    async def test_renew_of_expired_untaken_lease_succeeds(self, anarchon_kit: Kit) -> None:
+    async def test_renew_after_expiry_is_lost_though_nobody_took_over(self, anarchon_kit: Kit) -> None:
         lease = await anarchon_kit.won("job", "a", lease_ms=SHORT_LEASE_MS)
         await anarchon_kit.expire()
-        assert await anarchon_kit.renew(lease) is not None
+        assert await anarchon_kit.renew(lease) is None, (
+            "a renewal that reaches the store after the lease expired must be lost, even when nobody "
+            "took the slot over: a renewal delayed in the network must not revive a run its holder "
+            "gave up on"
+        )
+        # ... and it changed nothing: the slot is taken over as after any expiry.
+        result = await anarchon_kit.claim("job", "b")
+        assert result.outcome is ClaimOutcome.WON and result.lease is not None, result
+        assert result.lease.attempt == 2, result
 
     async def test_renew_after_release_is_lost(self, anarchon_kit: Kit) -> None:
         lease = await anarchon_kit.won("job", "a")
@@ -763,30 +817,35 @@ class TestRenewManyContract:
     async def test_each_renewal_is_judged_alone(self, anarchon_kit: Kit) -> None:
         from dataclasses import replace
 
-        live = await anarchon_kit.won("live", "a", lease_ms=SHORT_LEASE_MS)
-        forged = await anarchon_kit.won("forged", "a")
-        released = await anarchon_kit.won("released", "a")
-        assert await anarchon_kit.release(released, ReleaseOutcome.DONE)
         stale = await anarchon_kit.won("stale", "a", lease_ms=SHORT_LEASE_MS)
+        expired = await anarchon_kit.won("expired", "a", lease_ms=SHORT_LEASE_MS)
         await anarchon_kit.expire()
         other = await anarchon_kit.client()
         taken = await anarchon_kit.claim("stale", "b", on=other)
         assert taken.outcome is ClaimOutcome.WON and taken.lease is not None
+        live = await anarchon_kit.won("live", "a")
+        forged = await anarchon_kit.won("forged", "a")
+        released = await anarchon_kit.won("released", "a")
+        assert await anarchon_kit.release(released, ReleaseOutcome.DONE)
         live_ms = anarchon_kit.long_lease_ms
         results = list(await anarchon_kit.backend.renew_many([
             (live, live_ms),
             (replace(forged, token=forged.token + 1), live_ms),
             (released, live_ms),
             (stale, live_ms),
+            (expired, live_ms),
         ]))
-        assert len(results) == 4, results
+        assert len(results) == 5, results
         renewed, *lost = results
-        assert lost == [None, None, None], f"only the owner's live lease renews: {results}"
-        assert renewed is not None, "the owner's renew in a batch must succeed (expired but untaken)"
+        assert lost == [None, None, None, None], (
+            "only the owner's live lease renews (not a forged, released, taken over or expired one): "
+            f"{results}"
+        )
+        assert renewed is not None, "the owner's renew of its live lease in a batch must succeed"
         assert (renewed.slot, renewed.token, renewed.owner, renewed.attempt) == (
             live.slot, live.token, live.owner, live.attempt,
         )
-        assert renewed.expires_at > live.expires_at
+        assert renewed.expires_at >= live.expires_at
         # The renewed lease holds past the short lease it replaced; the others changed nothing.
         assert (await anarchon_kit.claim("live", "b", on=other)).outcome is ClaimOutcome.TAKEN
         assert await anarchon_kit.renew(forged) is not None, "a forged renewal in a batch changed state"

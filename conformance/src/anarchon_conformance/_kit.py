@@ -131,6 +131,7 @@ class Kit:
         namespace: str | None = None,
         fingerprint: str = "",
         max_skew_ms: int = 2_000,
+        stale_after: int | None = None,
     ) -> ClaimRequest:
         """A claim request in this test's namespace (with the backend's fixed lease, if any)."""
         return request(
@@ -143,6 +144,7 @@ class Kit:
             overlap=overlap,
             fingerprint=fingerprint,
             max_skew_ms=max_skew_ms,
+            stale_after=stale_after,
         )
 
     async def claim(

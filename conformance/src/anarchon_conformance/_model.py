@@ -152,6 +152,9 @@ def _machine(world: _World) -> type[RuleBasedStateMachine]:
                     model.lease.owner,
                     model.lease.slot,
                 ), f"{req!r}: backend lease {real.lease!r}, model lease {model.lease!r}"
+                assert real.reissued == model.reissued, f"{req!r}: backend {real!r}, model {model!r}"
+                if model.reissued:
+                    return  # its own lease again: already held
                 self.real_tokens.append(real.lease.token)
                 assert self.real_tokens == sorted(set(self.real_tokens)), (
                     f"tokens went back: {self.real_tokens}"

@@ -186,6 +186,7 @@ def request(
     overlap: Overlap = Overlap.SKIP,
     fingerprint: str = "",
     max_skew_ms: int = 2_000,
+    stale_after: int | None = None,
 ) -> ClaimRequest:
     """A claim request with the suite's defaults."""
     return ClaimRequest(
@@ -198,6 +199,7 @@ def request(
         overlap=overlap,
         fingerprint=fingerprint,
         max_skew_ms=max_skew_ms,
+        stale_after=stale_after,
     )
 
 

@@ -218,18 +218,85 @@ def test_a_slot_exactly_max_skew_ahead_is_not_early() -> None:
     assert decision.result.outcome is ClaimOutcome.WON
 
 
+def test_the_holder_of_a_live_record_gets_its_own_lease_again_and_nothing_is_written() -> None:
+    # A claim whose answer was lost: its resend must not leave the slot stranded until expiry.
+    head = rec(S2, attempt=2, token=4, owner="me", expires_at=NOW + 1)
+    lease = Lease("ns", "job", S2, 2, 4, "me", NOW + 1)
+    assert decide(head, req(), NOW, token=4) == ClaimDecision(ClaimResult(
+        ClaimOutcome.WON, "job", S2, lease=lease, holder="me", attempt=2, expires_at=NOW + 1, now=NOW,
+        fingerprint="fp-old", record_slot=S2, reissued=True,
+    ))
+    # Expired: an ordinary takeover, even by the same owner.
+    expired = rec(S2, token=4, owner="me", expires_at=NOW)
+    taken_over = decide(expired, req(), NOW, token=4).result
+    assert taken_over.lease == Lease("ns", "job", S2, 2, 5, "me", NOW + LEASE) and not taken_over.reissued
+
+
+# -- stale_after: a claim delivered too late -----------------------------------------------------
+
+
+STALE_HEADS = {
+    "no-record": None, "same-slot-live": rec(S2), "same-slot-expired": rec(S2, expires_at=NOW),
+    "same-slot-released": rec(S2, status=JobStatus.RELEASED), "older-live": rec(S1),
+    "older-done": rec(S1, status=JobStatus.DONE), "newer": rec(NOW - 1_000),
+}
+"""Every kind of record: past `stale_after`, each claim is STALE and writes nothing."""
+
+
+@pytest.mark.parametrize("head", STALE_HEADS.values(), ids=STALE_HEADS.keys())
+@pytest.mark.parametrize("overlap", list(Overlap))
+def test_a_claim_past_stale_after_is_stale_and_writes_nothing(
+    head: LeaseRecord | None, overlap: Overlap,
+) -> None:
+    decision = decide(head, req(stale_after=NOW - 1, overlap=overlap), NOW, token=4)
+    expected = ClaimResult(ClaimOutcome.STALE, "job", S2, now=NOW) if head is None else ClaimResult(
+        ClaimOutcome.STALE, "job", S2, holder="holder", attempt=head.attempt, now=NOW,
+        fingerprint="fp-old", record_slot=head.slot,
+    )
+    assert decision == ClaimDecision(expected)
+
+
+def test_a_claim_at_stale_after_still_counts() -> None:
+    # `stale_after` is the last store time at which the slot is worth running: inclusive.
+    write = running(S2, 1, 1)
+    assert decide(None, req(stale_after=NOW), NOW, token=0) == ClaimDecision(won(write), write, new_slot=True)
+    head = rec(S2, expires_at=NOW)
+    taken = running(S2, 2, 5)
+    assert decide(head, req(stale_after=NOW), NOW, token=4) == ClaimDecision(
+        won(taken, previous_status=JobStatus.RUNNING, previous=head), taken
+    )
+
+
+def test_no_stale_after_is_no_limit() -> None:
+    assert ClaimRequest("ns", "job", S2, "me").stale_after is None
+    assert decide(None, req(S1 - 10**9), NOW, token=0).result.outcome is ClaimOutcome.WON
+
+
+def test_early_comes_before_stale() -> None:
+    early = NOW + 3_000
+    result = decide(None, req(early, max_skew_ms=0, stale_after=NOW - 1), NOW, token=0).result
+    assert result.outcome is ClaimOutcome.EARLY
+
+
 # -- renew ---------------------------------------------------------------------------------------
 
 HELD = Lease("ns", "job", S2, 1, 4, "holder", NOW + 1)
 """The lease of `rec()`."""
 
 
-@pytest.mark.parametrize("expires_at", [NOW + 1, NOW, NOW - 60_000], ids=["live", "at-expiry", "expired"])
+@pytest.mark.parametrize("expires_at", [NOW + 1, NOW + 60_000], ids=["last-live-ms", "live"])
 def test_renew_extends_from_the_store_now(expires_at: int) -> None:
-    # A lease that expired while nobody took it over still renews; the expiry counts from `now`.
+    # The expiry counts from `now`, never from the old expiry.
     decision = decide_renew(rec(expires_at=expires_at), HELD, LEASE, NOW)
     write = LeaseRecord(S2, 1, 4, "holder", JobStatus.RUNNING, NOW + LEASE, "fp-old", NOW)
     assert decision == RenewDecision(Lease("ns", "job", S2, 1, 4, "holder", NOW + LEASE), write)
+
+
+@pytest.mark.parametrize("expires_at", [NOW, NOW - 60_000], ids=["at-expiry", "long-expired"])
+def test_renew_after_the_lease_expired_is_lost_though_nobody_took_over(expires_at: int) -> None:
+    # A renewal delayed in the network (a partition's bytes delivered at its heal) must not revive a
+    # run its holder has declared lost: expiry is inclusive, so `expires_at == now` is over too.
+    assert decide_renew(rec(expires_at=expires_at), HELD, LEASE, NOW) == RenewDecision(None)
 
 
 NOT_HELD = {

@@ -338,10 +338,11 @@ async def _run_for(schedulers: list[Scheduler[Any]], seconds: float) -> None:
         await s.stop()
 
 
-def test_a_run_whose_lease_ran_out_before_it_started_renews_first_and_runs_once() -> None:
+def test_a_run_whose_lease_ran_out_before_it_started_does_not_start_and_runs_once_as_a_takeover() -> None:
     # The winner's loop was blocked for longer than the lease between the claim and the handler's
-    # start. Nobody took the slot over yet, so a renewal succeeds and the run goes ahead, once; a
-    # run started on the expired lease would run beside the backup's takeover (attempt 2).
+    # start. Its renewal comes after the lease ended, so it fails even though nobody took the slot
+    # over yet, and the run does not start; the slot is claimed again and runs once, as attempt 2.
+    # (A run started on the expired lease would run beside a backup's takeover.)
     clock = VirtualClock(START)
     _store, _slow, schedulers = _late_start_cluster(clock)
     runs: list[tuple[str, int, int]] = []
@@ -354,7 +355,7 @@ def test_a_run_whose_lease_ran_out_before_it_started_renews_first_and_runs_once(
 
     clock.run(_run_for(schedulers, 70))
     # (The backup, 500 ms behind, also sees 10:00:00 as a boundary at start; only 10:01 is blocked.)
-    assert [r for r in runs if r[1] == T0 + 60_000] == [("slow", T0 + 60_000, 1)], runs
+    assert [r[1:] for r in runs if r[1] == T0 + 60_000] == [(T0 + 60_000, 2)], runs
 
 
 def test_a_run_whose_lease_was_taken_over_before_it_started_does_not_start(caplog: Any) -> None:

@@ -179,11 +179,14 @@ async def test_renew_only_by_current_owner_and_token(backend: MemoryBackend, clo
     assert await backend.renew(stale_token, 5000) is None
 
 
-async def test_expired_lease_nobody_took_is_still_renewed(backend: MemoryBackend, clock: ManualClock) -> None:
+async def test_expired_lease_nobody_took_is_lost(backend: MemoryBackend, clock: ManualClock) -> None:
+    # A renewal that reaches the store after the lease ended revives nothing, taken over or not.
     lease = (await backend.claim(req("a", lease_ms=5000))).lease
     assert lease is not None
-    clock.advance(9000)
-    assert await backend.renew(lease, 5000) is not None
+    clock.advance(5000)
+    assert await backend.renew(lease, 5000) is None
+    taken = await backend.claim(req("b", lease_ms=5000))
+    assert taken.lease is not None and taken.lease.attempt == 2
 
 
 async def test_frozen_holder_cannot_renew_after_takeover(backend: MemoryBackend, clock: ManualClock) -> None:

@@ -203,7 +203,7 @@ async def test_rows_overlap_skip_and_replace(kv: NatsKVBackend) -> None:
     assert got[6] == ("lease", s, 1, "b")
 
 
-async def test_an_expired_lease_nobody_took_is_still_renewed(kv: NatsKVBackend) -> None:
+async def test_an_expired_lease_nobody_took_is_lost(kv: NatsKVBackend) -> None:
     s = _now_slot()
     got = await _same_as_memory(kv, [
         ("a", claim(s, "a")),
@@ -211,8 +211,8 @@ async def test_an_expired_lease_nobody_took_is_still_renewed(kv: NatsKVBackend) 
         ("r", renew("a")),
         ("b", claim(s, "b")),
     ])
-    assert got[2] == ("lease", s, 1, "a")
-    assert got[3][0] is ClaimOutcome.TAKEN
+    assert got[2] is None
+    assert got[3][0] is ClaimOutcome.WON
 
 
 async def test_tokens_increase_on_every_claim_and_stay_on_renew(kv: NatsKVBackend) -> None:

@@ -65,6 +65,7 @@ class Claim:
     overlap: Overlap = Overlap.SKIP
     fingerprint: str = "every:10s"
     max_skew_ms: int = 2_000
+    stale_after: int | None = None
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,11 @@ SCENARIOS: dict[str, list[Step]] = {
     ],
     "renew after release is lost": [Claim("a", 0), Release(0, ReleaseOutcome.DONE), Renew(0),
                                     Release(0, ReleaseOutcome.DONE)],
-    "expired but not taken over is still renewed": [Claim("a", 0, lease_ms=0), Renew(0)],
+    "expired but not taken over is lost": [Claim("a", 0, lease_ms=0), Renew(0), Claim("b", 0)],
+    "past stale_after->stale, nothing written": [
+        Claim("a", 0, stale_after=1), Claim("b", 0, lease_ms=0), Claim("c", 0, stale_after=1),
+        Claim("d", 10_000, stale_after=1), Claim("e", 0, stale_after=10**13),
+    ],
     "stale release after takeover is ignored": [
         Claim("a", 0, lease_ms=0), Claim("b", 0), Release(0, ReleaseOutcome.DONE), Renew(1),
     ],
@@ -166,7 +171,7 @@ async def _play(backend: Any, steps: list[Step], base: int) -> list[tuple[Any, .
         if isinstance(step, Claim):
             req = ClaimRequest(
                 "ns", "job", base + step.slot, step.owner, step.lease_ms, step.max_attempts, step.overlap,
-                step.fingerprint, step.max_skew_ms,
+                step.fingerprint, step.max_skew_ms, step.stale_after,
             )
             result = await backend.claim(req)
             if result.lease is not None:

@@ -14,11 +14,13 @@ import pytest
 
 from anarchon.testing import require_service
 from anarchon.testing.cluster import (
+    FAULT_SCENARIOS,
     Cluster,
     check_blocked_loops,
     check_controls,
     check_history,
     check_slow_network,
+    check_store_fault,
 )
 
 URL = os.environ.get("ANARCHON_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -85,6 +87,14 @@ def test_200_ms_each_way_never_loses_a_lease(cluster_url: str, tmp_path: Path) -
     # 6 s: each ends as attempt 1. `make test-faults` runs it with 20 (ANARCHON_FAULT_RUNS).
     runs = int(os.environ.get("ANARCHON_FAULT_RUNS", "1"))
     print(check_slow_network(cluster_url, tmp_path, runs=runs))
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("scenario", FAULT_SCENARIOS)
+def test_store_fault_scenario(scenario: str, cluster_url: str, tmp_path: Path) -> None:
+    # A 30 s outage (refused or black-holed), resets just after boundaries, a partition whose bytes
+    # are delivered at its heal: each scenario's outcome is asserted and printed as one line.
+    print(check_store_fault(cluster_url, tmp_path, scenario))
 
 
 def test_pause_resume_and_trigger_from_the_cli_reach_every_replica(cluster_url: str, tmp_path: Path) -> None:

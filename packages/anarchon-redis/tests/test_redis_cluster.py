@@ -18,11 +18,13 @@ import redis
 from anarchon import JobContext, Scheduler
 from anarchon.testing import require_service
 from anarchon.testing.cluster import (
+    FAULT_SCENARIOS,
     Cluster,
     check_blocked_loops,
     check_controls,
     check_history,
     check_slow_network,
+    check_store_fault,
 )
 from anarchon_redis import RedisBackend
 
@@ -175,3 +177,13 @@ def test_200_ms_each_way_never_loses_a_lease(prefix: str, tmp_path: Path) -> Non
     # 6 s: each ends as attempt 1. `make test-faults` runs it with 20 (ANARCHON_FAULT_RUNS).
     runs = int(os.environ.get("ANARCHON_FAULT_RUNS", "1"))
     print(check_slow_network(_with_prefix(url, prefix), tmp_path, runs=runs))
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("scenario", FAULT_SCENARIOS)
+def test_store_fault_scenario(scenario: str, prefix: str, tmp_path: Path) -> None:
+    # A 30 s outage (refused or black-holed), resets just after boundaries, a partition whose bytes
+    # are delivered at its heal: each scenario's outcome is asserted and printed as one line.
+    url = os.environ.get("ANARCHON_REDIS_URL", "redis://127.0.0.1:6379/0")
+    require_service("redis", url, 6379)
+    print(check_store_fault(_with_prefix(url, prefix), tmp_path, scenario))

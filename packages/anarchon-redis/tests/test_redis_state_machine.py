@@ -60,9 +60,14 @@ SCENARIOS: dict[str, tuple[list[Step], list[str | bool | None]]] = {
         [(C, "a", 0, "A", {"max_attempts": 1, "lease_ms": 0}), (C, "b", 0, "B", {"max_attempts": 1})],
         ["won", "exhausted"],
     ),
-    "expired-but-not-taken-renews": (
+    "expired-but-not-taken-is-lost": (
         [(C, "a", 0, "A", {"lease_ms": 0}), ("renew", "a", LIVE), (C, "b", 0, "B", {})],
-        ["won", "lease", "taken"],
+        ["won", None, "won"],
+    ),
+    "past-stale-after-is-stale": (
+        [(C, "a", 0, "A", {"stale_after": 1}), (C, "a", 0, "A", {"stale_after": 10**13}),
+         (C, "b", 0, "B", {"stale_after": 1})],
+        ["stale", "won", "stale"],
     ),
     "older-live-skip": (
         [(C, "a", 0, "A", {}), (C, "b", 1000, "B", {"overlap": Overlap.SKIP})], ["won", "skipped"],

@@ -68,10 +68,13 @@ async def test_a_win_no_replica_acknowledged_is_not_reported(
                 r"1 won claim\(s\) \(first 'job' slot=\d+\) reached 0 of the 1 replica\(s\) that "
                 r"wait_replicas asks for within 50 ms, so they are not reported as won")):
             await backend.claim_many([request])
-        # The record stays, held by nobody that runs it: the same owner's retry is TAKEN, and a batch
-        # that wins nothing is answered (its WAIT's count does not matter).
-        [again] = await backend.claim_many([request])
-        assert (again.outcome, again.holder, again.lease) == (ClaimOutcome.TAKEN, "me", None)
+        # The record stays, held by nobody that runs it. The same owner's retry is answered its own lease
+        # again (reissued), a win like any other: not reported while no replica acknowledges it.
+        with pytest.raises(BackendUnavailable, match=r"reached 0 of the 1 replica\(s\)"):
+            await backend.claim_many([request])
+        # A batch that wins nothing is answered (its WAIT's count does not matter).
+        [other] = await backend.claim_many([ClaimRequest("ns", "job", now, "other", 30_000, 3)])
+        assert (other.outcome, other.holder, other.lease) == (ClaimOutcome.TAKEN, "me", None)
         state = await backend.inspect("ns", "job")
         assert state is not None and state.owner == "me"
     finally:

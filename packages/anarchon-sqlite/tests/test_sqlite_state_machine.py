@@ -11,6 +11,7 @@ import asyncio
 import random
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -122,13 +123,17 @@ async def test_expired_lease_is_taken_over(backend: Any) -> None:
     assert await backend.renew(lease, LIVE) is None
 
 
-async def test_expired_lease_nobody_took_over_still_renews(backend: Any) -> None:
+async def test_expired_lease_nobody_took_over_is_lost(backend: Any) -> None:
     s = base_slot()
     lease = await won(backend, req(s, "a", lease=GONE))
-    renewed = await backend.renew(lease, LIVE)
-    assert renewed is not None
-    assert renewed.expires_at > lease.expires_at
-    assert short(await backend.claim(req(s, "b"))) == "taken holder=a attempt=1"
+    assert await backend.renew(lease, LIVE) is None
+    assert short(await backend.claim(req(s, "b"))) == "won attempt=2 token=2 owner=b after=running"
+
+
+async def test_a_claim_past_stale_after_is_stale(backend: Any) -> None:
+    s = base_slot()
+    assert short(await backend.claim(replace(req(s, "a"), stale_after=1))).startswith("stale")
+    await won(backend, replace(req(s, "a"), stale_after=10**13))
 
 
 async def test_max_attempts_exhausted(backend: Any) -> None:

@@ -81,14 +81,22 @@ class ControlState:
         self._claiming: set[str] = set()
         self._won: set[tuple[str, int]] = set()
         """The triggers this replica won and may still run: (job, trigger id), the newest per job."""
+        self._failing = False
+        """Whether the last read failed: a store that stays away is warned about once, not per poll."""
 
     async def poll(self) -> None:
         """Read the namespace's controls (one call) and apply them; a store error is logged, not raised."""
         try:
             controls = await self._backend.controls(self._namespace)
         except Exception as exc:
-            self._log.warning("reading the controls of namespace %r failed: %s", self._namespace, short(exc))
+            # One warning when the store stops answering (the claims warn too), then quiet until it is back.
+            self._log.log(logging.DEBUG if self._failing else logging.WARNING,
+                          "reading the controls of namespace %r failed: %s", self._namespace, short(exc))
+            self._failing = True
             return
+        if self._failing:
+            self._failing = False
+            self._log.debug("controls of namespace %r read again", self._namespace)
         for name in {*self.paused, *controls}:
             self.apply(name, controls.get(name, JobControl()))
 

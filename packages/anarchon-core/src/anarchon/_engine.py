@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import socket
 from collections.abc import Iterable
@@ -21,8 +22,8 @@ from ._history import HistoryWriter
 from ._job import Job
 from ._keeper import Keeper
 from ._keeper_thread import Sibling, open_keeper
-from ._logs import fields, fmt_slot, short
-from ._outcomes import Facts, Step, is_takeover, react, skips
+from ._logs import SlotText, fields, fmt_slot, short
+from ._outcomes import Action, Facts, Step, is_takeover, react, skips
 from ._planner import Due, Planner
 from ._runs import Hook, Runs
 from ._tasks import Tasks
@@ -42,6 +43,10 @@ from .backends import (
 )
 
 __all__ = ["Engine", "EngineConfig", "default_instance_id"]
+
+_RECOVERY_S = 15.0
+"""After a store outage, how long further claim failures count as the same outage (not warned again)."""
+
 
 
 def default_instance_id() -> str:
@@ -64,6 +69,29 @@ class EngineConfig:
     log: logging.Logger
     history: int = 0
     """Ended runs kept per job in the store's history; 0: no history and no catalogue written."""
+
+
+def stale_after(entry: Due) -> int | None:
+    """The latest store time at which `entry`'s slot is still worth running (`ClaimRequest.stale_after`).
+
+    Only the latest slot runs: a slot is worth running until the job's next slot is due, and a
+    catch-up no later than `catch_up` after its slot. A backup's re-claim (a takeover) gets one lease
+    more: the older run's live lease made the next slot skip, so its takeover is the run of that
+    window. So a claim that reaches the store late (sent before a partition, delivered at its heal)
+    cannot start a slot that is past. Under `overlap="allow"` every slot runs on its own: no limit.
+    """
+    job = entry.plan.job
+    o = job.options
+    if o.overlap is Overlap.ALLOW:
+        return None
+    following = job.schedule.next_slot(entry.slot)
+    limit = None if following is None else following - 1
+    if limit is not None and entry.kind == "watch":
+        limit += o.lease_ms
+    if entry.kind == "catchup":
+        cap = entry.slot + o.catch_up_ms
+        limit = cap if limit is None else min(limit, cap)
+    return limit
 
 
 class Engine:
@@ -105,6 +133,10 @@ class Engine:
         self._stopping = False
         self._down_since: float | None = None
         """Since when claims have failed (the keeper's clock), or None while the store answers."""
+        self._failures = 0
+        """Claim batches failed in a row since `_down_since`."""
+        self._up_since = -math.inf
+        """When the store answered again after an outage that was warned about (the keeper's clock)."""
         self._not_run: set[tuple[str, int | None]] = set()
         """(job, slot) won too late and released without running (see `_too_late`)."""
         self._warned: set[str] = set()
@@ -222,7 +254,8 @@ class Engine:
     def _request(self, entry: Due) -> ClaimRequest:
         o, c = entry.plan.job.options, self._config
         return ClaimRequest(c.namespace, entry.plan.job.name, entry.slot, c.instance_id, o.lease_ms,
-                            o.max_attempts, o.overlap, entry.plan.fingerprint, c.max_skew_ms)
+                            o.max_attempts, o.overlap, entry.plan.fingerprint, c.max_skew_ms,
+                            stale_after(entry))
 
     async def _claim_batch(self, batch: list[Due]) -> None:
         c = self._config
@@ -233,7 +266,7 @@ class Engine:
             job = plan.job
             o = job.options
             requests.append(ClaimRequest(namespace, job.name, e.slot, owner, o.lease_ms, o.max_attempts,
-                                         o.overlap, plan.fingerprint, skew))
+                                         o.overlap, plan.fingerprint, skew, stale_after(e)))
         backend = self._backend
         sent = self.keeper.now()
         try:
@@ -245,20 +278,35 @@ class Engine:
             # At once, within the jitter (a reset connection is re-established on the way), backing
             # off to a heartbeat while the store stays away; a newer slot replaces an older one.
             retry_ms = self.planner.retry(batch, min(1000, self._config.heartbeat_ms))
-            first = self._down_since is None
-            if first:
-                self._down_since = self.keeper.now()
-            # One warning when the store stops answering, one line when it answers again.
-            self._log.log(
-                logging.WARNING if first else logging.DEBUG,
-                "claim of %d slot(s) failed on %s: %s; retrying within %d ms",
-                len(batch), backend.url, short(exc), retry_ms,
-            )
+            down_since = self._down_since
+            first = down_since is None
+            if down_since is None:
+                down_since = self._down_since = self.keeper.now()
+                self._failures = 0
+            self._failures += 1
+            # A single failure answered by the retry is a blip (a reset, a dead pooled connection): one
+            # line. Failing again, the store is away: one warning, then one line when it answers again.
+            # Failures soon after it came back (connections opened before the outage dying one by one)
+            # belong to the same outage: no second warning.
+            recovering = down_since - self._up_since < _RECOVERY_S
+            if self._failures == 2 and not recovering:
+                self._log.warning("claims on %s fail: %s; the store looks unreachable, retrying every "
+                                  "%d ms at most", backend.url, short(exc),
+                                  min(1000, self._config.heartbeat_ms))
+            else:
+                self._log.log(logging.INFO if first else logging.DEBUG,
+                              "claim of %d slot(s) failed on %s: %s; retrying within %d ms",
+                              len(batch), backend.url, short(exc), retry_ms)
             return
         if self._down_since is not None:
-            self._log.info("claims on %s answer again, after %d ms", backend.url,
-                           int((self.keeper.now() - self._down_since) * 1000))
+            now, down_since = self.keeper.now(), self._down_since
+            warned = self._failures > 1 and down_since - self._up_since >= _RECOVERY_S
+            self._log.log(logging.INFO if warned else logging.DEBUG,
+                          "claims on %s answer again, after %d ms", backend.url,
+                          int((now - down_since) * 1000))
             self._down_since = None
+            if warned:
+                self._up_since = now
         latency_ms = (self.keeper.now() - sent) * 1000
         observed = self._hook.wants("anarchon_claim")
         for entry, request, result in zip(batch, requests, results, strict=True):
@@ -275,6 +323,8 @@ class Engine:
         self._check_fingerprint(entry.plan.fingerprint, job, result)
         action = react(job, result, watching=entry.kind == "watch", stopping=self._stopping,
                        facts=self._facts)
+        if result.outcome is ClaimOutcome.SKIPPED and result.holder == self._config.instance_id:
+            self._held_by_itself(job, result, action)
         if self._log.isEnabledFor(action.level):
             attempt = result.lease.attempt if result.lease is not None else result.attempt
             extra = fields(job.name, result.slot, self._config.instance_id, attempt=attempt,
@@ -287,34 +337,69 @@ class Engine:
             self._skipped_by_itself(entry, job, result)
             return
         if result.lease is not None:
+            if result.reissued and any(ctx.name == job.name and ctx.slot == result.slot
+                                       and ctx.token == result.lease.token for ctx in self.runs.active):
+                return  # its own run, already going
             if action.step is Step.RUN and self._too_late(job, result.lease):
                 return
             if action.step is Step.RUN:
                 if is_takeover(result):
                     self._hook("anarchon_takeover", request=request, result=result)
+                if result.reissued:
+                    # Its own lease again, from a claim whose answer was lost: it may be about to
+                    # expire, so it is renewed before the run starts (as a late answer is).
+                    sent = self.keeper.now() - job.options.lease_ms / 1000
                 self.runs.start(job, result.lease, sent)
             elif action.step is Step.HAND_BACK:
                 # Won as the instance stops: hand it over at once (batched).
                 self.keeper.hand_back(result.lease)
 
+    def _held_by_itself(self, job: Job, result: ClaimResult, action: Action) -> None:
+        """The log line of a claim skipped behind an older slot that this very instance holds but
+        does not run (a claim whose answer was lost): say so, instead of naming this instance as
+        another holder (`_skipped_by_itself` frees the older slot)."""
+        held = result.record_slot
+        if (job.name, held) in self._not_run or any(
+                ctx.name == job.name and ctx.slot == held for ctx in self.runs.active):
+            return
+        action.level = logging.INFO
+        action.message = ("%s slot=%s waits: slot %s is held by this instance's own unanswered claim "
+                          "(its answer was lost); releasing it")
+        action.args = (job.name, SlotText(result.slot), SlotText(held or 0))
+
     def _skipped_by_itself(self, entry: Due, job: Job, result: ClaimResult) -> None:
         """The store skipped `result.slot` behind an older slot that this very instance holds.
 
         Held by a claim answered too late and released just now (`_too_late`): claim again at once,
-        once the release has landed. Held by a claim whose answer never came (sent before a
-        partition, delivered at its heal), which this instance does not run and has no token to
-        release: claim again every heartbeat until that lease ends, so the slot runs then rather
-        than never. (A run of this instance that is still going or still releasing is left alone.)
+        once the release has landed. Held by a claim whose answer never came (the client gave up;
+        the request still reached the store): claim that older slot, which answers this instance's
+        own lease again (`reissued`), release it as done (`_too_late`: the newer slot is due), then
+        claim the newer slot again. (A run of this instance that is still going or still releasing
+        is left alone.)
         """
         older = result.record_slot
         if (job.name, older) in self._not_run:
             self.planner.retry([entry], self._config.heartbeat_ms)
             return
-        if any(ctx.name == job.name and ctx.slot == older for ctx in self.runs.active):
+        if older is None or any(ctx.name == job.name and ctx.slot == older for ctx in self.runs.active):
             return
-        left = (result.expires_at - result.now if result.expires_at is not None and result.now is not None
-                else job.options.lease_ms)
-        self.planner.again(entry, max(0, min(left, job.options.heartbeat_ms)))
+        self.tasks.spawn(self._free_own(entry, job, older), "claim")
+
+    async def _free_own(self, entry: Due, job: Job, older: int) -> None:
+        """Release `older`, held by this instance's own unanswered claim, then claim `entry` again."""
+        o, c = job.options, self._config
+        request = ClaimRequest(c.namespace, job.name, older, c.instance_id, o.lease_ms, o.max_attempts,
+                               o.overlap, entry.plan.fingerprint, c.max_skew_ms)
+        try:
+            result = await self._backend.claim(request)
+        except Exception:  # the store is away: the newer slot's claim is retried as any failed one
+            self.planner.retry([entry], self._config.heartbeat_ms)
+            return
+        lease = result.lease
+        if result.reissued and lease is not None and not self._too_late(job, lease):
+            self.keeper.hand_back(lease, ReleaseOutcome.DONE)  # not worth running now either
+            self._not_run.add((job.name, older))
+        self.planner.retry([entry], self._config.heartbeat_ms)
 
     def _too_late(self, job: Job, lease: Lease) -> bool:
         """A first attempt won after the job's next slot was due (a claim answered late, e.g. when a

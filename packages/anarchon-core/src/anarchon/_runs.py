@@ -143,6 +143,10 @@ class Runs:
         error: BaseException | None = None
         try:
             if run.held.late and not await self._keeper.confirm(run.held):
+                # Its lease ran out before the run could start, and an expired lease does not renew:
+                # claim the slot again at once, so it runs as a takeover (here or elsewhere).
+                if not self._stopping:
+                    self._on_handover(job, ctx.slot)
                 return
             if self._hook.wants("anarchon_run_started"):
                 self._hook("anarchon_run_started", ctx=ctx)

@@ -297,8 +297,8 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
     async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
         """Renew each lease (see `LeaseBackend.renew`) by writing its lease entry again, a full TTL.
 
-        An entry that aged out while nobody took the slot over is created again, as the lease rules
-        renew an expired lease that nobody took over.
+        An entry that aged out is not created again: a lease that expired is lost, even when nobody
+        took the slot over. A renewal whose write lands after the lease ended deletes that write.
         """
         return await per_key(renewals, lambda item: (item[0].namespace, item[0].job),
                              lambda item: self._renew(*item))
@@ -318,7 +318,10 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
                 revision = await self._put(self.bucket, key, self._entry(lease), live.last)
             except _Conflict:
                 return None
-            return decide_renew(rec, lease, lease_ms, await self._time_of(self.bucket, revision)).lease
+            renewed = decide_renew(rec, lease, lease_ms, await self._time_of(self.bucket, revision)).lease
+            if renewed is None:
+                await self._drop(key, revision)  # written after the lease ended: it revives nothing
+            return renewed
 
     async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
         """Record each run's end, then delete its lease entry (see `LeaseBackend.release`); one job's

@@ -244,6 +244,9 @@ class PostgresBackend(LeaseBackendBase):
                         await pool.release(conn)
                         raise
             except TimeoutError as exc:
+                # The pool's other connections, opened before the silence, may be as dead (a black-holed
+                # network keeps them open): replace them all rather than lose a deadline on each.
+                pool.expire_connections()
                 raise BackendUnavailable(
                     f"{what} on {self.url} got no answer within {OP_TIMEOUT_S:g} s; is PostgreSQL up "
                     "and reachable?") from exc
@@ -293,6 +296,7 @@ class PostgresBackend(LeaseBackendBase):
             [r.namespace for r in reqs], [r.job for r in reqs], [str(r.slot) for r in reqs],
             [r.owner for r in reqs], [str(r.lease_ms) for r in reqs], [str(r.max_attempts) for r in reqs],
             [str(r.overlap) for r in reqs], [r.fingerprint for r in reqs], [str(r.max_skew_ms) for r in reqs],
+            [None if r.stale_after is None else str(r.stale_after) for r in reqs],
             rows=len(reqs),
         )
         return [self._result(r, row) for r, row in zip(reqs, rows, strict=True)]
@@ -328,9 +332,19 @@ class PostgresBackend(LeaseBackendBase):
             holder, attempt, status = other["owner"], other["attempt"], other["status"]
             expires_at, fingerprint, record_slot = other["expires_at"], other["fingerprint"], r.slot
         kind = _OUTCOMES.get(outcome) or ClaimOutcome(outcome)
+        if kind is ClaimOutcome.TAKEN and holder == r.owner:
+            # Held by the claimer already (a claim whose answer was lost): its own lease again, nothing
+            # written. (Read from the statement's snapshot: the scheduler renews it before relying on it.)
+            token = row["c_token"] if r.slot == row["c_slot"] else json.loads(row["c_other"])["token"]
+            lease = Lease(r.namespace, r.job, r.slot, attempt, int(token), r.owner, int(expires_at))
+            return ClaimResult(
+                ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=holder, attempt=attempt,
+                expires_at=lease.expires_at, now=now, fingerprint=fingerprint, record_slot=record_slot,
+                reissued=True,
+            )
         live = kind in (ClaimOutcome.TAKEN, ClaimOutcome.SKIPPED)
         return ClaimResult(
-            kind, r.job, r.slot, holder=holder, attempt=attempt,
+            kind, r.job, r.slot, holder=holder, attempt=attempt or 0,
             expires_at=expires_at if live else None, now=now,
             previous_status=JobStatus(status) if kind is ClaimOutcome.EXHAUSTED else None,
             fingerprint=fingerprint, record_slot=record_slot,

@@ -145,7 +145,8 @@ class Statements:
 
     @property
     def claim(self) -> str:
-        """Claim a batch: $1..$9 are arrays, one element per request, each (namespace, job) once.
+        """Claim a batch: $1..$10 are arrays, one element per request, each (namespace, job) once
+        ($10, `stale_after`, holds NULL for no limit).
 
         The snapshot CTE `cur` says why each request would lose; the upsert `up` decides on the
         locked, latest row. Only the requests that win in the snapshot go to the upsert: a loser
@@ -175,15 +176,19 @@ class Statements:
 WITH n AS MATERIALIZED (SELECT {NOW_MS} AS now),
 req AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[]::bigint[], $4::text[], $5::text[]::bigint[],
-                         $6::text[]::int[], $7::text[], $8::text[], $9::text[]::bigint[])
+                         $6::text[]::int[], $7::text[], $8::text[], $9::text[]::bigint[],
+                         $10::text[]::bigint[])
         WITH ORDINALITY AS r(namespace, job, slot, owner, lease_ms, max_attempts, overlap,
-                             fingerprint, max_skew_ms, ord)
+                             fingerprint, max_skew_ms, stale_after, ord)
 ),
 cur AS (
     SELECT r.ord,
            CASE WHEN r.slot > n.now + r.max_skew_ms THEN 'early'
+                -- Delivered too late to be worth running: it never revives a past slot.
+                WHEN n.now > r.stale_after THEN 'stale'
                 ELSE {decide("c", "n.now", "r.slot", "r.overlap", "r.max_attempts")} END AS outcome,
-           c.slot AS c_slot, c.owner AS c_owner, c.attempt AS c_attempt, c.status AS c_status,
+           c.slot AS c_slot, c.owner AS c_owner, c.attempt AS c_attempt, c.token AS c_token,
+           c.status AS c_status,
            c.expires_at AS c_expires_at, c.fingerprint AS c_fingerprint, c.others -> r.slot::text AS c_other
     FROM req r CROSS JOIN n LEFT JOIN {t} c ON c.namespace = r.namespace AND c.job = r.job
 ),
@@ -259,7 +264,7 @@ req AS (
         WITH ORDINALITY AS r(namespace, job, slot, token, owner, lease_ms, ord)
 ),
 locked AS MATERIALIZED (
-    SELECT c.namespace, c.job, c.slot, c.token, c.owner, c.status, c.others FROM {t} c
+    SELECT c.namespace, c.job, c.slot, c.token, c.owner, c.status, c.expires_at, c.others FROM {t} c
     WHERE EXISTS (SELECT 1 FROM req r WHERE r.namespace = c.namespace AND r.job = c.job)
     {_LOCK_IN_CLAIM_ORDER}
 ),
@@ -267,9 +272,11 @@ ok AS MATERIALIZED (
     SELECT r.ord, r.namespace, r.job, r.slot, r.lease_ms, r.slot = l.slot AS head,
            {o} || jsonb_build_object('expires_at', n.now + r.lease_ms, 'updated_at', n.now) AS entry
     FROM req r JOIN locked l ON l.namespace = r.namespace AND l.job = r.job CROSS JOIN n
-    WHERE (r.slot = l.slot AND r.token = l.token AND r.owner = l.owner AND l.status = 'running') OR
+    -- Lost once expired (inclusive), even when nobody took over: a late renewal revives nothing.
+    WHERE (r.slot = l.slot AND r.token = l.token AND r.owner = l.owner AND l.status = 'running'
+           AND l.expires_at > n.now) OR
           (r.slot <> l.slot AND ({o} ->> 'token')::bigint = r.token AND {o} ->> 'owner' = r.owner
-           AND {o} ->> 'status' = 'running')
+           AND {o} ->> 'status' = 'running' AND ({o} ->> 'expires_at')::bigint > n.now)
 ),
 last AS (
     SELECT DISTINCT ON (namespace, job, slot) namespace, job, slot, lease_ms, head, entry

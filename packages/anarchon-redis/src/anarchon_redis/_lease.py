@@ -47,6 +47,8 @@ BATCH = 500
 """Jobs per script call in a batch: one call holds the server for about a millisecond."""
 _INDEX_REFRESH_S = 60.0
 _OUTCOMES: dict[Any, ClaimOutcome] = {o.value.encode(): o for o in ClaimOutcome}
+_REISSUED = b"reissued"
+"""The claim script's code for a WON by the owner of the slot's live record: its own lease again."""
 _OVERLAPS: dict[Any, str] = {o: o.value for o in Overlap}
 """An overlap (member or its string) to its value, without an Enum call per claim."""
 
@@ -145,9 +147,23 @@ class RedisStore(BackendBase):
                 async with asyncio.timeout(OP_TIMEOUT_S):
                     yield
             except TimeoutError as exc:
+                await self._drop_idle_connections()
                 raise BackendUnavailable(
                     f"{self._drv.name} at {self.url} did not answer within {OP_TIMEOUT_S:g} s while {doing}"
                 ) from exc
+            except self._drv.unavailable as exc:
+                if type(exc).__name__ == "TimeoutError":  # the client library's own (redis-py, valkey-py)
+                    await self._drop_idle_connections()
+                raise
+
+    async def _drop_idle_connections(self) -> None:
+        """After a call that got no answer, close the pool's idle connections: opened before the
+        silence, they may be as dead (a black-holed network keeps them open), and each would cost
+        the next calls a whole deadline. New ones are opened as needed."""
+        pool = getattr(self.client, "connection_pool", None)
+        if pool is not None:
+            with contextlib.suppress(Exception):
+                await pool.disconnect(inuse_connections=False)
 
     async def _eval_many(
         self, script: Script, calls: Sequence[tuple[list[str], list[Any]]], doing: str,
@@ -321,7 +337,8 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         calls = [
             (self._job_keys(r.namespace, r.job),
              [r.slot, r.owner, r.lease_ms, r.max_attempts,
-              _OVERLAPS.get(r.overlap) or Overlap(r.overlap).value, r.fingerprint, r.max_skew_ms])
+              _OVERLAPS.get(r.overlap) or Overlap(r.overlap).value, r.fingerprint, r.max_skew_ms,
+              "" if r.stale_after is None else r.stale_after])
             for r in requests
         ]
         fresh = self._unindexed(requests)
@@ -435,7 +452,8 @@ class RedisBackend(RedisStore, LeaseBackendBase):
     def _result(r: ClaimRequest, reply: list[Any]) -> ClaimResult:
         # (Inline rather than through _opt_s and _opt_i: this runs once per claim attempt.)
         code, holder, attempt, expires, now, prev, fingerprint, record_slot = reply[:8]
-        outcome = _OUTCOMES.get(code) or ClaimOutcome(_s(code))
+        reissued = code == _REISSUED
+        outcome = ClaimOutcome.WON if reissued else _OUTCOMES.get(code) or ClaimOutcome(_s(code))
         if holder is not None:
             holder = holder.decode() if type(holder) is bytes else str(holder)
         if fingerprint is not None:
@@ -450,6 +468,7 @@ class RedisBackend(RedisStore, LeaseBackendBase):
             outcome, r.job, r.slot, lease=lease, holder=holder, attempt=attempt, expires_at=expires_at,
             now=int(now), previous_status=None if prev is None else JobStatus(_s(prev)),
             fingerprint=fingerprint, record_slot=None if record_slot is None else int(record_slot),
+            reissued=reissued,
         )
 
     def _renew_call(self, lease: Lease, lease_ms: int) -> tuple[list[str], list[Any]]:

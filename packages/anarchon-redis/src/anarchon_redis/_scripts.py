@@ -59,7 +59,7 @@ end
 """
 
 _CLAIM = r"""
--- ARGV: slot owner lease_ms max_attempts overlap fingerprint max_skew_ms
+-- ARGV: slot owner lease_ms max_attempts overlap fingerprint max_skew_ms stale_after ('' for none)
 local slot = tonumber(ARGV[1])
 local owner = ARGV[2]
 local lease_ms = tonumber(ARGV[3])
@@ -67,6 +67,7 @@ local max_attempts = tonumber(ARGV[4])
 local overlap = ARGV[5]
 local fp = ARGV[6]
 local max_skew = tonumber(ARGV[7])
+local stale_after = tonumber(ARGV[8])
 
 -- Reply: outcome holder attempt expires_at now previous_status fingerprint record_slot token
 local function reply(outcome, r, expires, prev_status, fingerprint, record_slot, token)
@@ -93,6 +94,10 @@ end
 
 local function same_slot(r)
   if live(r) then
+    -- Held by the claimer already (a claim whose answer was lost): its own lease again, nothing written.
+    if r.owner == owner then
+      return reply('reissued', r, r.expires_at, nil, r.fingerprint, r.slot, r.token)
+    end
     return reply('taken', r, r.expires_at, nil, r.fingerprint, r.slot)
   end
   if r.status == 'done' or r.status == 'failed' then
@@ -119,6 +124,11 @@ if slot > now + max_skew then
   return reply('early', nil)
 end
 local cur = current()
+if stale_after and now > stale_after then
+  -- Delivered too late to be worth running: it never revives a past slot.
+  if not cur then return reply('stale', nil) end
+  return reply('stale', cur, nil, nil, cur.fingerprint, cur.slot)
+end
 if not cur then return win_new(nil) end
 if slot == cur.slot then return same_slot(cur) end
 if slot < cur.slot then
@@ -145,7 +155,8 @@ CLAIM = _COMMON + _CLAIM
 _RENEW = r"""
 -- ARGV: slot token owner lease_ms. Reply: the new expires_at, or false when the lease is lost.
 local r = find(tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3])
-if (not r) or r.status ~= 'running' then return false end
+-- Lost once expired (inclusive), even when nobody took over: a late renewal revives nothing.
+if (not r) or r.status ~= 'running' or r.expires_at <= now then return false end
 r.expires_at = now + tonumber(ARGV[4])
 r.updated_at = now
 save(r)
@@ -197,7 +208,7 @@ return out
     )
 
 
-CLAIM_BATCH = _batch(_CLAIM, 7)
+CLAIM_BATCH = _batch(_CLAIM, 8)
 RELEASE_BATCH = _batch(_RELEASE, 6)
 RENEW_BATCH = _batch(_RENEW, 4)
 

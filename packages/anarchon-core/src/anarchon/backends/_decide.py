@@ -59,6 +59,8 @@ def decide(
     - `kept`: the record of `request.slot` when that slot is older than `head` and still kept under
       overlap=allow (running, or released for handover); read it whenever `request.slot < head.slot`.
       It counts only for a request with overlap=allow.
+    - `request.stale_after`: after that store time the claim is STALE (right after the EARLY row),
+      whatever the record says, and nothing is written.
     - `check_early=False` leaves out the EARLY row, for a store whose clock can only be learned by
       writing: decide on the latest store time seen, write, then decide again on the write's time.
 
@@ -69,6 +71,14 @@ def decide(
         raise ValueError(f"kept record is for slot {kept.slot!r}, but the request claims slot {r.slot!r}")
     if check_early and r.slot > now + r.max_skew_ms:
         return ClaimDecision(ClaimResult(ClaimOutcome.EARLY, r.job, r.slot, now=now))
+    if r.stale_after is not None and now > r.stale_after:
+        # Delivered too late to be worth running (after the job's next slot was due): never revive it.
+        if head is None:
+            return ClaimDecision(ClaimResult(ClaimOutcome.STALE, r.job, r.slot, now=now))
+        return ClaimDecision(ClaimResult(
+            ClaimOutcome.STALE, r.job, r.slot, holder=head.owner, attempt=head.attempt, now=now,
+            fingerprint=head.fingerprint, record_slot=head.slot,
+        ))
     if head is None:
         return _start(r, now, token, None, keep_previous=False)
     if r.slot == head.slot:
@@ -103,6 +113,15 @@ def _start(
 def _same_slot(r: ClaimRequest, now: int, token: int, rec: LeaseRecord) -> ClaimDecision:
     """The rows for a record of the claimed slot itself."""
     if rec.live(now):
+        if rec.owner == r.owner:
+            # The claimer holds it already (a claim whose answer was lost): its own lease again, so it
+            # can run or release it at once instead of waiting for it to expire.
+            lease = Lease(r.namespace, r.job, rec.slot, rec.attempt, rec.token, rec.owner, rec.expires_at)
+            return ClaimDecision(ClaimResult(
+                ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=rec.owner, attempt=rec.attempt,
+                expires_at=rec.expires_at, now=now, fingerprint=rec.fingerprint, record_slot=rec.slot,
+                reissued=True,
+            ))
         return ClaimDecision(ClaimResult(
             ClaimOutcome.TAKEN, r.job, r.slot, holder=rec.owner, attempt=rec.attempt,
             expires_at=rec.expires_at, now=now, fingerprint=rec.fingerprint, record_slot=rec.slot,
@@ -152,11 +171,13 @@ def decide_renew(rec: LeaseRecord | None, lease: Lease, lease_ms: int, now: int)
 
     - `rec`: the stored record of `lease.slot` (the job's newest, or an older one kept under
       overlap=allow), or None when there is none.
-    - Lost unless `rec` is running with the lease's token and owner (`LeaseRecord.held_by`); a lease
-      that expired while nobody took it over still renews.
+    - Lost unless `rec` is running with the lease's token and owner (`LeaseRecord.held_by`) and its
+      lease is still live (`expires_at > now`): a renewal that arrives after the lease ended is lost
+      even when nobody took the slot over, so a renewal delayed in the network never revives a run
+      its holder has given up on.
     - The new expiry is `now + lease_ms`: from the store's now, never from the old expiry.
     """
-    if rec is None or not rec.held_by(lease):
+    if rec is None or not rec.held_by(lease) or rec.expires_at <= now:
         return RenewDecision(None)
     write = replace(rec, expires_at=now + lease_ms, updated_at=now)
     return RenewDecision(replace(lease, expires_at=write.expires_at), write)

@@ -135,6 +135,11 @@ class ClaimRequest:
     fingerprint: str = ""
     """The schedule's fingerprint, stored with the record so that a changed schedule is noticed."""
     max_skew_ms: int = 2_000
+    stale_after: int | None = None
+    """The latest store time (epoch ms) at which the slot is still worth running: a claim that reaches
+    the store later is **STALE** and changes nothing. None: no limit. The scheduler sets the job's
+    next slot (a catch-up claim: also at most `catch_up` after its slot), so a claim delivered late,
+    after the next slot was due, cannot start a past slot."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +180,9 @@ class ClaimResult:
     """The fingerprint stored with the record before this claim, when the backend keeps one."""
     record_slot: int | None = None
     """The slot the record held before this claim (the newer slot for STALE, the older one for SKIPPED)."""
+    reissued: bool = False
+    """WON by the owner of the slot's live record: its own lease again (a claim whose answer was lost),
+    nothing written. Its `expires_at` may be near: renew it before relying on it."""
 
     @property
     def won(self) -> bool:
@@ -353,8 +361,10 @@ class LeaseBackend(ClaimBackend, Protocol):
         """Decide atomically, with `now` read from the store's clock. One record per (namespace, job):
 
         - `request.slot > now + max_skew_ms`: **EARLY**; nothing changes.
+        - `request.stale_after` set and `now > stale_after`: **STALE**; nothing changes.
         - no record: create `slot, attempt=1, token=1, running`, `expires_at = now + lease_ms`: **WON**.
-        - record for the same slot, `running` and `expires_at > now`: **TAKEN** (holder, expires_at).
+        - record for the same slot, `running` and `expires_at > now`: held by `request.owner`: **WON**
+          with that record's lease again (`reissued`, nothing written); else **TAKEN** (holder, expires_at).
         - same slot, `done` or `failed`: **DONE**.
         - same slot, `released`, or `running` with `expires_at <= now` (expiry is inclusive):
           if `attempt < max_attempts`: `attempt+1, token+1, owner=me, running`: **WON** (takeover,
@@ -380,7 +390,8 @@ class LeaseBackend(ClaimBackend, Protocol):
         """Extend the lease to store `now + lease_ms`, or return None when it is lost.
 
         - Succeeds only while the record of `lease.slot` has the lease's token and owner and status
-          `running` (an expired lease that nobody took over is still renewed).
+          `running`, and its lease has not expired (`expires_at > now`): a renewal that reaches the
+          store after the lease ended is lost, even when nobody took the slot over.
         - The new expiry counts from the store's `now`, never from the old expiry.
         - Returns the lease with the new `expires_at`; None when the job has no record at all.
         - Atomic: a renewal and a takeover of the same record never both succeed.

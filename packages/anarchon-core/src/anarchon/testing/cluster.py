@@ -33,8 +33,8 @@ from .faultproxy import FaultProxy
 
 T = TypeVar("T")
 
-__all__ = ["Cluster", "Event", "ProxyThread", "check_blocked_loops", "check_controls",
-           "check_every_slot_once", "check_history", "check_slow_network"]
+__all__ = ["FAULT_SCENARIOS", "Cluster", "Event", "ProxyThread", "check_blocked_loops", "check_controls",
+           "check_every_slot_once", "check_history", "check_slow_network", "check_store_fault"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,6 +347,121 @@ def check_slow_network(url: str, workdir: Path | str, *, runs: int = 1, delay_s:
             return (f"{delay_s * 1000:.0f} ms each way: {len(c.starts())} starts, 0 duplicates, "
                     f"{len(ended())} long runs all attempt 1, {len(missed)} of "
                     f"{(until - since) // 1000} 1 s slots missed")
+
+
+FAULT_SCENARIOS = ("outage-refuse", "outage-blackhole", "reset-after-boundary", "partition-held")
+"""The scenarios of `check_store_fault`."""
+
+_NOISE = ("Future exception was never retrieved", "Traceback (most recent call last)")
+"""What a replica must never print at its default log level, whatever the network does."""
+
+
+def _proxy_target(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    ports = {"redis": 6379, "rediss": 6379, "postgresql": 5432, "postgres": 5432}
+    return parts.hostname or "127.0.0.1", parts.port or ports.get(parts.scheme, 0)
+
+
+def check_store_fault(url: str, workdir: Path | str, scenario: str, *, outage_s: float = 30.0) -> str:
+    """Run three replicas that reach the store at `url` through one `FaultProxy` (lease 3 s, heartbeat
+    1 s, a 1 s `tick` and a `long` job of 6 s every 10 s), inject `scenario`, and assert its outcome:
+
+    - `outage-refuse`, `outage-blackhole`: the store refuses (or swallows) every connection for
+      `outage_s`, then heals. The first run after the heal is the current tick slot, within a
+      heartbeat (plus a connection's setup) of the heal; no slot that was already past at the heal
+      runs after it; no tick is missed outside the outage.
+    - `reset-after-boundary`: every connection is reset 10-20 ms after ten tick boundaries in a row:
+      no tick slot is lost.
+    - `partition-held`: bytes are held both ways for 6 s (twice the lease) during a long run, then
+      delivered: a claim or renewal delivered late revives nothing (no slot past at the heal runs,
+      no replica finds a slot held by its own claim that it does not run).
+
+    Always: no (job, slot, attempt) starts twice; the replicas print no traceback and no unretrieved
+    future; for an outage, each replica warns once that claims fail and says once that they answer
+    again. Returns one line: scenario, backend, starts, duplicates, missed ticks, recovery after heal.
+    """
+    if scenario not in FAULT_SCENARIOS:
+        raise ValueError(f"unknown fault scenario {scenario!r}: use one of {', '.join(FAULT_SCENARIOS)}")
+    backend = urlsplit(url).scheme
+    with ProxyThread(*_proxy_target(url)) as proxy, Cluster(
+        proxy.url(url), workdir, replicas=3, lease="3s", heartbeat="1s", tick_every="1s",
+        long_every="10s", long_run="6s",
+    ) as c:
+        fault = proxy.proxy
+        time.sleep(3)  # every replica's connections are open and warm
+        hold_s = outage_s
+        if scenario == "partition-held":
+            hold_s = 6.0
+            started = c.wait_for(
+                lambda e: e.event == "start" and e.job == "long" and e.t > time.time() - 1, timeout=15)
+            time.sleep(max(0.0, started.t + 1 - time.time()))  # one second into a long run
+        if scenario == "reset-after-boundary":
+            since_ms = int(time.time() * 1000) // 1000 * 1000 + 1000
+            for _ in range(10):
+                now = time.time()
+                time.sleep(1 - now % 1 + 0.010 + 0.010 * ((now * 7919) % 1))  # 10-20 ms after a boundary
+                proxy.do(fault.reset())
+            time.sleep(3)
+            until_ms = int(time.time() * 1000) - 1500
+            c.assert_one_winner()
+            missed = c.missed("tick", since_ms, until_ms)
+            _check_quiet(c)
+            assert not missed, f"tick slots lost to resets: {missed}\n{c.output()}"
+            return (f"{scenario} on {backend}: {len(c.starts())} starts, 0 duplicates, 0 of "
+                    f"{(until_ms - since_ms) // 1000 + 1} ticks missed, recovery n/a (no heal)")
+        fault_ms = int(time.time() * 1000)
+        proxy.do({"outage-refuse": fault.refuse, "outage-blackhole": fault.blackhole,
+                  "partition-held": fault.partition}[scenario]())
+        time.sleep(hold_s)
+        proxy.do(fault.heal())
+        heal_ms = int(time.time() * 1000)
+        time.sleep(12)
+        end_ms = int(time.time() * 1000) - 1500
+        c.assert_one_winner()
+        after = [e for e in c.starts() if e.t * 1000 >= heal_ms]
+        ticks = sorted((e for e in after if e.job == "tick"), key=lambda e: e.t)
+        assert ticks, f"no tick ran after the heal\n{c.output()}"
+        first = ticks[0]
+        recovery_ms = int(first.t * 1000) - heal_ms
+        # The first run is the current slot (its next slot not yet due when it started) ...
+        assert first.t * 1000 - first.slot < 1000 + 100, f"first run after the heal is stale: {first}"
+        # ... within a heartbeat of the heal, plus a new connection's round trips.
+        assert recovery_ms <= 1000 + 500, f"first run {recovery_ms} ms after the heal\n{c.output()}"
+        # No slot that was already past at the heal runs after it (catch_up=0: only the current slot).
+        past = [e for e in after if e.slot < _prev_slot(heal_ms, 1000 if e.job == "tick" else 10_000)]
+        assert not past, f"slots past at the heal ran after it: {past}\n{c.output()}"
+        before = c.missed("tick", c.ready_ms + 3000, fault_ms - 1000)
+        later = c.missed("tick", first.slot, end_ms)
+        assert not before and not later, f"ticks missed outside the fault: {before} {later}\n{c.output()}"
+        _check_quiet(c, outage=scenario.startswith("outage"))
+        if scenario == "partition-held":
+            # No replica finds a slot held by its own claim that it does not run (a late claim won).
+            text = c.output(tail=100_000)
+            assert "own unanswered claim" not in text, f"a replica skipped behind itself\n{text}"
+        starts = len(c.starts())
+        n_missed = len(before) + len(later)
+        return (f"{scenario} on {backend}: {starts} starts, 0 duplicates, {n_missed} ticks missed outside "
+                f"the {hold_s:.0f} s fault, first run (current slot) {recovery_ms} ms after heal")
+
+
+def _prev_slot(ms: int, every_ms: int) -> int:
+    return ms // every_ms * every_ms
+
+
+def _check_quiet(c: Cluster, *, outage: bool = False) -> None:
+    """No traceback and no unretrieved future from any replica; for an outage, one warning that the
+    store looks unreachable and one line that claims answer again, per replica (a single failed claim
+    answered by its retry, such as a dead pooled connection's after the heal, is one plain line)."""
+    for path in sorted(c.workdir.glob("replica-*.log")):
+        text = path.read_text(errors="replace")
+        for noise in _NOISE:
+            assert noise not in text, f"{path.name} printed {noise!r}:\n{text[-6000:]}"
+        if outage:
+            warned = text.count("the store looks unreachable")
+            back = text.count("answer again")
+            assert (warned, back) == (1, 1), (
+                f"{path.name}: {warned} warnings that claims fail and {back} lines that they answer again, "
+                f"expected one each:\n{text[-6000:]}")
 
 
 def _cli(*args: str) -> str:
