@@ -84,12 +84,15 @@ def test_a_renewal_slower_than_the_heartbeat_neither_delays_the_next_nor_loses_t
             starts.append((ctx.instance_id, ctx.attempt))
             await ctx.sleep(10)
 
-        s.every("long", "1m", long, catch_up=0)
+        # The backup starts once the holder runs the +60 s slot, and catches that slot up at once:
+        # taken, so it watches it and would take it over as attempt 2 if the holder lost its lease.
+        s.every("long", "1m", long, catch_up="5m" if s is schedulers[1] else 0)
 
     async def main() -> None:
-        for s in schedulers:
-            await s.start()
-        await asyncio.sleep(75)
+        await schedulers[0].start()
+        await asyncio.sleep(61)
+        await schedulers[1].start()
+        await asyncio.sleep(14)
         for s in schedulers:
             await s.stop()
         state = await MemoryBackend(store).inspect("anarchon", "long")
