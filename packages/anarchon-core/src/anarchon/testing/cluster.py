@@ -77,8 +77,11 @@ class Cluster:
         extra_ticks: int = 0,
         history: int | None = None,
         later: bool = False,
+        ready_within: float = 30.0,
     ) -> None:
         self.url = url
+        self.ready_within = ready_within
+        """Seconds the replicas have to start (open the store, migrate, subscribe) before a test fails."""
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.replicas = replicas
@@ -108,10 +111,11 @@ class Cluster:
 
     def __enter__(self) -> Cluster:
         pids = {self.spawn(wait=False) for _ in range(self.replicas)}
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + self.ready_within
         while {e.pid for e in self.events() if e.event == "ready"} < pids:
             if time.monotonic() > deadline:
-                raise AssertionError(f"replicas not ready within 30 s:\n{self.output(tail=40)}")
+                raise AssertionError(
+                    f"replicas not ready within {self.ready_within:g} s:\n{self.output(tail=40)}")
             time.sleep(0.05)
         self.ready_ms = int(time.time() * 1000)
         return self
@@ -323,8 +327,10 @@ def check_slow_network(url: str, workdir: Path | str, *, runs: int = 1, delay_s:
     default_port = ports.get(parts.scheme, 0)
     with ProxyThread(parts.hostname or "127.0.0.1", parts.port or default_port) as proxy:
         proxy.do(proxy.proxy.latency(delay_s))
+        # Start-up over 400 ms round trips (connect, migrate, LISTEN, a second connection for the
+        # lease keeper) takes about 30 s on PostgreSQL.
         with Cluster(proxy.url(url), workdir, replicas=3, lease="3s", heartbeat="1s", tick_every="1s",
-                     long_every="8s", long_run="6s") as c:
+                     long_every="8s", long_run="6s", ready_within=90) as c:
             since = c.ready_ms + 3000
 
             def ended() -> list[Event]:
