@@ -158,14 +158,20 @@ class Overview:
         """True when the store keeps a history and a catalogue (capability `history`)."""
 
 
-def _check_inspect(backend: Any) -> None:
+def _require(backend: Any, capability: Capability, what: str, fix: str) -> None:
+    """Raise `ConfigError` saying `backend.url` `what` unless `backend` declares `capability`."""
     caps: frozenset[Capability] = getattr(backend, "capabilities", frozenset())
-    if Capability.INSPECT not in caps:
+    if capability not in caps:
         names = ", ".join(sorted(str(c) for c in caps))
         raise ConfigError(
-            f"{backend.url} cannot be inspected: {type(backend).__name__} does not declare the 'inspect' "
-            f"capability (it has: {names}); claim-only stores keep no per-job record to show"
+            f"{backend.url} {what}: {type(backend).__name__} does not declare the '{capability}' "
+            f"capability (it has: {names}); {fix}"
         )
+
+
+def _check_inspect(backend: Any) -> None:
+    _require(backend, Capability.INSPECT, "cannot be inspected",
+             "claim-only stores keep no per-job record to show")
 
 
 async def read_overview(backend: Any, namespace: str) -> Overview:
@@ -258,13 +264,8 @@ def _cut(text: str, limit: int) -> str:
 
 
 def _check_history(backend: Any) -> None:
-    caps: frozenset[Capability] = getattr(backend, "capabilities", frozenset())
-    if Capability.HISTORY not in caps:
-        names = ", ".join(sorted(str(c) for c in caps))
-        raise ConfigError(
-            f"{backend.url} keeps no run history: {type(backend).__name__} does not declare the 'history' "
-            f"capability (it has: {names}); use SQLite, PostgreSQL or Redis for a history"
-        )
+    _require(backend, Capability.HISTORY, "keeps no run history",
+             "use SQLite, PostgreSQL or Redis for a history")
 
 
 async def read_history(backend: Any, namespace: str, job: str, limit: int) -> list[RunRecord]:
