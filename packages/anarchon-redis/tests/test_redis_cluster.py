@@ -57,13 +57,16 @@ def test_kill_9_and_graceful_stop(redis_server: str, redis_url: str, prefix: str
         ev = cluster.wait_for(
             lambda e: e.event == "start" and e.job == "long" and e.slot > cluster.ready_ms, timeout=20
         )
-        cluster.stop(ev.pid)  # graceful: handover, pushed to the backups
+        # Graceful: handover, pushed to the backups. Not waited for here: the kill below must land
+        # while attempt 2 runs, however long the stopped process takes to exit.
+        cluster.terminate(ev.pid)
         ev2 = cluster.wait_for(
             lambda e: e.event == "start" and e.job == "long" and e.slot == ev.slot and e.attempt == 2,
             timeout=10,
         )
         assert ev2.pid != ev.pid
         cluster.kill(ev2.pid)  # kill -9: taken over after the lease expires
+        assert cluster.join(ev.pid) == 0
         ev3 = cluster.wait_for(
             lambda e: e.event == "start" and e.job == "long" and e.slot == ev.slot and e.attempt == 3,
             timeout=10,

@@ -1,6 +1,7 @@
 """A test replica: `python -m anarchon._replica CONFIG_JSON`, used by `anarchon.testing.cluster`.
 
-It runs two jobs on the backend at `url` and appends one JSON line per handler start and end to
+It runs two jobs on the backend at `url` and appends one JSON line per handler start and end, and
+one when it is ready, when SIGTERM arrives (`stopping`) and when it exits, to
 `<workdir>/events-<pid>.jsonl`:
 - `tick`, every `tick_every`: starts and ends at once;
 - `long`, every `long_every`: runs `long_run`, checking its cancellation signal every 100 ms;
@@ -94,6 +95,7 @@ def main(argv: list[str]) -> None:
             fh.write(json.dumps({"event": "ready", "pid": os.getpid(), "t": time.time(),
                                  "instance": scheduler.instance_id, "keeper": engine.keeper.where}) + "\n")
             await done.wait()
+            fh.write(json.dumps({"event": "stopping", "pid": os.getpid(), "t": time.time()}) + "\n")
 
     asyncio.run(serve())
     fh.write(json.dumps({"event": "exit", "pid": os.getpid(), "t": time.time()}) + "\n")

@@ -2,7 +2,7 @@
 
     with Cluster(url, tmp_path, replicas=3, lease="2s", heartbeat="0.5s") as cluster:
         ev = cluster.wait_for(lambda e: e.event == "start" and e.job == "long", timeout=20)
-        cluster.stop(ev.pid)                       # SIGTERM: graceful stop, handover
+        cluster.terminate(ev.pid)                  # SIGTERM: graceful stop, handover
         cluster.wait_for(lambda e: e.slot == ev.slot and e.attempt == 2, timeout=10)
         cluster.assert_one_winner()
 """
@@ -39,7 +39,8 @@ __all__ = ["FAULT_SCENARIOS", "Cluster", "Event", "ProxyThread", "check_blocked_
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One line a replica wrote: a handler's start, end or cancellation, or the replica's ready/exit."""
+    """One line a replica wrote: a handler's start, end or cancellation, or the replica's ready,
+    stopping (SIGTERM received) or exit."""
 
     event: str
     pid: int
@@ -141,15 +142,23 @@ class Cluster:
         """Pids of replicas still running."""
         return [pid for pid, p in self.procs.items() if p.poll() is None]
 
-    def stop(self, pid: int, *, wait: float = 15.0) -> int | None:
-        """Send SIGTERM (a graceful stop) and wait for the process to exit; return its exit code."""
+    def terminate(self, pid: int) -> None:
+        """Send SIGTERM (a graceful stop) and return at once; `join` waits for the exit."""
+        self.procs[pid].send_signal(signal.SIGTERM)
+
+    def join(self, pid: int, *, wait: float = 15.0) -> int | None:
+        """Wait for a replica sent SIGTERM to exit; return its exit code."""
         proc = self.procs[pid]
-        proc.send_signal(signal.SIGTERM)
         try:
             return proc.wait(wait)
         except subprocess.TimeoutExpired:
             proc.kill()
             raise AssertionError(f"replica {pid} did not stop within {wait} s of SIGTERM") from None
+
+    def stop(self, pid: int, *, wait: float = 15.0) -> int | None:
+        """Send SIGTERM (a graceful stop) and wait for the process to exit; return its exit code."""
+        self.terminate(pid)
+        return self.join(pid, wait=wait)
 
     def kill(self, pid: int) -> None:
         """Send SIGKILL: the replica vanishes without releasing anything."""
