@@ -306,6 +306,10 @@ class FaultProxy:
         self._handlers.add(task)
         try:
             await conn.serve()
+        except asyncio.CancelledError:
+            # Cancelled by `stop`: end quietly (on Python 3.11, asyncio's server logs a traceback
+            # for a handler task that ends cancelled).
+            pass
         finally:
             conn.close()
             self._handlers.discard(task)
