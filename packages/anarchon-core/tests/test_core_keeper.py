@@ -122,12 +122,19 @@ class _Network(MemoryBackend):
         self._broken = asyncio.Event()
         self.flowing = asyncio.Event()
         self.flowing.set()
+        self.refusing = False
 
     def partition(self) -> None:
         """Hold every request and answer until `heal()`, then deliver them in order."""
         self.flowing.clear()
 
+    def refuse(self) -> None:
+        """Refuse every connection until `heal()`: calls fail at once, and the pool's connections die."""
+        self.refusing = True
+        self.reset()
+
     def heal(self) -> None:
+        self.refusing = False
         self.flowing.set()
 
     def reset(self) -> None:
@@ -156,6 +163,9 @@ class _Network(MemoryBackend):
             raise ConnectionError(f"no answer within {self.deadline} s") from None
 
     async def _trip_on(self, call: Callable[[], Awaitable[T]]) -> T:
+        if self.refusing:
+            await asyncio.sleep(0.001)
+            raise ConnectionRefusedError("connection refused")
         epoch = self.epoch
         if self.warm != epoch:
             await self._leg(self.reconnect * self.rtt, epoch)
@@ -336,6 +346,34 @@ def test_after_a_partition_a_claim_whose_answer_never_came_delays_the_current_sl
     assert [(slot, attempt) for slot, attempt, _ in starts] == [(30_000, 1), (40_000, 1), (50_000, 1)], starts
     assert 35_000 <= starts[0][2] <= 36_000, starts  # within a heartbeat of the heal
     assert "still runs on" not in caplog.text and "not run" not in caplog.text, caplog.text
+
+
+@pytest.mark.parametrize("heal_at", [round(35.1 + 0.2 * i, 1) for i in range(20)])
+def test_after_a_refused_outage_the_current_slot_runs_within_a_heartbeat_of_the_heal(heal_at: float) -> None:
+    # For 30 s every connection is refused: each claim fails at once and is retried, backing off to
+    # half a heartbeat. At the heal a new connection costs 3 round trips (150 ms); the current slot
+    # (30 s) still runs within a heartbeat of the heal, wherever in the slot the heal falls.
+    clock = VirtualClock(START)
+    net = _Network(MemoryStore(clock), 0.05, 3)
+    scheduler = Scheduler(net, clock=clock, lease="3s", heartbeat="1s", jitter=0)
+    starts: list[tuple[int, int, int]] = []
+
+    async def job(ctx: JobContext) -> None:
+        starts.append((ctx.slot - T0, ctx.attempt, clock.now_ms() - T0))
+
+    scheduler.every("job", "10s", job, catch_up=0)
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(heal_at - 30)
+            net.refuse()
+            await asyncio.sleep(30)
+            net.heal()
+            await asyncio.sleep(20)
+
+    clock.run(main())
+    assert [(slot, attempt) for slot, attempt, _ in starts] == [(30_000, 1), (40_000, 1), (50_000, 1)], starts
+    assert starts[0][2] - heal_at * 1000 <= 1000, starts  # within a heartbeat of the heal
 
 
 def test_a_claim_whose_answer_was_lost_runs_at_once_on_its_own_lease_again(

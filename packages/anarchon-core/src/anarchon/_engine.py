@@ -137,6 +137,8 @@ class Engine:
         """Claim batches failed in a row since `_down_since`."""
         self._up_since = -math.inf
         """When the store answered again after an outage that was warned about (the keeper's clock)."""
+        self._retry_cap_ms = max(1, min(1000, config.heartbeat_ms // 2))
+        """The longest wait before a failed claim is sent again."""
         self._not_run: set[tuple[str, int | None]] = set()
         """(job, slot) won too late and released without running (see `_too_late`)."""
         self._warned: set[str] = set()
@@ -276,8 +278,10 @@ class Engine:
                 results = await backend.claim_many(requests)
         except Exception as exc:  # the store failed: retry, never lose the slot or die
             # At once, within the jitter (a reset connection is re-established on the way), backing
-            # off to a heartbeat while the store stays away; a newer slot replaces an older one.
-            retry_ms = self.planner.retry(batch, min(1000, self._config.heartbeat_ms))
+            # off to half a heartbeat (1 s at most) while the store stays away, so the first claim
+            # after it answers again leaves half a heartbeat for a new connection; a newer slot
+            # replaces an older one.
+            retry_ms = self.planner.retry(batch, self._retry_cap_ms)
             down_since = self._down_since
             first = down_since is None
             if down_since is None:
@@ -291,8 +295,7 @@ class Engine:
             recovering = down_since - self._up_since < _RECOVERY_S
             if self._failures == 2 and not recovering:
                 self._log.warning("claims on %s fail: %s; the store looks unreachable, retrying every "
-                                  "%d ms at most", backend.url, short(exc),
-                                  min(1000, self._config.heartbeat_ms))
+                                  "%d ms at most", backend.url, short(exc), self._retry_cap_ms)
             else:
                 self._log.log(logging.INFO if first else logging.DEBUG,
                               "claim of %d slot(s) failed on %s: %s; retrying within %d ms",
