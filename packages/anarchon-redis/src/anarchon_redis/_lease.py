@@ -47,6 +47,7 @@ BATCH = 500
 """Jobs per script call in a batch: one call holds the server for about a millisecond."""
 _INDEX_REFRESH_S = 60.0
 _OUTCOMES: dict[Any, ClaimOutcome] = {o.value.encode(): o for o in ClaimOutcome}
+_STATUSES: dict[Any, JobStatus] = {s.value.encode(): s for s in JobStatus}
 _REISSUED = b"reissued"
 """The claim script's code for a WON by the owner of the slot's live record: its own lease again."""
 _OVERLAPS: dict[Any, str] = {o: o.value for o in Overlap}
@@ -466,9 +467,10 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         if outcome is ClaimOutcome.WON:
             assert expires_at is not None
             lease = Lease(r.namespace, r.job, r.slot, attempt, int(reply[8]), r.owner, expires_at)
+        status = None if prev is None else (_STATUSES.get(prev) or JobStatus(_s(prev)))
         return ClaimResult(
             outcome, r.job, r.slot, lease=lease, holder=holder, attempt=attempt, expires_at=expires_at,
-            now=int(now), previous_status=None if prev is None else JobStatus(_s(prev)),
+            now=int(now), previous_status=status,
             fingerprint=fingerprint, record_slot=None if record_slot is None else int(record_slot),
             reissued=reissued,
         )
