@@ -195,7 +195,8 @@ def every_text(sc: Scenario) -> str:
 
 def config_for(spec: Spec, sc: Scenario, workdir: Path, run_id: str) -> dict[str, Any]:
     url = spec.url
-    if sc.defaults and spec.name == "anarchon-nats-kv":  # its own bucket, with the default 30 s TTL
+    # Its own bucket, with the default 30 s TTL (the baseline's replicas too).
+    if sc.defaults and spec.name.removesuffix("@baseline") == "anarchon-nats-kv":
         url = url.replace("bucket=bench_anarchon&lease=5s", "bucket=bench_anarchon_defaults")
     return {"scheduler": spec.name, "url": url, "jobs": sc.jobs, "sleep": sc.sleep,
             "interval": sc.interval,

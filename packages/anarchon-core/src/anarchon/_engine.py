@@ -84,7 +84,7 @@ def stale_after(entry: Due) -> int | None:
     o = job.options
     if o.overlap is Overlap.ALLOW:
         return None
-    following = job.schedule.next_slot(entry.slot)
+    following = entry.following
     limit = None if following is None else following - 1
     if limit is not None and entry.kind == "watch":
         limit += o.lease_ms
@@ -323,10 +323,12 @@ class Engine:
 
     def _apply(self, entry: Due, request: ClaimRequest, result: ClaimResult, sent: float) -> None:
         job = entry.plan.job
-        self._check_fingerprint(entry.plan.fingerprint, job, result)
+        if result.fingerprint and result.fingerprint != entry.plan.fingerprint:
+            self._check_fingerprint(entry.plan.fingerprint, job, result)
         action = react(job, result, watching=entry.kind == "watch", stopping=self._stopping,
                        facts=self._facts)
-        if result.outcome is ClaimOutcome.SKIPPED and result.holder == self._config.instance_id:
+        by_itself = result.outcome is ClaimOutcome.SKIPPED and result.holder == self._config.instance_id
+        if by_itself:
             self._held_by_itself(job, result, action)
         if self._log.isEnabledFor(action.level):
             attempt = result.lease.attempt if result.lease is not None else result.attempt
@@ -334,11 +336,12 @@ class Engine:
                            outcome=result.outcome.value)
             self._log.log(action.level, action.message, *action.args, extra=extra)
         self.planner.settle(entry.plan, action)
-        if skips(result, action):
-            self._hook("anarchon_slot_skipped", request=request, result=result, reason="overlap")
-        if result.outcome is ClaimOutcome.SKIPPED and result.holder == self._config.instance_id:
-            self._skipped_by_itself(entry, job, result)
-            return
+        if result.outcome is ClaimOutcome.SKIPPED:
+            if skips(result, action):
+                self._hook("anarchon_slot_skipped", request=request, result=result, reason="overlap")
+            if by_itself:
+                self._skipped_by_itself(entry, job, result)
+                return
         if result.lease is not None:
             if result.reissued and any(ctx.name == job.name and ctx.slot == result.slot
                                        and ctx.token == result.lease.token for ctx in self.runs.active):

@@ -72,6 +72,8 @@ class Due:
     gen: int = 0
     tries: int = 0
     """Claims of this slot that failed in a row (the store did not answer)."""
+    following: int | None = None
+    """The job's slot after `slot` (None when it has none), set once the planner accepts the entry."""
 
 
 class Planner:
@@ -272,12 +274,12 @@ class Planner:
         """Plan what follows a popped entry, and say whether it still needs a claim."""
         plan = entry.plan
         job = plan.job
+        following = entry.following = job.schedule.next_slot(entry.slot)
         if entry.kind == "watch":
             return plan.watches.get(entry.slot) == entry.gen
         if entry.kind == "retry":
             # A newer slot claimed meanwhile takes its place: only the latest slot is worth a claim.
             return plan.watches.get(entry.slot) == entry.gen and plan.latest_slot == entry.slot
-        following = job.schedule.next_slot(entry.slot)
         if entry.kind == "slot":
             nxt = following
             if nxt is not None and nxt <= now:

@@ -154,7 +154,10 @@ class Runs:
             try:
                 run.in_handler = True
                 try:
-                    await self._call(job, ctx)
+                    if job.is_async and job.options.timeout_ms is None:
+                        await job.handler(*((ctx,) if job.takes_ctx else ()))  # (no frames in between)
+                    else:
+                        await self._call(job, ctx)
                 finally:
                     run.in_handler = False
             except asyncio.CancelledError as exc:  # stop() cancelled the handler after stop_timeout
@@ -214,8 +217,9 @@ class Runs:
     def _finished(self, run: _Run, outcome: ReleaseOutcome | None, error: BaseException | None) -> None:
         """Log the run's end (a failure was logged as it happened), then tell the observers."""
         job, ctx = run.job, run.ctx
-        if run.began is not None and self._log.isEnabledFor(logging.INFO):
-            ms = _ms_since(run.began)
+        duration_ms = None if run.began is None else (asyncio.get_running_loop().time() - run.began) * 1000
+        if duration_ms is not None and self._log.isEnabledFor(logging.INFO):
+            ms = int(duration_ms)
             if outcome is ReleaseOutcome.DONE:
                 self._log.info("%s slot=%s done in %d ms", job.name, SlotText(ctx.slot), ms,
                                extra=_fields(ctx, "done"))
@@ -225,7 +229,6 @@ class Runs:
             elif outcome is None:
                 self._log.info("%s slot=%s ended after %d ms without its lease: not released", job.name,
                                SlotText(ctx.slot), ms, extra=_fields(ctx, "lost"))
-        duration_ms = None if run.began is None else (asyncio.get_running_loop().time() - run.began) * 1000
         self._hook("anarchon_run_finished", ctx=ctx, outcome=outcome, error=error, duration_ms=duration_ms)
         if self._history is not None and duration_ms is not None:
             timed_out = ctx.signal.reason == TIMEOUT and outcome is ReleaseOutcome.FAILED

@@ -24,6 +24,8 @@ class Tasks:
     def __init__(self, log: logging.Logger) -> None:
         self._log = log
         self._roles: dict[str, set[asyncio.Task[Any]]] = {}
+        self._callbacks: dict[str, partial[None]] = {}
+        """Each role's done callback (one object per role, not one per task)."""
 
     def spawn(self, coro: Coroutine[Any, Any, T], role: str, name: str | None = None) -> asyncio.Task[T]:
         """Start `coro` as a task owned under `role`."""
@@ -31,9 +33,10 @@ class Tasks:
         tasks = self._roles.get(role)
         if tasks is None:
             tasks = self._roles[role] = set()
+            self._callbacks[role] = partial(self._done, tasks)
         tasks.add(task)
         # One done callback, not two: each is a loop callback of its own when the task ends.
-        task.add_done_callback(partial(self._done, tasks))
+        task.add_done_callback(self._callbacks[role])
         return task
 
     def of(self, *roles: str) -> list[asyncio.Task[Any]]:

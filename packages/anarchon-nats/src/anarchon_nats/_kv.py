@@ -19,6 +19,7 @@ is made again. Renewals and releases apply `decide_renew` and `decide_release` t
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -171,6 +172,15 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
             return _Entry(None, msg.seq, msg.time_ms)
         return _Entry(json.loads(msg.data or b"{}"), msg.seq, msg.time_ms)
 
+    async def _get_both(self, key: str) -> tuple[_Entry, _Entry]:
+        """The key's record and its lease entry, both requests sent at once (one write, one wake-up).
+
+        The two reads are no snapshot, sent one after the other or not: every decision that writes
+        is checked by compare-and-set against the revisions read.
+        """
+        record, live = await asyncio.gather(self._get(self.state_bucket, key), self._get(self.bucket, key))
+        return record, live
+
     async def _put(self, bucket: str, key: str, value: dict[str, Any] | None, last: int) -> int:
         """Write `value` (None: a delete marker) only if the key's last revision is `last`."""
         headers = {_EXPECT: str(last)}
@@ -230,8 +240,7 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         compare-and-set against the one read, so no two wins can take the same token.
         """
         key = self.key(r.namespace, r.job)
-        rec_entry = await self._get(self.state_bucket, key)
-        live = await self._get(self.bucket, key)
+        rec_entry, live = await self._get_both(key)
         held = live.value
         head = self._record(rec_entry, live)
         if held and (head is None or head.expires_at == 0):
@@ -307,8 +316,7 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         self._check_lease(lease_ms, lease.job)
         key = self.key(lease.namespace, lease.job)
         with self._errors(f"renew {lease.job!r} slot {lease.slot}"):
-            entry = await self._get(self.state_bucket, key)
-            live = await self._get(self.bucket, key)
+            entry, live = await self._get_both(key)
             if live.value is not None and live.value != self._entry(lease):
                 return None  # another claim's entry, in flight
             rec = self._record(entry, live)
@@ -332,8 +340,7 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
     async def _release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
         key = self.key(lease.namespace, lease.job)
         with self._errors(f"release {lease.job!r} slot {lease.slot}"):
-            entry = await self._get(self.state_bucket, key)
-            live = await self._get(self.bucket, key)
+            entry, live = await self._get_both(key)
             decision = decide_release(self._record(entry, live), lease, outcome,
                                       max(entry.time_ms, live.time_ms), newest=True)
             if decision.write is None or entry.value is None:

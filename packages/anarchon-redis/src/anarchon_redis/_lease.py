@@ -47,6 +47,7 @@ BATCH = 500
 """Jobs per script call in a batch: one call holds the server for about a millisecond."""
 _INDEX_REFRESH_S = 60.0
 _OUTCOMES: dict[Any, ClaimOutcome] = {o.value.encode(): o for o in ClaimOutcome}
+_STATUSES: dict[Any, JobStatus] = {s.value.encode(): s for s in JobStatus}
 _REISSUED = b"reissued"
 """The claim script's code for a WON by the owner of the slot's live record: its own lease again."""
 _OVERLAPS: dict[Any, str] = {o: o.value for o in Overlap}
@@ -244,10 +245,12 @@ _RENEW, _RENEW_BATCH = Script(_scripts.RENEW), Script(_scripts.RENEW_BATCH)
 _RELEASE, _RELEASE_BATCH = Script(_scripts.RELEASE), Script(_scripts.RELEASE_BATCH)
 _INSPECT = Script(_scripts.INSPECT)
 _SET_CONTROL = Script(_scripts.SET_CONTROL)
-_RECORD_RUNS = Script(_scripts.RECORD_RUNS)
+_RECORD_RUNS, _RECORD_RUNS_BATCH = Script(_scripts.RECORD_RUNS), Script(_scripts.RECORD_RUNS_BATCH)
 _PUBLISH_CATALOGUE = Script(_scripts.PUBLISH_CATALOGUE)
 _CATALOGUE = Script(_scripts.CATALOGUE)
-_RUN_FIELDS = RunRecord.__slots__
+_RUN_FIELDS = tuple(sorted(RunRecord.__slots__))
+_RUN_JSON = json.JSONEncoder(ensure_ascii=False, sort_keys=True)
+"""A run's JSON (one encoder for every run: `json.dumps` with options builds one per call)."""
 
 
 def _wait_replicas(value: object) -> int:
@@ -305,7 +308,7 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         async with self._op("connecting"):
             await self.client.ping()
             for script in (_CLAIM, _CLAIM_BATCH, _RENEW, _RENEW_BATCH, _RELEASE, _RELEASE_BATCH, _INSPECT,
-                           _SET_CONTROL, _RECORD_RUNS, _PUBLISH_CATALOGUE, _CATALOGUE):
+                           _SET_CONTROL, _RECORD_RUNS, _RECORD_RUNS_BATCH, _PUBLISH_CATALOGUE, _CATALOGUE):
                 await self.client.script_load(script.source)
 
     async def _shutdown(self) -> None:
@@ -464,9 +467,10 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         if outcome is ClaimOutcome.WON:
             assert expires_at is not None
             lease = Lease(r.namespace, r.job, r.slot, attempt, int(reply[8]), r.owner, expires_at)
+        status = None if prev is None else (_STATUSES.get(prev) or JobStatus(_s(prev)))
         return ClaimResult(
             outcome, r.job, r.slot, lease=lease, holder=holder, attempt=attempt, expires_at=expires_at,
-            now=int(now), previous_status=None if prev is None else JobStatus(_s(prev)),
+            now=int(now), previous_status=status,
             fingerprint=fingerprint, record_slot=None if record_slot is None else int(record_slot),
             reissued=reissued,
         )
@@ -585,17 +589,34 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         return found
 
     async def record_runs(self, namespace: str, runs: Sequence[RunRecord], keep: int) -> None:
-        """Append ended runs: one script per job, all in one round trip (see `HistoryBackend`)."""
+        """Append ended runs in one round trip: one script per `BATCH` jobs (per job on a Cluster)."""
         by_job: dict[str, list[Any]] = {}
+        encode = _RUN_JSON.encode
         for r in runs:
-            args = by_job.setdefault(r.job, [keep])
+            pairs = by_job.get(r.job)
+            if pairs is None:
+                pairs = by_job[r.job] = []
             run = {name: getattr(r, name) for name in _RUN_FIELDS}
             run["error"] = r.error[:ERROR_LIMIT]
-            args.append(r.slot * 1000 + min(r.attempt, 999))
-            args.append(json.dumps(run, ensure_ascii=False, sort_keys=True))
-        calls = [([self.keys.history(namespace, job)], args) for job, args in by_job.items()]
-        if calls:
+            pairs.append(r.slot * 1000 + min(r.attempt, 999))
+            pairs.append(encode(run))
+        if not by_job:
+            return
+        if self._cluster:
+            calls = [([self.keys.history(namespace, job)], [keep, *pairs]) for job, pairs in by_job.items()]
             await self._eval_many(_RECORD_RUNS, calls, "recording runs")
+            return
+        jobs = list(by_job.items())
+        chunks = []
+        for start in range(0, len(jobs), BATCH):
+            keys: list[str] = []
+            args: list[Any] = [keep]
+            for job, pairs in jobs[start:start + BATCH]:
+                keys.append(self.keys.history(namespace, job))
+                args.append(len(pairs) // 2)
+                args += pairs
+            chunks.append((keys, args))
+        await self._eval_many(_RECORD_RUNS_BATCH, chunks, "recording runs")
 
     async def history(self, namespace: str, job: str, limit: int) -> list[RunRecord]:
         """A job's newest runs, newest first, at most `limit`: one ZREVRANGE."""

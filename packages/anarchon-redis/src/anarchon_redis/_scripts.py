@@ -13,7 +13,8 @@ Time is the server's: `TIME` is read once, at the top of each script.
 from __future__ import annotations
 
 __all__ = ["CLAIM", "CLAIM_BATCH", "INSPECT", "RELEASE", "RELEASE_BATCH", "RENEW", "RENEW_BATCH",
-           "CATALOGUE", "PUBLISH_CATALOGUE", "RECORD_RUNS", "SET_CONTROL", "STREAM_CLAIM"]
+           "CATALOGUE", "PUBLISH_CATALOGUE", "RECORD_RUNS", "RECORD_RUNS_BATCH", "SET_CONTROL",
+           "STREAM_CLAIM"]
 
 _COMMON = r"""
 local t = redis.call('TIME')
@@ -268,6 +269,24 @@ for i = 2, #ARGV, 2 do
 end
 redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(tonumber(ARGV[1]) + 1))
 return 1
+"""
+
+RECORD_RUNS_BATCH = r"""
+-- RECORD_RUNS for several jobs in one call (not on a Cluster, whose slots differ per job).
+-- KEYS: one history per job. ARGV: keep, then per job the number of its runs and its (score, run) pairs.
+local keep = tonumber(ARGV[1])
+local a = 2
+for k = 1, #KEYS do
+  local n = tonumber(ARGV[a])
+  a = a + 1
+  for _ = 1, n do
+    redis.call('ZREMRANGEBYSCORE', KEYS[k], ARGV[a], ARGV[a])
+    redis.call('ZADD', KEYS[k], ARGV[a], ARGV[a + 1])
+    a = a + 2
+  end
+  redis.call('ZREMRANGEBYRANK', KEYS[k], 0, -(keep + 1))
+end
+return #KEYS
 """
 
 PUBLISH_CATALOGUE = r"""
