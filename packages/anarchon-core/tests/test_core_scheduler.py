@@ -481,6 +481,7 @@ def test_claim_only_backend_respects_half_the_horizon(
 
 
 def test_store_failing_mid_run_loses_nothing(clock: VirtualClock, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="anarchon")  # the first failure is an INFO line
     backend = FaultyBackend(MemoryBackend(clock=clock))
     scheduler = Scheduler(backend, clock=clock, lease="6s", heartbeat="1s")
     ran: list[int] = []
