@@ -1,12 +1,12 @@
 """Three replicas claiming the same N jobs' slot at once on PostgreSQL, statement by statement.
 
-    python bench/pg_claims.py [--jobs 10000] [--rounds 5] [--batch 0]
+    python bench/pg_claims.py [--jobs 10000] [--rounds 5] [--batch 0] [--url postgresql://...]
 
 Each round, three PostgresBackend clients (as three replicas would) claim slot k of every job at
 the same moment with `claim_many` (in batches of `--batch` requests, 0: all at once), then the
 winners release their runs. Prints per round the wall time until every claim is answered, the
 statements sent and the winners (exactly one per job, or the run is wrong). Runs in a database of
-its own (`bench_pg_claims`), created afresh.
+its own (`bench_pg_claims`) on the server of `--url` (default the local one on 5432), created afresh.
 """
 
 from __future__ import annotations
@@ -49,14 +49,15 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--batch", type=int, default=0)
+    ap.add_argument("--url", default=PG, help="the server, without a database")
     args = ap.parse_args()
     for sql in (f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)", f"CREATE DATABASE {DB}"):
-        subprocess.run(["psql", f"{PG}/test", "-q", "-c", sql], check=True)
+        subprocess.run(["psql", f"{args.url}/postgres", "-q", "-c", sql], check=True)
     asyncio.run(rounds(args))
 
 
 async def rounds(args: argparse.Namespace) -> None:
-    backends = [Counting(f"{PG}/{DB}") for _ in range(3)]
+    backends = [Counting(f"{args.url}/{DB}") for _ in range(3)]
     for b in backends:
         await b.open()
     slot0 = (int(time.time() * 1000) // 1000) * 1000
