@@ -238,6 +238,29 @@ async def test_claim_many_matches_one_by_one_in_one_statement(pg: PostgresBacken
     assert [r.job for r in results] == [r.job for r in requests]
 
 
+async def test_a_claim_that_loses_a_race_learns_the_holder_in_one_statement(pg: PostgresBackend) -> None:
+    base = (now_ms() // 10_000 - 3) * 10_000
+    old = (await pg.claim(ClaimRequest("ns", "j", base - 10_000, "a"))).lease
+    assert old is not None and await pg.release(old, ReleaseOutcome.DONE)
+    calls = _count_statements(pg)
+    async with pg.pool.acquire() as conn:
+        async with conn.transaction():
+            # Replica b wins slot `base` in a transaction that is still open.
+            row = await conn.fetchrow(
+                pg.sql.claim, ["ns"], ["j"], [str(base)], ["b"], ["30000"], ["3"], ["skip"], [""],
+                ["1000"], [None])
+            assert row is not None and row["won"]
+            # Replica c claims the same slot: its snapshot says won; it waits for b's row lock.
+            racing = asyncio.create_task(pg.claim(ClaimRequest("ns", "j", base, "c")))
+            waiting = "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))"
+            while not await pg.pool.fetchval(waiting, conn.get_server_pid()):
+                assert not racing.done()
+                await asyncio.sleep(0.01)
+        result = await racing
+    assert (result.outcome, result.holder) == (ClaimOutcome.TAKEN, "b")
+    assert calls == ["claim"], "judged on the locked row, not asked again"
+
+
 async def test_a_large_batch_runs_without_jit_and_an_error_leaves_the_connection_clean(schema: str) -> None:
     pg = PostgresBackend(URL, schema=schema, min_size=1, max_size=1)  # one connection: every call reuses it
     await pg.open()

@@ -45,11 +45,12 @@ __all__ = ["PostgresBackend"]
 
 log = logging.getLogger("anarchon.postgres")
 
-# A loser whose snapshot predates a concurrent claim asks again this often before answering TAKEN.
 _PUSH_CHECK_S = 2.0
 """How long the start-up check waits for its own NOTIFY on the LISTEN connection."""
 JIT_FREE_ROWS = 256
 """Batches of at least this many items run with JIT compilation off (see `_fetch`)."""
+# A loser whose snapshot predates a concurrently inserted row asks again this often before answering
+# TAKEN. (A row that existed is locked and judged in the statement itself.)
 _RECHECKS = 3
 _OUTCOMES = {o.value: o for o in ClaimOutcome}
 """An outcome's string to the member, without an Enum call per claim."""
@@ -307,7 +308,8 @@ class PostgresBackend(LeaseBackendBase):
 
     @staticmethod
     def _result(r: ClaimRequest, row: Any) -> ClaimResult | None:
-        """Turn one result row into a ClaimResult; None when the loser's snapshot was outdated."""
+        """Turn one result row into a ClaimResult; None when the loser's snapshot predates the job's
+        first row, inserted by a concurrent claim."""
         now = row["now"]
         if row["won"]:
             prev = row["prev_status"]
@@ -321,7 +323,7 @@ class PostgresBackend(LeaseBackendBase):
             )
         outcome = row["outcome"]
         if outcome == "won":
-            return None  # the row changed after this statement's snapshot: ask again
+            return None  # the row appeared after this statement's snapshot: ask again
         if outcome == "early":
             return ClaimResult(ClaimOutcome.EARLY, r.job, r.slot, now=now)
         if outcome == "stale" or outcome == "skipped" or r.slot == row["c_slot"]:

@@ -148,11 +148,14 @@ class Statements:
         """Claim a batch: $1..$10 are arrays, one element per request, each (namespace, job) once
         ($10, `stale_after`, holds NULL for no limit).
 
-        The snapshot CTE `cur` says why each request would lose; the upsert `up` decides on the
-        locked, latest row. Only the requests that win in the snapshot go to the upsert: a loser
-        there locks (and so writes) nothing, and the answer it gets was true at the snapshot. A
-        loser whose snapshot says it would have won saw a row that changed under it (a concurrent
-        claim): the caller asks again.
+        The snapshot CTE `snap` says why each request would lose. Only the rows it says are won are
+        locked (`lk`, in request order: `claim_many` sends a batch in code-point (namespace, job)
+        order, the order every batch statement locks in) and judged again on their latest version:
+        a concurrent claim that won the row first makes this request a loser, told the holder in
+        this statement. A loser in the snapshot locks (and so writes) nothing; its answer was true
+        at the snapshot. The upsert `up` writes the winners, and the new rows: one inserted by a
+        concurrent claim after the snapshot leaves its loser with "would have won", and the
+        caller asks again.
         """
         t = self.qualified
         ex = "excluded"
@@ -181,16 +184,34 @@ req AS (
         WITH ORDINALITY AS r(namespace, job, slot, owner, lease_ms, max_attempts, overlap,
                              fingerprint, max_skew_ms, stale_after, ord)
 ),
-cur AS (
-    SELECT r.ord,
+snap AS (
+    SELECT r.ord, r.namespace, r.job, r.slot AS r_slot, r.overlap, r.max_attempts,
            CASE WHEN r.slot > n.now + r.max_skew_ms THEN 'early'
                 -- Delivered too late to be worth running: it never revives a past slot.
                 WHEN n.now > r.stale_after THEN 'stale'
                 ELSE {decide("c", "n.now", "r.slot", "r.overlap", "r.max_attempts")} END AS outcome,
-           c.slot AS c_slot, c.owner AS c_owner, c.attempt AS c_attempt, c.token AS c_token,
-           c.status AS c_status,
-           c.expires_at AS c_expires_at, c.fingerprint AS c_fingerprint, c.others -> r.slot::text AS c_other
+           c.slot, c.owner, c.attempt, c.token, c.status, c.expires_at, c.fingerprint, c.others
     FROM req r CROSS JOIN n LEFT JOIN {t} c ON c.namespace = r.namespace AND c.job = r.job
+),
+-- The rows the snapshot says are won, locked: FOR UPDATE waits for a concurrent claim and returns
+-- the row as it committed, so a request that lost the race is judged (and told the holder) here.
+lk AS MATERIALIZED (
+    SELECT s.ord, c.slot, c.owner, c.attempt, c.token, c.status, c.expires_at, c.fingerprint, c.others
+    FROM snap s JOIN {t} c ON c.namespace = s.namespace AND c.job = s.job
+    WHERE s.outcome = 'won'
+    -- `claim_many` sends a batch in code-point (namespace, job) order: request order is lock order.
+    ORDER BY s.ord FOR UPDATE OF c
+),
+cur AS (
+    SELECT s.ord,
+           CASE WHEN l.ord IS NULL THEN s.outcome
+                ELSE {decide("l", "n.now", "s.r_slot", "s.overlap", "s.max_attempts")} END AS outcome,
+           coalesce(l.slot, s.slot) AS c_slot, coalesce(l.owner, s.owner) AS c_owner,
+           coalesce(l.attempt, s.attempt) AS c_attempt, coalesce(l.token, s.token) AS c_token,
+           coalesce(l.status, s.status) AS c_status, coalesce(l.expires_at, s.expires_at) AS c_expires_at,
+           coalesce(l.fingerprint, s.fingerprint) AS c_fingerprint,
+           coalesce(l.others, s.others) -> s.r_slot::text AS c_other
+    FROM snap s CROSS JOIN n LEFT JOIN lk l ON l.ord = s.ord
 ),
 up AS (
     INSERT INTO {t} AS t (namespace, job, slot, attempt, token, job_token, owner, status, expires_at,
