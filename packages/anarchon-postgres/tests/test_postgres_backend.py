@@ -35,6 +35,7 @@ from anarchon import (
 )
 from anarchon._context import TRIGGER_SUFFIX
 from anarchon_postgres import PostgresBackend
+from anarchon_postgres._migrations import FILLFACTOR
 
 URL = os.environ.get("ANARCHON_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 pytestmark = pytest.mark.services
@@ -390,6 +391,24 @@ async def test_migrations_concurrent_and_idempotent(schema: str) -> None:
         assert sum(r.won for r in results) == 1
     finally:
         await asyncio.gather(*(b.close() for b in backends))
+
+
+async def test_the_record_table_leaves_room_for_hot_updates(schema: str) -> None:
+    reloptions = f"SELECT reloptions FROM pg_class WHERE oid = '\"{schema}\".jobs'::regclass"
+    backend = PostgresBackend(URL, schema=schema, table="jobs")
+    await backend.open()
+    try:
+        assert await backend.pool.fetchval(reloptions) == [f"fillfactor={FILLFACTOR}"]
+        # An operator's own setting is kept.
+        await backend.pool.execute(f'ALTER TABLE "{schema}".jobs SET (fillfactor = 80)')
+    finally:
+        await backend.close()
+    again = PostgresBackend(URL, schema=schema, table="jobs")
+    await again.open()
+    try:
+        assert await again.pool.fetchval(reloptions) == ["fillfactor=80"]
+    finally:
+        await again.close()
 
 
 async def test_foreign_table_and_newer_schema_are_refused(schema: str) -> None:
