@@ -5,8 +5,9 @@
 Each round, three PostgresBackend clients (as three replicas would) claim slot k of every job at
 the same moment with `claim_many` (in batches of `--batch` requests, 0: all at once), then the
 winners release their runs. Prints per round the wall time until every claim is answered, the
-statements sent and the winners (exactly one per job, or the run is wrong). Runs in a database of
-its own (`bench_pg_claims`) on the server of `--url` (default the local one on 5432), created afresh.
+client's CPU time (the three clients share one process), the statements sent and the winners
+(exactly one per job, or the run is wrong). Runs in a database of its own (`bench_pg_claims`) on
+the server of `--url` (default the local one on 5432), created afresh.
 """
 
 from __future__ import annotations
@@ -65,10 +66,10 @@ async def rounds(args: argparse.Namespace) -> None:
         for k in range(args.rounds):
             Counting.statements = 0
             slot = slot0 + k * 1000
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             results = await asyncio.gather(*[replica(b, f"r{n}", args.jobs, slot, args.batch)
                                              for n, b in enumerate(backends)])
-            took = time.perf_counter() - t0
+            took, cpu = time.perf_counter() - t0, time.process_time() - c0
             statements = Counting.statements
             won = [r for rs in results for r in rs if r.won]
             assert len(won) == args.jobs, f"{len(won)} winners for {args.jobs} jobs"
@@ -78,7 +79,8 @@ async def rounds(args: argparse.Namespace) -> None:
                 leases = [(r.lease, ReleaseOutcome.DONE) for r in rs if r.lease is not None]
                 if leases:
                     await backends[n].release_many(leases)
-            print(f"round {k}: claims answered in {took * 1000:7.0f} ms with {statements} statements; "
+            print(f"round {k}: claims answered in {took * 1000:7.0f} ms ({cpu * 1000:4.0f} ms of client CPU) "
+                  f"with {statements} statements; "
                   f"releases {1000 * (time.perf_counter() - t1):6.0f} ms", flush=True)
     finally:
         for b in backends:
