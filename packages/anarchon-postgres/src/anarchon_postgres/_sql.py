@@ -158,7 +158,7 @@ class Statements:
         caller asks again.
         """
         t = self.qualified
-        ex = "excluded"
+        ex = "x"  # the request, as `cur` gives it: the columns of the row it would write
         won = decide("t", f"{ex}.updated_at", f"{ex}.slot", f"{ex}.overlap", f"{ex}.max_attempts")
         o_attempt = _other("t", f"{ex}.slot", "attempt", "int")
         t_as_json = (
@@ -175,23 +175,26 @@ class Statements:
         def cur_or(col: str) -> str:
             return f"CASE WHEN {ex}.slot >= t.slot THEN {ex}.{col} ELSE t.{col} END"
 
+        def won_(col: str, cast: str) -> str:
+            """The won lease's `col`: the row's, or its entry in `others` for an older slot."""
+            return (f"CASE WHEN w.slot = x.slot THEN w.{col} "
+                    f"ELSE (w.others -> x.slot::text ->> '{col}')::{cast} END")
+
         return f"""
 WITH n AS MATERIALIZED (SELECT {NOW_MS} AS now),
-req AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[]::bigint[], $4::text[], $5::text[]::bigint[],
-                         $6::text[]::int[], $7::text[], $8::text[], $9::text[]::bigint[],
-                         $10::text[]::bigint[])
-        WITH ORDINALITY AS r(namespace, job, slot, owner, lease_ms, max_attempts, overlap,
-                             fingerprint, max_skew_ms, stale_after, ord)
-),
 snap AS (
-    SELECT r.ord, r.namespace, r.job, r.slot AS r_slot, r.overlap, r.max_attempts,
+    SELECT r.ord, r.namespace, r.job, r.slot AS r_slot, r.owner AS r_owner, r.lease_ms, r.max_attempts,
+           r.overlap, r.fingerprint AS r_fingerprint,
            CASE WHEN r.slot > n.now + r.max_skew_ms THEN 'early'
                 -- Delivered too late to be worth running: it never revives a past slot.
                 WHEN n.now > r.stale_after THEN 'stale'
                 ELSE {decide("c", "n.now", "r.slot", "r.overlap", "r.max_attempts")} END AS outcome,
            c.slot, c.owner, c.attempt, c.token, c.status, c.expires_at, c.fingerprint, c.others
-    FROM req r CROSS JOIN n LEFT JOIN {t} c ON c.namespace = r.namespace AND c.job = r.job
+    FROM unnest($1::text[], $2::text[], $3::text[]::bigint[], $4::text[], $5::text[]::bigint[],
+                $6::text[]::int[], $7::text[], $8::text[], $9::text[]::bigint[], $10::text[]::bigint[])
+        WITH ORDINALITY AS r(namespace, job, slot, owner, lease_ms, max_attempts, overlap,
+                             fingerprint, max_skew_ms, stale_after, ord)
+    CROSS JOIN n LEFT JOIN {t} c ON c.namespace = r.namespace AND c.job = r.job
 ),
 -- The rows the snapshot says are won, locked: FOR UPDATE waits for a concurrent claim and returns
 -- the row as it committed, so a request that lost the race is judged (and told the holder) here.
@@ -203,7 +206,9 @@ lk AS MATERIALIZED (
     ORDER BY s.ord FOR UPDATE OF c
 ),
 cur AS (
-    SELECT s.ord,
+    SELECT s.ord, s.namespace, s.job, l.ord IS NOT NULL AS locked,
+           s.r_slot AS slot, s.r_owner AS owner, 'running' AS status, n.now + s.lease_ms AS expires_at,
+           s.r_fingerprint AS fingerprint, n.now AS updated_at, s.max_attempts, s.overlap,
            CASE WHEN l.ord IS NULL THEN s.outcome
                 ELSE {decide("l", "n.now", "s.r_slot", "s.overlap", "s.max_attempts")} END AS outcome,
            coalesce(l.slot, s.slot) AS c_slot, coalesce(l.owner, s.owner) AS c_owner,
@@ -213,14 +218,9 @@ cur AS (
            coalesce(l.others, s.others) -> s.r_slot::text AS c_other
     FROM snap s CROSS JOIN n LEFT JOIN lk l ON l.ord = s.ord
 ),
+-- The locked rows that are won. (The condition is the one `cur` judged the locked row by.)
 up AS (
-    INSERT INTO {t} AS t (namespace, job, slot, attempt, token, job_token, owner, status, expires_at,
-                          fingerprint, updated_at, max_attempts, overlap, others)
-    SELECT r.namespace, r.job, r.slot, 1, 1, 1, r.owner, 'running', n.now + r.lease_ms,
-           r.fingerprint, n.now, r.max_attempts, r.overlap, '{{}}'::jsonb
-    FROM req r CROSS JOIN n JOIN cur ON cur.ord = r.ord
-    WHERE cur.outcome = 'won'
-    ON CONFLICT (namespace, job) DO UPDATE SET
+    UPDATE {t} AS t SET
         slot = GREATEST(t.slot, {ex}.slot),
         attempt = CASE WHEN {ex}.slot = t.slot THEN t.attempt + 1
                        WHEN {ex}.slot > t.slot THEN 1 ELSE t.attempt END,
@@ -244,22 +244,39 @@ up AS (
                            WHEN {ex}.slot < t.slot THEN {_other("t", f"{ex}.slot", "status")} END,
         prev_fingerprint = CASE WHEN {ex}.slot < t.slot THEN {_other("t", f"{ex}.slot", "fingerprint")}
                                 ELSE t.fingerprint END
-    WHERE ({won}) = 'won'
-    RETURNING t.namespace, t.job, t.slot, t.attempt, t.token, t.owner, t.expires_at,
-              t.others, t.prev_slot, t.prev_status, t.prev_fingerprint
+    FROM cur {ex}
+    WHERE {ex}.locked AND {ex}.outcome = 'won' AND t.namespace = {ex}.namespace AND t.job = {ex}.job
+      AND ({won}) = 'won'
+    RETURNING {ex}.ord, t.slot, t.attempt, t.token, t.expires_at, t.others, t.prev_slot, t.prev_status,
+              t.prev_fingerprint
+),
+-- A job's first row. One inserted by a concurrent claim after the snapshot is left alone: this
+-- request then "would have won", and the caller asks again.
+ins AS (
+    INSERT INTO {t} AS t (namespace, job, slot, attempt, token, job_token, owner, status, expires_at,
+                          fingerprint, updated_at, max_attempts, overlap, others)
+    SELECT {ex}.namespace, {ex}.job, {ex}.slot, 1, 1, 1, {ex}.owner, 'running', {ex}.expires_at,
+           {ex}.fingerprint, {ex}.updated_at, {ex}.max_attempts, {ex}.overlap, '{{}}'::jsonb
+    FROM cur {ex}
+    WHERE NOT {ex}.locked AND {ex}.outcome = 'won'
+    ON CONFLICT (namespace, job) DO NOTHING
+    RETURNING t.namespace, t.job, t.slot, t.attempt, t.token, t.expires_at, t.others, t.prev_slot,
+              t.prev_status, t.prev_fingerprint
+),
+w AS (
+    SELECT * FROM up
+    UNION ALL
+    SELECT x.ord, i.slot, i.attempt, i.token, i.expires_at, i.others, i.prev_slot, i.prev_status,
+           i.prev_fingerprint
+    FROM ins i JOIN cur x ON x.namespace = i.namespace AND x.job = i.job
 )
-SELECT cur.*, n.now, r.slot AS r_slot,
-       up.job IS NOT NULL AS won,
-       CASE WHEN up.slot = r.slot THEN up.attempt ELSE (up.others -> r.slot::text ->> 'attempt')::int END
-           AS w_attempt,
-       CASE WHEN up.slot = r.slot THEN up.token ELSE (up.others -> r.slot::text ->> 'token')::bigint END
-           AS w_token,
-       CASE WHEN up.slot = r.slot THEN up.expires_at
-            ELSE (up.others -> r.slot::text ->> 'expires_at')::bigint END AS w_expires_at,
-       up.prev_slot, up.prev_status, up.prev_fingerprint
-FROM req r CROSS JOIN n JOIN cur ON cur.ord = r.ord
-LEFT JOIN up ON up.namespace = r.namespace AND up.job = r.job
-ORDER BY r.ord
+SELECT x.outcome, x.c_slot, x.c_owner, x.c_attempt, x.c_token, x.c_status, x.c_expires_at,
+       x.c_fingerprint, x.c_other, n.now, w.ord IS NOT NULL AS won,
+       {won_("attempt", "int")} AS w_attempt, {won_("token", "bigint")} AS w_token,
+       {won_("expires_at", "bigint")} AS w_expires_at,
+       w.prev_slot, w.prev_status, w.prev_fingerprint
+FROM cur x CROSS JOIN n LEFT JOIN w ON w.ord = x.ord
+ORDER BY x.ord
 """
 
     # -- renew, release, fence ----------------------------------------------------------------
