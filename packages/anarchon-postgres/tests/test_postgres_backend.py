@@ -36,6 +36,7 @@ from anarchon import (
 from anarchon._context import TRIGGER_SUFFIX
 from anarchon_postgres import PostgresBackend
 from anarchon_postgres._migrations import FILLFACTOR
+from anarchon_postgres._sql import array_literal, numbers_literal
 
 URL = os.environ.get("ANARCHON_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 pytestmark = pytest.mark.services
@@ -248,8 +249,8 @@ async def test_a_claim_that_loses_a_race_learns_the_holder_in_one_statement(pg: 
         async with conn.transaction():
             # Replica b wins slot `base` in a transaction that is still open.
             row = await conn.fetchrow(
-                pg.sql.claim, ["ns"], ["j"], [str(base)], ["b"], ["30000"], ["3"], ["skip"], [""],
-                ["1000"], [None])
+                pg.sql.claim, "{ns}", "{j}", f"{{{base}}}", "{b}", "{30000}", "{3}", "{skip}", '{""}',
+                "{1000}", "{NULL}")
             assert row is not None and row["won"]
             # Replica c claims the same slot: its snapshot says won; it waits for b's row lock.
             racing = asyncio.create_task(pg.claim(ClaimRequest("ns", "j", base, "c")))
@@ -283,6 +284,14 @@ async def test_a_large_batch_runs_without_jit_and_an_error_leaves_the_connection
             assert not conn.is_in_transaction()
     finally:
         await pg.close()
+
+
+async def test_array_literals_carry_any_text_and_number(pg: PostgresBackend) -> None:
+    names = ["", "NULL", "a,b", "{x}", 'say "hi"', "back\\slash\\", " pad ", "ünï\tcode", "x'; --"]
+    numbers = [0, -1, 2**63 - 1, None]
+    got = await pg.pool.fetchrow("SELECT $1::text::text[] AS t, $2::text::bigint[] AS n",
+                                 array_literal(names), numbers_literal(numbers))
+    assert got is not None and (got["t"], got["n"]) == (names, numbers)
 
 
 async def test_hostile_names_are_bound_parameters(pg: PostgresBackend) -> None:

@@ -40,6 +40,8 @@ from ._errors import translate
 from ._listener import PROBE, Listener
 from ._migrations import migrate
 from ._sql import Statements, validate_identifier
+from ._sql import array_literal as texts
+from ._sql import numbers_literal as numbers
 
 __all__ = ["PostgresBackend"]
 
@@ -216,9 +218,10 @@ class PostgresBackend(LeaseBackendBase):
         """Run one statement on a pool connection, answered within `OP_TIMEOUT_S`.
 
         The connection goes back to the pool after the answer is returned, not before: asyncpg's
-        reset on release costs a round trip, which a renewal on a slow network cannot spare. (For the
-        same reason the statements take integer arrays as text[]: asyncpg looks up the codec of an
-        integer array on each new connection, six more round trips.)
+        reset on release costs a round trip, which a renewal on a slow network cannot spare. (The
+        batch statements take each array as one text parameter, an array literal cast on the server:
+        asyncpg would look up the codec of an integer array on each new connection, six more round
+        trips, and check every element of a list against abstract base classes.)
 
         A batch of `rows` >= `JIT_FREE_ROWS` items runs in a transaction with JIT compilation off:
         its cost estimate passes PostgreSQL's `jit_above_cost`, and compiling it took longer than
@@ -294,10 +297,11 @@ class PostgresBackend(LeaseBackendBase):
     async def _claim_batch(self, reqs: Sequence[ClaimRequest]) -> list[ClaimResult | None]:
         rows = await self._fetch(
             "claim", self.sql.claim,
-            [r.namespace for r in reqs], [r.job for r in reqs], [str(r.slot) for r in reqs],
-            [r.owner for r in reqs], [str(r.lease_ms) for r in reqs], [str(r.max_attempts) for r in reqs],
-            [str(r.overlap) for r in reqs], [r.fingerprint for r in reqs], [str(r.max_skew_ms) for r in reqs],
-            [None if r.stale_after is None else str(r.stale_after) for r in reqs],
+            texts([r.namespace for r in reqs]), texts([r.job for r in reqs]), numbers([r.slot for r in reqs]),
+            texts([r.owner for r in reqs]), numbers([r.lease_ms for r in reqs]),
+            numbers([r.max_attempts for r in reqs]), texts([str(r.overlap) for r in reqs]),
+            texts([r.fingerprint for r in reqs]), numbers([r.max_skew_ms for r in reqs]),
+            numbers([r.stale_after for r in reqs]),
             rows=len(reqs),
         )
         return [self._result(r, row) for r, row in zip(reqs, rows, strict=True)]
@@ -361,8 +365,9 @@ class PostgresBackend(LeaseBackendBase):
         leases = [lease for lease, _ in renewals]
         rows = await self._fetch(
             "renew", self.sql.renew_many,
-            [x.namespace for x in leases], [x.job for x in leases], [str(x.slot) for x in leases],
-            [str(x.token) for x in leases], [x.owner for x in leases], [str(ms) for _, ms in renewals],
+            texts([x.namespace for x in leases]), texts([x.job for x in leases]),
+            numbers([x.slot for x in leases]), numbers([x.token for x in leases]),
+            texts([x.owner for x in leases]), numbers([ms for _, ms in renewals]),
             rows=len(leases),
         )
         results: list[Lease | None] = [None] * len(renewals)
@@ -388,9 +393,10 @@ class PostgresBackend(LeaseBackendBase):
             leases = [releases[i][0] for i in batch]
             rows = await self._fetch(
                 "release", self.sql.release_many,
-                [x.namespace for x in leases], [x.job for x in leases], [str(x.slot) for x in leases],
-                [str(x.token) for x in leases], [x.owner for x in leases],
-                [releases[i][1].status.value for i in batch], self.sql.channel, rows=len(leases),
+                texts([x.namespace for x in leases]), texts([x.job for x in leases]),
+                numbers([x.slot for x in leases]), numbers([x.token for x in leases]),
+                texts([x.owner for x in leases]), texts([releases[i][1].status.value for i in batch]),
+                self.sql.channel, rows=len(leases),
             )
             for row in rows:
                 results[batch[row["ord"] - 1]] = True
