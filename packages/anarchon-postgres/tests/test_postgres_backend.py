@@ -292,6 +292,9 @@ async def test_array_literals_carry_any_text_and_number(pg: PostgresBackend) -> 
     got = await pg.pool.fetchrow("SELECT $1::text::text[] AS t, $2::text::bigint[] AS n",
                                  array_literal(names), numbers_literal(numbers))
     assert got is not None and (got["t"], got["n"]) == (names, numbers)
+    assert await pg.pool.fetchval("SELECT $1::text::text[]", array_literal([])) == []
+    with pytest.raises(asyncpg.PostgresError):  # never two elements
+        await pg.pool.fetchval("SELECT $1::text::text[]", array_literal(["a\0b"]))
 
 
 async def test_hostile_names_are_bound_parameters(pg: PostgresBackend) -> None:
