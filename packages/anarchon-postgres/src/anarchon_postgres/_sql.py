@@ -176,9 +176,9 @@ class Statements:
         order, the order every batch statement locks in) and judged again on their latest version:
         a concurrent claim that won the row first makes this request a loser, told the holder in
         this statement. A loser in the snapshot locks (and so writes) nothing; its answer was true
-        at the snapshot. The upsert `up` writes the winners, and the new rows: one inserted by a
-        concurrent claim after the snapshot leaves its loser with "would have won", and the
-        caller asks again.
+        at the snapshot. `up` updates the won rows; `ins` inserts a job's first row, and a first
+        row inserted by a concurrent claim after the snapshot leaves this request with "would have
+        won": the caller asks again.
         """
         t = self.qualified
         ex = "x"  # the request, as `cur` gives it: the columns of the row it would write
