@@ -250,7 +250,7 @@ class PostgresBackend(LeaseBackendBase):
             except TimeoutError as exc:
                 # The pool's other connections, opened before the silence, may be as dead (a black-holed
                 # network keeps them open): replace them all rather than lose a deadline on each.
-                pool.expire_connections()
+                await pool.expire_connections()
                 raise BackendUnavailable(
                     f"{what} on {self.url} got no answer within {OP_TIMEOUT_S:g} s; is PostgreSQL up "
                     "and reachable?") from exc
