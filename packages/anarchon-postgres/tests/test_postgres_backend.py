@@ -297,6 +297,28 @@ async def test_array_literals_carry_any_text_and_number(pg: PostgresBackend) -> 
         await pg.pool.fetchval("SELECT $1::text::text[]", array_literal(["a\0b"]))
 
 
+async def test_the_backends_statements_skip_the_pools_reset_and_other_uses_do_not(schema: str) -> None:
+    pg = PostgresBackend(URL, schema=schema, min_size=1, max_size=1)  # one connection: every call reuses it
+    await pg.open()
+    watcher = await asyncpg.connect(URL)
+    last_query = "SELECT query FROM pg_stat_activity WHERE pid = $1"
+    try:
+        async with pg.pool.acquire() as conn:
+            pid = await conn.fetchval("SELECT pg_backend_pid()")
+            await conn.execute("SET application_name = 'mine'")
+        assert "RESET ALL" in await watcher.fetchval(last_query, pid)  # a use of the pool: reset
+        assert await pg.inspect("ns", "nobody") is None
+        if pg._releasing:
+            await asyncio.wait(pg._releasing)  # the connection is back in the pool
+        assert "RESET ALL" not in await watcher.fetchval(last_query, pid)  # the backend's own: not
+        async with pg.pool.acquire() as conn:
+            assert await conn.fetchval("SELECT pg_backend_pid()") == pid
+            assert await conn.fetchval("SHOW application_name") != "mine"
+    finally:
+        await watcher.close()
+        await pg.close()
+
+
 async def test_hostile_names_are_bound_parameters(pg: PostgresBackend) -> None:
     base = (now_ms() // 10_000 - 3) * 10_000
     evil = "x'; DROP TABLE anarchon_jobs; --"
