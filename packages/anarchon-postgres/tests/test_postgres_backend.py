@@ -35,6 +35,8 @@ from anarchon import (
 )
 from anarchon._context import TRIGGER_SUFFIX
 from anarchon_postgres import PostgresBackend
+from anarchon_postgres._migrations import FILLFACTOR
+from anarchon_postgres._sql import array_literal, numbers_literal
 
 URL = os.environ.get("ANARCHON_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 pytestmark = pytest.mark.services
@@ -238,6 +240,29 @@ async def test_claim_many_matches_one_by_one_in_one_statement(pg: PostgresBacken
     assert [r.job for r in results] == [r.job for r in requests]
 
 
+async def test_a_claim_that_loses_a_race_learns_the_holder_in_one_statement(pg: PostgresBackend) -> None:
+    base = (now_ms() // 10_000 - 3) * 10_000
+    old = (await pg.claim(ClaimRequest("ns", "j", base - 10_000, "a"))).lease
+    assert old is not None and await pg.release(old, ReleaseOutcome.DONE)
+    calls = _count_statements(pg)
+    async with pg.pool.acquire() as conn:
+        async with conn.transaction():
+            # Replica b wins slot `base` in a transaction that is still open.
+            row = await conn.fetchrow(
+                pg.sql.claim, "{ns}", "{j}", f"{{{base}}}", "{b}", "{30000}", "{3}", "{skip}", '{""}',
+                "{1000}", "{NULL}")
+            assert row is not None and row["won"]
+            # Replica c claims the same slot: its snapshot says won; it waits for b's row lock.
+            racing = asyncio.create_task(pg.claim(ClaimRequest("ns", "j", base, "c")))
+            waiting = "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))"
+            while not await pg.pool.fetchval(waiting, conn.get_server_pid()):
+                assert not racing.done()
+                await asyncio.sleep(0.01)
+        result = await racing
+    assert (result.outcome, result.holder) == (ClaimOutcome.TAKEN, "b")
+    assert calls == ["claim"], "judged on the locked row, not asked again"
+
+
 async def test_a_large_batch_runs_without_jit_and_an_error_leaves_the_connection_clean(schema: str) -> None:
     pg = PostgresBackend(URL, schema=schema, min_size=1, max_size=1)  # one connection: every call reuses it
     await pg.open()
@@ -258,6 +283,39 @@ async def test_a_large_batch_runs_without_jit_and_an_error_leaves_the_connection
             assert await conn.fetchval("SELECT setting = reset_val FROM pg_settings WHERE name = 'jit'")
             assert not conn.is_in_transaction()
     finally:
+        await pg.close()
+
+
+async def test_array_literals_carry_any_text_and_number(pg: PostgresBackend) -> None:
+    names = ["", "NULL", "a,b", "{x}", 'say "hi"', "back\\slash\\", " pad ", "ünï\tcode", "x'; --"]
+    numbers = [0, -1, 2**63 - 1, None]
+    got = await pg.pool.fetchrow("SELECT $1::text::text[] AS t, $2::text::bigint[] AS n",
+                                 array_literal(names), numbers_literal(numbers))
+    assert got is not None and (got["t"], got["n"]) == (names, numbers)
+    assert await pg.pool.fetchval("SELECT $1::text::text[]", array_literal([])) == []
+    with pytest.raises(asyncpg.PostgresError):  # never two elements
+        await pg.pool.fetchval("SELECT $1::text::text[]", array_literal(["a\0b"]))
+
+
+async def test_the_backends_statements_skip_the_pools_reset_and_other_uses_do_not(schema: str) -> None:
+    pg = PostgresBackend(URL, schema=schema, min_size=1, max_size=1)  # one connection: every call reuses it
+    await pg.open()
+    watcher = await asyncpg.connect(URL)
+    last_query = "SELECT query FROM pg_stat_activity WHERE pid = $1"
+    try:
+        async with pg.pool.acquire() as conn:
+            pid = await conn.fetchval("SELECT pg_backend_pid()")
+            await conn.execute("SET application_name = 'mine'")
+        assert "RESET ALL" in await watcher.fetchval(last_query, pid)  # a use of the pool: reset
+        assert await pg.inspect("ns", "nobody") is None
+        if pg._releasing:
+            await asyncio.wait(pg._releasing)  # the connection is back in the pool
+        assert "RESET ALL" not in await watcher.fetchval(last_query, pid)  # the backend's own: not
+        async with pg.pool.acquire() as conn:
+            assert await conn.fetchval("SELECT pg_backend_pid()") == pid
+            assert await conn.fetchval("SHOW application_name") != "mine"
+    finally:
+        await watcher.close()
         await pg.close()
 
 
@@ -367,6 +425,24 @@ async def test_migrations_concurrent_and_idempotent(schema: str) -> None:
         assert sum(r.won for r in results) == 1
     finally:
         await asyncio.gather(*(b.close() for b in backends))
+
+
+async def test_the_record_table_leaves_room_for_hot_updates(schema: str) -> None:
+    reloptions = f"SELECT reloptions FROM pg_class WHERE oid = '\"{schema}\".jobs'::regclass"
+    backend = PostgresBackend(URL, schema=schema, table="jobs")
+    await backend.open()
+    try:
+        assert await backend.pool.fetchval(reloptions) == [f"fillfactor={FILLFACTOR}"]
+        # An operator's own setting is kept.
+        await backend.pool.execute(f'ALTER TABLE "{schema}".jobs SET (fillfactor = 80)')
+    finally:
+        await backend.close()
+    again = PostgresBackend(URL, schema=schema, table="jobs")
+    await again.open()
+    try:
+        assert await again.pool.fetchval(reloptions) == ["fillfactor=80"]
+    finally:
+        await again.close()
 
 
 async def test_foreign_table_and_newer_schema_are_refused(schema: str) -> None:

@@ -40,6 +40,24 @@ async def test_a_call_held_in_a_partition_fails_at_its_deadline(
             await asyncio.wait_for(backend.close(), 15)
 
 
+async def test_a_missed_deadline_replaces_the_pools_other_connections(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_backend, "OP_TIMEOUT_S", 0.5)
+    backend = PostgresBackend(URL, schema=schema, min_size=2, max_size=2)
+    await backend.open()
+    pid = "SELECT pg_backend_pid()"
+    try:
+        async with backend.pool.acquire() as other:
+            before = await other.fetchval(pid)
+            with pytest.raises(BackendUnavailable, match=r"no answer within 0\.5 s"):
+                await backend._fetch("sleep", "SELECT pg_sleep(1)")  # on the pool's second connection
+        async with backend.pool.acquire() as first, backend.pool.acquire() as second:
+            assert before not in {await first.fetchval(pid), await second.fetchval(pid)}
+    finally:
+        await asyncio.wait_for(backend.close(), 15)
+
+
 def test_asyncpg_pool_reconnection_warnings_go_to_the_debug_log(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
     pool_log = logging.getLogger("asyncpg.pool")

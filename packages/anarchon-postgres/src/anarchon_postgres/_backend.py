@@ -40,16 +40,19 @@ from ._errors import translate
 from ._listener import PROBE, Listener
 from ._migrations import migrate
 from ._sql import Statements, validate_identifier
+from ._sql import array_literal as texts
+from ._sql import numbers_literal as numbers
 
 __all__ = ["PostgresBackend"]
 
 log = logging.getLogger("anarchon.postgres")
 
-# A loser whose snapshot predates a concurrent claim asks again this often before answering TAKEN.
 _PUSH_CHECK_S = 2.0
 """How long the start-up check waits for its own NOTIFY on the LISTEN connection."""
 JIT_FREE_ROWS = 256
 """Batches of at least this many items run with JIT compilation off (see `_fetch`)."""
+# A loser whose snapshot predates a concurrently inserted row asks again this often before answering
+# TAKEN. (A row that existed is locked and judged in the statement itself.)
 _RECHECKS = 3
 _OUTCOMES = {o.value: o for o in ClaimOutcome}
 """An outcome's string to the member, without an Enum call per claim."""
@@ -70,6 +73,32 @@ class _QuietFloor(logging.Filter):
 
 
 logging.getLogger("asyncpg.pool").addFilter(_QuietFloor())
+
+
+class _Connection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg has no type hints
+    """A connection of a pool the backend creates: it knows whether only the backend's own
+    statements ran on it since it left the pool."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.only_statements = False
+
+    def mark_only_statements(self) -> None:
+        """Say that the backend's own statements alone run until the connection is released."""
+        self.only_statements = True
+
+
+async def _reset(conn: asyncpg.Connection) -> None:
+    """The pool's reset on release, after asyncpg's own (which rolls back an open transaction).
+
+    The backend's statements leave no session state (`SET LOCAL` and transactions end with the
+    statement): their connection goes back without asyncpg's reset query, a round trip and four
+    commands for each claim, renewal or release. Any other use of a connection is reset in full.
+    """
+    if isinstance(conn, _Connection) and conn.only_statements:
+        conn.only_statements = False
+        return
+    await conn.execute(conn.get_reset_query())
 
 
 class FenceContext(Protocol):
@@ -176,7 +205,7 @@ class PostgresBackend(LeaseBackendBase):
         try:
             return await asyncpg.create_pool(
                 self._target, min_size=self._min_size, max_size=self._max_size, timeout=OP_TIMEOUT_S,
-                **self._connect_kwargs(),
+                connection_class=_Connection, reset=_reset, **self._connect_kwargs(),
             )
         except (ValueError, asyncpg.exceptions.ClientConfigurationError):
             # asyncpg's message may quote the DSN, password included: do not chain it.
@@ -215,9 +244,10 @@ class PostgresBackend(LeaseBackendBase):
         """Run one statement on a pool connection, answered within `OP_TIMEOUT_S`.
 
         The connection goes back to the pool after the answer is returned, not before: asyncpg's
-        reset on release costs a round trip, which a renewal on a slow network cannot spare. (For the
-        same reason the statements take integer arrays as text[]: asyncpg looks up the codec of an
-        integer array on each new connection, six more round trips.)
+        reset on release costs a round trip, which a renewal on a slow network cannot spare. (The
+        batch statements take each array as one text parameter, an array literal cast on the server:
+        asyncpg would look up the codec of an integer array on each new connection, six more round
+        trips, and check every element of a list against abstract base classes.)
 
         A batch of `rows` >= `JIT_FREE_ROWS` items runs in a transaction with JIT compilation off:
         its cost estimate passes PostgreSQL's `jit_above_cost`, and compiling it took longer than
@@ -226,10 +256,13 @@ class PostgresBackend(LeaseBackendBase):
         if not self._opened:
             await self.open()
         pool = self.pool
+        own = self._target is not None  # a pool built here, of `_Connection`s
         with self._errors(what):
             try:
                 async with asyncio.timeout(OP_TIMEOUT_S):
                     conn = await pool.acquire()
+                    if own:
+                        conn.mark_only_statements()
                     try:
                         if rows >= JIT_FREE_ROWS:
                             # After an error, the pool's reset on release rolls the transaction back.
@@ -293,10 +326,11 @@ class PostgresBackend(LeaseBackendBase):
     async def _claim_batch(self, reqs: Sequence[ClaimRequest]) -> list[ClaimResult | None]:
         rows = await self._fetch(
             "claim", self.sql.claim,
-            [r.namespace for r in reqs], [r.job for r in reqs], [str(r.slot) for r in reqs],
-            [r.owner for r in reqs], [str(r.lease_ms) for r in reqs], [str(r.max_attempts) for r in reqs],
-            [str(r.overlap) for r in reqs], [r.fingerprint for r in reqs], [str(r.max_skew_ms) for r in reqs],
-            [None if r.stale_after is None else str(r.stale_after) for r in reqs],
+            texts([r.namespace for r in reqs]), texts([r.job for r in reqs]), numbers([r.slot for r in reqs]),
+            texts([r.owner for r in reqs]), numbers([r.lease_ms for r in reqs]),
+            numbers([r.max_attempts for r in reqs]), texts([str(r.overlap) for r in reqs]),
+            texts([r.fingerprint for r in reqs]), numbers([r.max_skew_ms for r in reqs]),
+            numbers([r.stale_after for r in reqs]),
             rows=len(reqs),
         )
         return [self._result(r, row) for r, row in zip(reqs, rows, strict=True)]
@@ -307,7 +341,8 @@ class PostgresBackend(LeaseBackendBase):
 
     @staticmethod
     def _result(r: ClaimRequest, row: Any) -> ClaimResult | None:
-        """Turn one result row into a ClaimResult; None when the loser's snapshot was outdated."""
+        """Turn one result row into a ClaimResult; None when the loser's snapshot predates the job's
+        first row, inserted by a concurrent claim."""
         now = row["now"]
         if row["won"]:
             prev = row["prev_status"]
@@ -321,7 +356,7 @@ class PostgresBackend(LeaseBackendBase):
             )
         outcome = row["outcome"]
         if outcome == "won":
-            return None  # the row changed after this statement's snapshot: ask again
+            return None  # the row appeared after this statement's snapshot: ask again
         if outcome == "early":
             return ClaimResult(ClaimOutcome.EARLY, r.job, r.slot, now=now)
         if outcome == "stale" or outcome == "skipped" or r.slot == row["c_slot"]:
@@ -359,8 +394,9 @@ class PostgresBackend(LeaseBackendBase):
         leases = [lease for lease, _ in renewals]
         rows = await self._fetch(
             "renew", self.sql.renew_many,
-            [x.namespace for x in leases], [x.job for x in leases], [str(x.slot) for x in leases],
-            [str(x.token) for x in leases], [x.owner for x in leases], [str(ms) for _, ms in renewals],
+            texts([x.namespace for x in leases]), texts([x.job for x in leases]),
+            numbers([x.slot for x in leases]), numbers([x.token for x in leases]),
+            texts([x.owner for x in leases]), numbers([ms for _, ms in renewals]),
             rows=len(leases),
         )
         results: list[Lease | None] = [None] * len(renewals)
@@ -386,9 +422,10 @@ class PostgresBackend(LeaseBackendBase):
             leases = [releases[i][0] for i in batch]
             rows = await self._fetch(
                 "release", self.sql.release_many,
-                [x.namespace for x in leases], [x.job for x in leases], [str(x.slot) for x in leases],
-                [str(x.token) for x in leases], [x.owner for x in leases],
-                [releases[i][1].status.value for i in batch], self.sql.channel, rows=len(leases),
+                texts([x.namespace for x in leases]), texts([x.job for x in leases]),
+                numbers([x.slot for x in leases]), numbers([x.token for x in leases]),
+                texts([x.owner for x in leases]), texts([releases[i][1].status.value for i in batch]),
+                self.sql.channel, rows=len(leases),
             )
             for row in rows:
                 results[batch[row["ord"] - 1]] = True

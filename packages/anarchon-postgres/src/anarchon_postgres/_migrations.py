@@ -8,7 +8,12 @@ from anarchon import SchemaMismatch
 
 from ._sql import Statements, quote_ident
 
-__all__ = ["SCHEMA_VERSION", "migrate"]
+__all__ = ["FILLFACTOR", "SCHEMA_VERSION", "migrate"]
+
+FILLFACTOR = 50
+"""How full PostgreSQL fills the record table's pages. Every claim and release rewrites a job's row;
+the room left lets the new version stay on the row's page (a HOT update: no new index entry, and
+the page's dead versions are pruned in place)."""
 
 
 def _v1(s: Statements) -> list[str]:
@@ -121,4 +126,14 @@ async def migrate(conn: asyncpg.Connection, s: Statements) -> int:
             for statement in MIGRATIONS[version - 1](s):
                 await conn.execute(statement)
             await conn.execute(f"INSERT INTO {s.versions} (version) VALUES ($1)", version)
+        await _tune(conn, s)
         return SCHEMA_VERSION - current
+
+
+async def _tune(conn: asyncpg.Connection, s: Statements) -> None:
+    """Give the record table `FILLFACTOR`, unless it has a fillfactor already (the operator's, or
+    set by an earlier start). A storage setting, not a schema version: every release can use the table."""
+    options: list[str] | None = await conn.fetchval(
+        "SELECT reloptions FROM pg_class WHERE oid = $1::regclass", s.qualified)
+    if not any(o.startswith("fillfactor=") for o in options or ()):
+        await conn.execute(f"ALTER TABLE {s.qualified} SET (fillfactor = {FILLFACTOR})")

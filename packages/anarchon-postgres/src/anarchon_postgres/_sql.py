@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Statements", "quote_ident", "validate_identifier"]
+__all__ = ["Statements", "array_literal", "numbers_literal", "quote_ident", "validate_identifier"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MAX_IDENT = 50  # leaves room for the suffixes of the helper tables within PostgreSQL's 63 bytes
@@ -24,6 +25,28 @@ def validate_identifier(value: object, what: str) -> str:
             f"or underscore, at most {_MAX_IDENT} characters (e.g. 'anarchon_jobs')"
         )
     return value
+
+
+def array_literal(values: Sequence[str]) -> str:
+    """`values` as one PostgreSQL array literal, every element quoted, for a `$n::text::text[]`.
+
+    The batch statements take their arrays as one text parameter each: asyncpg checks every element
+    of a list parameter against abstract base classes, over a quarter of the driver's CPU time for
+    a batch of claims.
+    """
+    if not values:
+        return "{}"
+    # PostgreSQL text cannot hold NUL: it separates the elements while they are escaped in one go.
+    joined = "\0".join(values)
+    if joined.count("\0") == len(values) - 1:
+        return '{"' + joined.replace("\\", "\\\\").replace('"', '\\"').replace("\0", '","') + '"}'
+    # A value holds NUL: quoted one by one, for the server to refuse.
+    return "{" + ",".join('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values) + "}"
+
+
+def numbers_literal(values: Iterable[int | None]) -> str:
+    """Integers (None: NULL) as one PostgreSQL array literal, for a `$n::text::bigint[]`."""
+    return "{" + ",".join(["NULL" if v is None else str(v) for v in values]) + "}"
 
 
 def quote_ident(value: str) -> str:
@@ -145,17 +168,20 @@ class Statements:
 
     @property
     def claim(self) -> str:
-        """Claim a batch: $1..$10 are arrays, one element per request, each (namespace, job) once
-        ($10, `stale_after`, holds NULL for no limit).
+        """Claim a batch: $1..$10 are array literals (text, see `array_literal`), one element per
+        request, each (namespace, job) once ($10, `stale_after`, holds NULL for no limit).
 
-        The snapshot CTE `cur` says why each request would lose; the upsert `up` decides on the
-        locked, latest row. Only the requests that win in the snapshot go to the upsert: a loser
-        there locks (and so writes) nothing, and the answer it gets was true at the snapshot. A
-        loser whose snapshot says it would have won saw a row that changed under it (a concurrent
-        claim): the caller asks again.
+        The snapshot CTE `snap` says why each request would lose. Only the rows it says are won are
+        locked (`lk`, in request order: `claim_many` sends a batch in code-point (namespace, job)
+        order, the order every batch statement locks in) and judged again on their latest version:
+        a concurrent claim that won the row first makes this request a loser, told the holder in
+        this statement. A loser in the snapshot locks (and so writes) nothing; its answer was true
+        at the snapshot. `up` updates the won rows; `ins` inserts a job's first row, and a first
+        row inserted by a concurrent claim after the snapshot leaves this request with "would have
+        won": the caller asks again.
         """
         t = self.qualified
-        ex = "excluded"
+        ex = "x"  # the request, as `cur` gives it: the columns of the row it would write
         won = decide("t", f"{ex}.updated_at", f"{ex}.slot", f"{ex}.overlap", f"{ex}.max_attempts")
         o_attempt = _other("t", f"{ex}.slot", "attempt", "int")
         t_as_json = (
@@ -172,34 +198,53 @@ class Statements:
         def cur_or(col: str) -> str:
             return f"CASE WHEN {ex}.slot >= t.slot THEN {ex}.{col} ELSE t.{col} END"
 
+        def won_(col: str, cast: str) -> str:
+            """The won lease's `col`: the row's, or its entry in `others` for an older slot."""
+            return (f"CASE WHEN w.slot = x.slot THEN w.{col} "
+                    f"ELSE (w.others -> x.slot::text ->> '{col}')::{cast} END")
+
         return f"""
 WITH n AS MATERIALIZED (SELECT {NOW_MS} AS now),
-req AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[]::bigint[], $4::text[], $5::text[]::bigint[],
-                         $6::text[]::int[], $7::text[], $8::text[], $9::text[]::bigint[],
-                         $10::text[]::bigint[])
-        WITH ORDINALITY AS r(namespace, job, slot, owner, lease_ms, max_attempts, overlap,
-                             fingerprint, max_skew_ms, stale_after, ord)
-),
-cur AS (
-    SELECT r.ord,
+snap AS (
+    SELECT r.ord, r.namespace, r.job, r.slot AS r_slot, r.owner AS r_owner, r.lease_ms, r.max_attempts,
+           r.overlap, r.fingerprint AS r_fingerprint,
            CASE WHEN r.slot > n.now + r.max_skew_ms THEN 'early'
                 -- Delivered too late to be worth running: it never revives a past slot.
                 WHEN n.now > r.stale_after THEN 'stale'
                 ELSE {decide("c", "n.now", "r.slot", "r.overlap", "r.max_attempts")} END AS outcome,
-           c.slot AS c_slot, c.owner AS c_owner, c.attempt AS c_attempt, c.token AS c_token,
-           c.status AS c_status,
-           c.expires_at AS c_expires_at, c.fingerprint AS c_fingerprint, c.others -> r.slot::text AS c_other
-    FROM req r CROSS JOIN n LEFT JOIN {t} c ON c.namespace = r.namespace AND c.job = r.job
+           c.slot, c.owner, c.attempt, c.token, c.status, c.expires_at, c.fingerprint, c.others
+    FROM unnest($1::text::text[], $2::text::text[], $3::text::bigint[], $4::text::text[],
+                $5::text::bigint[], $6::text::int[], $7::text::text[], $8::text::text[],
+                $9::text::bigint[], $10::text::bigint[])
+        WITH ORDINALITY AS r(namespace, job, slot, owner, lease_ms, max_attempts, overlap,
+                             fingerprint, max_skew_ms, stale_after, ord)
+    CROSS JOIN n LEFT JOIN {t} c ON c.namespace = r.namespace AND c.job = r.job
 ),
+-- The rows the snapshot says are won, locked: FOR UPDATE waits for a concurrent claim and returns
+-- the row as it committed, so a request that lost the race is judged (and told the holder) here.
+lk AS MATERIALIZED (
+    SELECT s.ord, c.slot, c.owner, c.attempt, c.token, c.status, c.expires_at, c.fingerprint, c.others
+    FROM snap s JOIN {t} c ON c.namespace = s.namespace AND c.job = s.job
+    WHERE s.outcome = 'won'
+    -- `claim_many` sends a batch in code-point (namespace, job) order: request order is lock order.
+    ORDER BY s.ord FOR UPDATE OF c
+),
+cur AS (
+    SELECT s.ord, s.namespace, s.job, l.ord IS NOT NULL AS locked,
+           s.r_slot AS slot, s.r_owner AS owner, 'running' AS status, n.now + s.lease_ms AS expires_at,
+           s.r_fingerprint AS fingerprint, n.now AS updated_at, s.max_attempts, s.overlap,
+           CASE WHEN l.ord IS NULL THEN s.outcome
+                ELSE {decide("l", "n.now", "s.r_slot", "s.overlap", "s.max_attempts")} END AS outcome,
+           coalesce(l.slot, s.slot) AS c_slot, coalesce(l.owner, s.owner) AS c_owner,
+           coalesce(l.attempt, s.attempt) AS c_attempt, coalesce(l.token, s.token) AS c_token,
+           coalesce(l.status, s.status) AS c_status, coalesce(l.expires_at, s.expires_at) AS c_expires_at,
+           coalesce(l.fingerprint, s.fingerprint) AS c_fingerprint,
+           coalesce(l.others, s.others) -> s.r_slot::text AS c_other
+    FROM snap s CROSS JOIN n LEFT JOIN lk l ON l.ord = s.ord
+),
+-- The locked rows that are won. (The condition is the one `cur` judged the locked row by.)
 up AS (
-    INSERT INTO {t} AS t (namespace, job, slot, attempt, token, job_token, owner, status, expires_at,
-                          fingerprint, updated_at, max_attempts, overlap, others)
-    SELECT r.namespace, r.job, r.slot, 1, 1, 1, r.owner, 'running', n.now + r.lease_ms,
-           r.fingerprint, n.now, r.max_attempts, r.overlap, '{{}}'::jsonb
-    FROM req r CROSS JOIN n JOIN cur ON cur.ord = r.ord
-    WHERE cur.outcome = 'won'
-    ON CONFLICT (namespace, job) DO UPDATE SET
+    UPDATE {t} AS t SET
         slot = GREATEST(t.slot, {ex}.slot),
         attempt = CASE WHEN {ex}.slot = t.slot THEN t.attempt + 1
                        WHEN {ex}.slot > t.slot THEN 1 ELSE t.attempt END,
@@ -223,22 +268,39 @@ up AS (
                            WHEN {ex}.slot < t.slot THEN {_other("t", f"{ex}.slot", "status")} END,
         prev_fingerprint = CASE WHEN {ex}.slot < t.slot THEN {_other("t", f"{ex}.slot", "fingerprint")}
                                 ELSE t.fingerprint END
-    WHERE ({won}) = 'won'
-    RETURNING t.namespace, t.job, t.slot, t.attempt, t.token, t.owner, t.expires_at,
-              t.others, t.prev_slot, t.prev_status, t.prev_fingerprint
+    FROM cur {ex}
+    WHERE {ex}.locked AND {ex}.outcome = 'won' AND t.namespace = {ex}.namespace AND t.job = {ex}.job
+      AND ({won}) = 'won'
+    RETURNING {ex}.ord, t.slot, t.attempt, t.token, t.expires_at, t.others, t.prev_slot, t.prev_status,
+              t.prev_fingerprint
+),
+-- A job's first row. One inserted by a concurrent claim after the snapshot is left alone: this
+-- request then "would have won", and the caller asks again.
+ins AS (
+    INSERT INTO {t} AS t (namespace, job, slot, attempt, token, job_token, owner, status, expires_at,
+                          fingerprint, updated_at, max_attempts, overlap, others)
+    SELECT {ex}.namespace, {ex}.job, {ex}.slot, 1, 1, 1, {ex}.owner, 'running', {ex}.expires_at,
+           {ex}.fingerprint, {ex}.updated_at, {ex}.max_attempts, {ex}.overlap, '{{}}'::jsonb
+    FROM cur {ex}
+    WHERE NOT {ex}.locked AND {ex}.outcome = 'won'
+    ON CONFLICT (namespace, job) DO NOTHING
+    RETURNING t.namespace, t.job, t.slot, t.attempt, t.token, t.expires_at, t.others, t.prev_slot,
+              t.prev_status, t.prev_fingerprint
+),
+w AS (
+    SELECT * FROM up
+    UNION ALL
+    SELECT x.ord, i.slot, i.attempt, i.token, i.expires_at, i.others, i.prev_slot, i.prev_status,
+           i.prev_fingerprint
+    FROM ins i JOIN cur x ON x.namespace = i.namespace AND x.job = i.job
 )
-SELECT cur.*, n.now, r.slot AS r_slot,
-       up.job IS NOT NULL AS won,
-       CASE WHEN up.slot = r.slot THEN up.attempt ELSE (up.others -> r.slot::text ->> 'attempt')::int END
-           AS w_attempt,
-       CASE WHEN up.slot = r.slot THEN up.token ELSE (up.others -> r.slot::text ->> 'token')::bigint END
-           AS w_token,
-       CASE WHEN up.slot = r.slot THEN up.expires_at
-            ELSE (up.others -> r.slot::text ->> 'expires_at')::bigint END AS w_expires_at,
-       up.prev_slot, up.prev_status, up.prev_fingerprint
-FROM req r CROSS JOIN n JOIN cur ON cur.ord = r.ord
-LEFT JOIN up ON up.namespace = r.namespace AND up.job = r.job
-ORDER BY r.ord
+SELECT x.outcome, x.c_slot, x.c_owner, x.c_attempt, x.c_token, x.c_status, x.c_expires_at,
+       x.c_fingerprint, x.c_other, n.now, w.ord IS NOT NULL AS won,
+       {won_("attempt", "int")} AS w_attempt, {won_("token", "bigint")} AS w_token,
+       {won_("expires_at", "bigint")} AS w_expires_at,
+       w.prev_slot, w.prev_status, w.prev_fingerprint
+FROM cur x CROSS JOIN n LEFT JOIN w ON w.ord = x.ord
+ORDER BY x.ord
 """
 
     # -- renew, release, fence ----------------------------------------------------------------
@@ -247,7 +309,7 @@ ORDER BY r.ord
     def renew_many(self) -> str:
         """Extend a batch of leases in one statement, each as `renew` would.
 
-        $1..$6 are arrays (namespace, job, slot, token, owner, lease_ms); a job may appear more than
+        $1..$6 are array literals (namespace, job, slot, token, owner, lease_ms); a job may appear more than
         once (slots under overlap=allow, or one lease twice). Rows are locked first in code-point
         (namespace, job) order, the order `claim_many` sends its batches in, so a batch of renewals
         and a batch of claims cannot deadlock. Every item is judged against the locked row; a
@@ -259,8 +321,8 @@ ORDER BY r.ord
         return f"""
 WITH n AS MATERIALIZED (SELECT {NOW_MS} AS now),
 req AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[]::bigint[], $4::text[]::bigint[], $5::text[],
-                         $6::text[]::bigint[])
+    SELECT * FROM unnest($1::text::text[], $2::text::text[], $3::text::bigint[], $4::text::bigint[],
+                         $5::text::text[], $6::text::bigint[])
         WITH ORDINALITY AS r(namespace, job, slot, token, owner, lease_ms, ord)
 ),
 locked AS MATERIALIZED (
@@ -308,7 +370,7 @@ ORDER BY ok.ord
     def release_many(self) -> str:
         """End a batch of runs and NOTIFY the handovers, in one statement.
 
-        $1..$6 are arrays (namespace, job, slot, token, owner, status), each (namespace, job) once;
+        $1..$6 are array literals (namespace, job, slot, token, owner, status), each (namespace, job) once;
         $7 is the channel. Rows are locked first in code-point (namespace, job) order (COLLATE "C",
         whatever the database's collation), the order `claim_many` sends its batches in, so a batch
         of releases and a batch of claims cannot deadlock. Returns the ordinal (1-based) of each
@@ -319,8 +381,8 @@ ORDER BY ok.ord
         return f"""
 WITH n AS MATERIALIZED (SELECT {NOW_MS} AS now),
 req AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[]::bigint[], $4::text[]::bigint[], $5::text[],
-                         $6::text[])
+    SELECT * FROM unnest($1::text::text[], $2::text::text[], $3::text::bigint[], $4::text::bigint[],
+                         $5::text::text[], $6::text::text[])
         WITH ORDINALITY AS r(namespace, job, slot, token, owner, status, ord)
 ),
 locked AS MATERIALIZED (
