@@ -198,3 +198,18 @@ def test_console_script_reports_a_factory_it_cannot_load_once(pytester: pytest.P
     output = result.stdout.str() + result.stderr.str()
     assert output.count("cannot load 'factory' from 'no_such_module'") == 1, output
     assert "passed" not in output and "failed" not in output, output
+
+
+def test_expiry_slack_is_what_the_backend_declares_and_checked() -> None:
+    from anarchon_conformance._kit import expiry_slack_ms
+
+    class Late:
+        expiry_slack_ms = 700
+
+    class Wrong:
+        expiry_slack_ms = -1
+
+    assert expiry_slack_ms(Late()) == 700
+    assert expiry_slack_ms(object()) == 0
+    with pytest.raises(TypeError, match="expiry_slack_ms=-1"):
+        expiry_slack_ms(Wrong())

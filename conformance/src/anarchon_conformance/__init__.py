@@ -41,7 +41,9 @@ A driver's (or a third party's) `tests/test_conformance.py` looks exactly like t
   as `fixed_lease_ms`; the suite then asks for exactly that lease in every claim and renew, and
   waits it out where a lease must expire (so keep it short in tests: 400 ms-1 s). A backend that
   cannot run two slots of a job side by side may refuse `overlap="allow"` with `ConfigError`: that
-  row is then skipped, saying so, once the suite has checked that the refusal changed nothing.
+  row is then skipped, saying so, once the suite has checked that the refusal changed nothing. A
+  store that may end a lease somewhat after its length (a replicated NATS KV bucket) declares how
+  much later as `expiry_slack_ms`, and the suite waits that much longer.
 
 Without a test file: `pytest --pyargs anarchon_conformance.suite --anarchon-backend=URL_OR_module:factory`,
 or the command `anarchon-conformance URL_OR_module:factory`, which prints a summary per tier and

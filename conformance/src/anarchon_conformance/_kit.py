@@ -27,6 +27,7 @@ __all__ = [
     "allow_refusal",
     "expire",
     "fixed_lease_ms",
+    "expiry_slack_ms",
     "lease_for",
 ]
 
@@ -55,6 +56,20 @@ def fixed_lease_ms(backend: Any) -> int | None:
     if not isinstance(fixed, int) or isinstance(fixed, bool) or fixed <= 0:
         raise TypeError(f"{backend!r} declares fixed_lease_ms={fixed!r}: declare a positive int (ms) or None")
     return fixed
+
+
+def expiry_slack_ms(backend: Any) -> int:
+    """How much later than its length the backend's store may end a lease (`backend.expiry_slack_ms`,
+    0 when undeclared).
+
+    A store that ages leases out with timers of its own on each replica (a replicated NATS Key-Value
+    bucket, whose stream leader removes an entry after its TTL) may end one somewhat late. Such a
+    backend declares the slack; the suite waits that much longer for a lease to run out.
+    """
+    slack = getattr(backend, "expiry_slack_ms", 0)
+    if not isinstance(slack, int) or isinstance(slack, bool) or slack < 0:
+        raise TypeError(f"{backend!r} declares expiry_slack_ms={slack!r}: declare an int (ms) >= 0")
+    return slack
 
 
 async def allow_refusal(backend: Any, req: ClaimRequest) -> ConfigError | None:
@@ -117,7 +132,7 @@ class Kit:
 
     async def expire(self) -> None:
         """Wait until a short lease granted before the call has expired."""
-        await expire(self.short_lease_ms)
+        await expire(self.short_lease_ms + expiry_slack_ms(self.backend))
 
     def req(
         self,

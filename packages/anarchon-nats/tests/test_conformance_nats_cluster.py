@@ -19,7 +19,8 @@ def anarchon_backend_factory(topology: Topologies) -> BackendFactory:
     stream = f"KIT_{uuid.uuid4().hex[:8].upper()}"
 
     async def make() -> NatsBackend:
-        backend = NatsBackend(url, stream=stream, prefix=stream.lower(), duplicate_window="2m", replicas=3)
+        backend = NatsBackend(url, stream=stream, prefix=stream.lower(), duplicate_window="2m", replicas=3,
+                              timeout="15s")  # an R3 stream on a loaded host can take seconds to create
         await backend.open()
         return backend
 

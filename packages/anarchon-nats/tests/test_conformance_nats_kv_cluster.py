@@ -30,7 +30,7 @@ def anarchon_backend_factory(topology: Topologies) -> BackendFactory:
     bucket = f"kit_{uuid.uuid4().hex[:10]}"
 
     async def make() -> NatsKVBackend:
-        backend = NatsKVBackend(url, bucket=bucket, lease=LEASE, replicas=3)
+        backend = NatsKVBackend(url, bucket=bucket, lease=LEASE, replicas=3, timeout="15s")
         await backend.open()
         return backend
 

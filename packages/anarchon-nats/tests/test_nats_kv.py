@@ -72,6 +72,12 @@ def _req(slot: int, owner: str, job: str = "job", **kw: Any) -> ClaimRequest:
     return ClaimRequest("ns", job, slot, owner, lease_ms=LEASE_MS, **kw)
 
 
+def test_a_replicated_bucket_declares_that_its_leases_may_end_late() -> None:
+    # The conformance kit waits `expiry_slack_ms` longer for a lease to run out.
+    assert NatsKVBackend("nats://127.0.0.1:4222", replicas=3).expiry_slack_ms == 1_000
+    assert NatsKVBackend("nats://127.0.0.1:4222").expiry_slack_ms == 0
+
+
 async def test_a_batch_runs_one_jobs_items_in_order_and_jobs_side_by_side(kv: NatsKVBackend) -> None:
     # Different jobs are claimed concurrently; one job's items keep the batch's order, so the
     # second claim of a slot always sees the first one's lease.

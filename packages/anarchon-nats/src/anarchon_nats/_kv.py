@@ -63,6 +63,8 @@ __all__ = ["NatsKVBackend"]
 _EXPECT = "Nats-Expected-Last-Subject-Sequence"
 _KV_OP = "KV-Operation"
 _ROUNDS = 8
+REPLICATED_EXPIRY_SLACK_MS = 1_000
+"""How much later than the TTL the leader of a replicated bucket may age a lease entry out."""
 """Compare-and-set rounds per claim before answering TAKEN (each lost round means another claim won)."""
 
 
@@ -124,6 +126,12 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
     def fixed_lease_ms(self) -> int:
         """The one lease length this bucket allows (its TTL); claims and renews must ask for it."""
         return self.lease_ms
+
+    @property
+    def expiry_slack_ms(self) -> int:
+        """How much later than its TTL a lease may end: on a replicated bucket the stream leader ages
+        the lease entry out with a timer of its own (`REPLICATED_EXPIRY_SLACK_MS`), else 0."""
+        return REPLICATED_EXPIRY_SLACK_MS if self.replicas > 1 else 0
 
     def key(self, namespace: str, job: str) -> str:
         """The key of one job in both buckets, with odd names hashed so the key is valid."""
