@@ -12,6 +12,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import aio_pika
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractRobustConnection
+from aiormq.abc import ChannelFrame
+from pamqp import commands as _spec
+from pamqp.body import ContentBody
+from pamqp.header import ContentHeader
 
 from anarchon import BackendError, BackendUnavailable, Duration, SchemaMismatch, parse_duration
 from anarchon.backends import (
@@ -168,12 +172,12 @@ class RabbitMQBackend(BackendBase):
     # -- the claim ---------------------------------------------------------------------------
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
-        """Claim each slot: declare its gate queue and publish one message into it, every slot's two
-        frames pipelined on one confirming channel; the broker's ack means won, its nack taken.
+        """Claim each slot: declare its gate queue and publish one message into it, every slot's
+        frames written to one confirming channel in one go; the broker's ack means won, its nack taken.
 
-        The declaration is sent with `nowait` and the publish right behind it, without waiting for
+        Each declaration is sent with `nowait` and its publish right behind it, without waiting for
         either answer: a channel's frames are handled in order, so the queue exists when the publish
-        reaches it, and a batch costs one round trip however many slots it holds.
+        reaches it, and a batch costs one round trip and one socket write however many slots it holds.
         """
         if not requests:
             return []
@@ -181,7 +185,9 @@ class RabbitMQBackend(BackendBase):
             try:
                 async with asyncio.timeout(self._timeout):
                     amqp = await ch.get_underlay_channel()
-                    return list(await asyncio.gather(*(self._claim(amqp, r) for r in requests)))
+                    if not isinstance(amqp, aiormq.Channel):  # the bookkeeping below is aiormq's
+                        raise BackendError(f"unexpected AMQP channel type {type(amqp).__name__}")
+                    return await self._claim_batch(amqp, requests)
             except BackendError:
                 raise
             except Exception as exc:
@@ -191,39 +197,86 @@ class RabbitMQBackend(BackendBase):
         return {"x-queue-type": "classic", "x-max-length": 1, "x-overflow": "reject-publish",
                 "x-expires": self._horizon_ms}
 
-    async def _claim(self, amqp: aiormq.abc.AbstractChannel, r: ClaimRequest) -> ClaimResult:
-        name = self.queue_name(r.namespace, r.job, r.slot)
-        body = json.dumps({"owner": r.owner, "job": r.job, "slot": r.slot}).encode()
+    async def _claim_batch(self, amqp: aiormq.Channel,
+                           requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        """Write every slot's `queue.declare` (nowait) and publish as one frame sequence, then wait
+        for the broker's confirms.
+
+        This is what aiormq's `queue_declare(nowait=True)` and `basic_publish` do for one slot (the
+        same delivery-tag and confirmation bookkeeping, under the channel's lock), done for the whole
+        batch at once: one lock, one write, one drain instead of one each per frame, which cost the
+        client about 0.2 ms of CPU a slot. aio-pika's robust channel is bypassed too: it would
+        remember every queue it declares, to declare it again after a reconnection.
+        """
+        arguments = self._arguments()
+        names = [self.queue_name(r.namespace, r.job, r.slot) for r in requests]
+        confirms: list[asyncio.Future[Any]] = []
+        message_ids: list[str] = []
+        frames: list[Any] = []
+        async with amqp.lock:
+            for r, name in zip(requests, names, strict=True):
+                body = json.dumps({"owner": r.owner, "job": r.job, "slot": r.slot}).encode()
+                amqp.delivery_tag += 1
+                tag = amqp.delivery_tag
+                # The message id maps a returned message (its queue vanished) back to its tag.
+                message_id = f"{r.owner}/{tag}"
+                confirm = amqp.create_future()
+                amqp.confirmations[tag] = confirm
+                amqp.message_id_delivery_tag[message_id] = tag
+                confirms.append(confirm)
+                message_ids.append(message_id)
+                frames += (
+                    _spec.Queue.Declare(queue=name, durable=True, arguments=arguments, nowait=True),
+                    _spec.Basic.Publish(exchange="", routing_key=name, mandatory=True),
+                    # A persistent message: in a durable queue, the gate survives a broker restart.
+                    ContentHeader(properties=_spec.Basic.Properties(
+                        delivery_mode=2, app_id="anarchon", message_id=message_id),
+                        body_size=len(body)),
+                    ContentBody(body),
+                )
+            drained = amqp.create_future()
+            try:
+                await amqp.write_queue.put(
+                    ChannelFrame.marshall(channel_number=amqp.number, frames=frames,
+                                          drain_future=drained))
+                await drained
+            except BaseException:
+                for confirm in confirms:
+                    confirm.cancel()
+                raise
         try:
-            # Straight on aiormq's channel: aio-pika's robust channel would also remember every queue
-            # it declares, to declare it again after a reconnection (one more per slot, forever).
-            await amqp.queue_declare(name, durable=True, arguments=self._arguments(), nowait=True)
-            await amqp.basic_publish(body, routing_key=name, properties=_PROPERTIES, mandatory=True)
-        except aiormq.exceptions.PublishError as exc:
+            answers = await asyncio.gather(*confirms, return_exceptions=True)
+        finally:
+            for confirm in confirms:
+                confirm.cancel()  # a no-op once answered; else the late confirm is ignored
+            for message_id in message_ids:
+                amqp.message_id_delivery_tag.pop(message_id, None)
+        return [self._outcome(r, name, answer)
+                for r, name, answer in zip(requests, names, answers, strict=True)]
+
+    def _outcome(self, r: ClaimRequest, name: str, answer: Any) -> ClaimResult:
+        """The broker's answer to one slot's publish, as a claim result (or the error it means)."""
+        if isinstance(answer, aiormq.exceptions.PublishError):
             raise BackendError(
                 f"the gate queue {name!r} vanished between its declaration and the publish on {self.url}; "
                 "the claim will be retried"
-            ) from exc
-        except aiormq.exceptions.DeliveryError as exc:
-            if isinstance(getattr(exc, "frame", None), aiormq.spec.Basic.Nack):
+            ) from answer
+        if isinstance(answer, aiormq.exceptions.DeliveryError):
+            if isinstance(getattr(answer, "frame", None), _spec.Basic.Nack):
                 return ClaimResult(ClaimOutcome.TAKEN, r.job, r.slot, attempt=1)
-            raise self._translate(exc, f"publish to {name!r}") from exc
-        except aiormq.exceptions.ChannelPreconditionFailed as exc:
+            raise self._translate(answer, f"publish to {name!r}") from answer
+        if isinstance(answer, aiormq.exceptions.ChannelPreconditionFailed):
             raise SchemaMismatch(
-                f"the gate queue {name!r} on {self.url} exists with other arguments ({exc}): another "
+                f"the gate queue {name!r} on {self.url} exists with other arguments ({answer}): another "
                 f"instance uses a different horizon than {self._horizon_ms} ms or prefix; give every "
                 "instance the same `horizon`, or use another `prefix`"
-            ) from exc
-        except BackendError:
-            raise
-        except Exception as exc:
-            raise self._translate(exc, f"claim {name!r}") from exc
+            ) from answer
+        if isinstance(answer, Exception):
+            raise self._translate(answer, f"claim {name!r}") from answer
+        if isinstance(answer, BaseException):
+            raise answer
         lease = Lease(r.namespace, r.job, r.slot, 1, 0, r.owner, 0)
         return ClaimResult(ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=r.owner, attempt=1)
-
-
-_PROPERTIES = aiormq.spec.Basic.Properties(delivery_mode=2, app_id="anarchon")
-"""A persistent message: in a durable queue, the gate survives a broker restart."""
 
 
 def _describe(exc: BaseException) -> str:
