@@ -39,8 +39,11 @@ def broker_cpu() -> float:
         return 0.0
 
 
-async def client(backend: RabbitMQBackend, owner: str, jobs: int, slot: int) -> tuple[float, int]:
-    reqs = [ClaimRequest("bench", f"j{i:05d}", slot, owner, 5000, 3) for i in range(jobs)]
+async def client(backend: RabbitMQBackend, owner: str, jobs: int, slot: int,
+                 following: int) -> tuple[float, int]:
+    # stale_after: the next slot less 1 ms, as the scheduler sets it.
+    reqs = [ClaimRequest("bench", f"j{i:05d}", slot, owner, 5000, 3, stale_after=following - 1)
+            for i in range(jobs)]
     t0 = time.perf_counter()
     results = await backend.claim_many(reqs)
     won = sum(1 for r in results if r.outcome is ClaimOutcome.WON)
@@ -63,7 +66,8 @@ async def main(args: argparse.Namespace) -> None:
             await asyncio.sleep(max(0.0, due - time.time()))
             slot = int(due * 1000)
             c0, b0 = time.process_time(), broker_cpu()
-            out = await asyncio.gather(*(client(b, f"r{i}", args.jobs, slot)
+            following = int((due + args.every) * 1000)
+            out = await asyncio.gather(*(client(b, f"r{i}", args.jobs, slot, following)
                                          for i, b in enumerate(backends)))
             wall = max(w for w, _ in out)
             cpu, broker = time.process_time() - c0, broker_cpu() - b0

@@ -131,6 +131,38 @@ async def test_a_batch_is_pipelined_with_one_winner_per_slot(url: str, prefix: s
             await b.close()
 
 
+async def _queue_exists(url: str, name: str) -> bool:
+    connection = await aio_pika.connect(url)
+    try:
+        channel = await connection.channel()
+        try:
+            await channel.declare_queue(name, passive=True)
+        except aio_pika.exceptions.ChannelNotFoundEntity:
+            return False
+        return True
+    finally:
+        await connection.close()
+
+
+async def test_the_winner_declares_the_next_slots_gate_ahead(backend: RabbitMQBackend, url: str) -> None:
+    # The scheduler sets stale_after to the next slot less 1 ms: the winner declares that slot's
+    # gate queue after its claim, so the next claims find it there; it is an empty gate like any.
+    slot, following = 1_800_000_000_000, 1_800_000_001_000
+    reqs = [ClaimRequest("ns", f"job{j}", slot, "a", stale_after=following - 1) for j in range(3)]
+    assert all(r.won for r in await backend.claim_many(reqs))
+    nxt = [backend.queue_name("ns", f"job{j}", following) for j in range(3)]
+    deadline = time.monotonic() + 10
+    while not all([await _queue_exists(url, name) for name in nxt]):
+        assert time.monotonic() < deadline, "the next slots' gate queues were never declared"
+        await asyncio.sleep(0.1)
+    # No request without stale_after declares anything ahead.
+    assert (await backend.claim(_req("lone", slot, "a"))).won
+    assert not await _queue_exists(url, backend.queue_name("ns", "lone", slot + 1))
+    # The declared-ahead gate is open: exactly one winner for the next slot.
+    results = [await backend.claim(_req("job0", following, owner)) for owner in "bcd"]
+    assert [r.outcome for r in results] == [ClaimOutcome.WON, ClaimOutcome.TAKEN, ClaimOutcome.TAKEN]
+
+
 async def test_a_different_horizon_in_a_batch_is_a_schema_mismatch(url: str, prefix: str) -> None:
     # The declaration is sent without waiting for its answer; a refused one still fails the batch
     # clearly, and the channel it closed is replaced for the next claim.
