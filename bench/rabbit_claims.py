@@ -1,13 +1,15 @@
 """Three replicas claiming the same N jobs' slot at once on RabbitMQ, driver only (no scheduler).
 
     python bench/rabbit_claims.py [--jobs 200] [--rounds 20] [--every 1.0] [--horizon 5m]
-                                  [--url amqp://guest:guest@127.0.0.1:5672/]
+                                  [--transient] [--url amqp://guest:guest@127.0.0.1:5672/]
 
 Each round (one every `--every` seconds, like a job every second), three RabbitMQBackend clients
 (as three replicas would) claim slot k of every job at the same moment with `claim_many`. Prints per
 round the wall time until each client's batch is answered (slowest of the three), the client CPU
 time (the three clients share one process), the broker's CPU time (beam.smp, from /proc) and the
-winners (exactly one per job, or the run is wrong); then p50/p99 over the rounds. Queues use a
+winners (exactly one per job, or the run is wrong); then p50/p99 over the rounds. Each request
+carries `stale_after` (the next round's slot less 1 ms) as the scheduler's do, so the winners
+declare the next round's gate queues ahead. `--transient`: `persistent=False`. Queues use a
 prefix of their own (`benchrc<pid>`), which their horizon deletes.
 """
 
@@ -52,7 +54,8 @@ async def client(backend: RabbitMQBackend, owner: str, jobs: int, slot: int,
 
 async def main(args: argparse.Namespace) -> None:
     prefix = f"benchrc{os.getpid()}"
-    kwargs: dict[str, Any] = {"prefix": prefix, "horizon": args.horizon}
+    kwargs: dict[str, Any] = {"prefix": prefix, "horizon": args.horizon,
+                              "persistent": not args.transient}
     backends = [RabbitMQBackend(args.url, **kwargs) for _ in range(3)]
     for b in backends:
         await b.open()
@@ -93,5 +96,6 @@ if __name__ == "__main__":
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--every", type=float, default=1.0)
     p.add_argument("--horizon", default="5m")
+    p.add_argument("--transient", action="store_true", help="persistent=False")
     p.add_argument("--url", default="amqp://guest:guest@127.0.0.1:5672/")
     asyncio.run(main(p.parse_args()))

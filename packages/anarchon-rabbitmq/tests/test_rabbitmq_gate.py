@@ -180,6 +180,32 @@ async def test_a_different_horizon_in_a_batch_is_a_schema_mismatch(url: str, pre
         await other.close()
 
 
+async def test_persistent_false_keeps_one_winner_and_refuses_a_mix(url: str, prefix: str) -> None:
+    # persistent=False: transient gates (no restart survival), still one winner per slot; mixing
+    # the two settings on one prefix is refused (the queue's `durable` flag differs).
+    assert RabbitMQBackend.from_url(url + f"?prefix={prefix}&persistent=false").persistent is False
+    assert RabbitMQBackend(url).persistent is True
+    with pytest.raises(ValueError, match="persistent"):
+        RabbitMQBackend.from_url(url + "?persistent=maybe")
+    fast = [RabbitMQBackend(url, prefix=prefix, horizon="30s", persistent=False) for _ in range(3)]
+    durable = RabbitMQBackend(url, prefix=prefix, horizon="30s", channels=1)
+    for b in (*fast, durable):
+        await b.open()
+    try:
+        slot = 1_800_000_000_000
+        batches = await asyncio.gather(*(
+            b.claim_many([_req(f"job{j}", slot, f"o{i}") for j in range(20)])
+            for i, b in enumerate(fast)))
+        for j in range(20):
+            outcomes = [batch[j].outcome for batch in batches]
+            assert outcomes.count(ClaimOutcome.WON) == 1, (j, outcomes)
+        with pytest.raises(SchemaMismatch, match="persistent"):
+            await durable.claim(_req("job0", slot, "late"))
+    finally:
+        for b in (*fast, durable):
+            await b.close()
+
+
 def test_lease_only_options_raise_type_error(url: str) -> None:
     check_lease_only_options_refused(RabbitMQBackend(url))
 

@@ -48,6 +48,7 @@ class RabbitMQBackend(BackendBase):
         *,
         prefix: str = "anarchon",
         horizon: Duration = "5m",
+        persistent: bool = True,
         channels: int = 4,
         timeout: Duration = "10s",
     ) -> None:
@@ -60,6 +61,10 @@ class RabbitMQBackend(BackendBase):
             )
         self.prefix = check_prefix(prefix)
         self._horizon_ms = parse_duration(horizon, name="horizon")
+        if not isinstance(persistent, bool):
+            raise ValueError(f"invalid persistent={persistent!r}: use True or False")
+        self.persistent = persistent
+        self._delivery_mode = 2 if persistent else 1
         if channels < 1:
             raise ValueError(f"invalid channels={channels!r}: use 1 or more")
         self._pool_size = channels
@@ -67,17 +72,23 @@ class RabbitMQBackend(BackendBase):
         self._idle: asyncio.Queue[AbstractChannel] | None = None
         self._created = 0
         self._use(url_or_connection, AbstractConnection,
-                  {"prefix": prefix, "horizon": horizon, "channels": channels, "timeout": timeout})
+                  {"prefix": prefix, "horizon": horizon, "persistent": persistent, "channels": channels,
+                   "timeout": timeout})
 
     @classmethod
     def from_url(cls, url: str) -> RabbitMQBackend:
-        """Build from `amqp://user:pass@host/vhost?prefix=…&horizon=5m`; other query keys go to aio-pika."""
+        """Build from `amqp://user:pass@host/vhost?prefix=…&horizon=5m&persistent=true`; other query
+        keys go to aio-pika."""
         parts = urlsplit(url)
         ours: dict[str, Any] = {}
         rest = []
         for key, value in parse_qsl(parts.query, keep_blank_values=True):
             if key in ("prefix", "horizon"):
                 ours[key] = value
+            elif key == "persistent":
+                if value.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(f"invalid persistent={value!r} in the URL: use true or false")
+                ours[key] = value.lower() in ("true", "1")
             else:
                 rest.append((key, value))
         return cls(urlunsplit(parts._replace(query=urlencode(rest))), **ours)
@@ -229,11 +240,13 @@ class RabbitMQBackend(BackendBase):
                 confirms.append(confirm)
                 message_ids.append(message_id)
                 frames += (
-                    _spec.Queue.Declare(queue=name, durable=True, arguments=arguments, nowait=True),
+                    _spec.Queue.Declare(queue=name, durable=self.persistent, arguments=arguments,
+                                        nowait=True),
                     _spec.Basic.Publish(exchange="", routing_key=name, mandatory=True),
-                    # A persistent message: in a durable queue, the gate survives a broker restart.
+                    # By default a persistent message in a durable queue: the gate survives a
+                    # broker restart (`persistent=False`: a transient one in a transient queue).
                     ContentHeader(properties=_spec.Basic.Properties(
-                        delivery_mode=2, app_id="anarchon", message_id=message_id),
+                        delivery_mode=self._delivery_mode, app_id="anarchon", message_id=message_id),
                         body_size=len(body)),
                     ContentBody(body),
                 )
@@ -276,7 +289,8 @@ class RabbitMQBackend(BackendBase):
         is never claimed expires after the horizon. Failing here fails no claim: the claims of that
         slot declare the queue anyway.
         """
-        frames = [_spec.Queue.Declare(queue=name, durable=True, arguments=arguments, nowait=True)
+        frames = [_spec.Queue.Declare(queue=name, durable=self.persistent, arguments=arguments,
+                                        nowait=True)
                   for name in names]
         try:
             async with amqp.lock:
@@ -300,8 +314,9 @@ class RabbitMQBackend(BackendBase):
         if isinstance(answer, aiormq.exceptions.ChannelPreconditionFailed):
             raise SchemaMismatch(
                 f"the gate queue {name!r} on {self.url} exists with other arguments ({answer}): another "
-                f"instance uses a different horizon than {self._horizon_ms} ms or prefix; give every "
-                "instance the same `horizon`, or use another `prefix`"
+                f"instance uses a different horizon than {self._horizon_ms} ms, another `persistent` "
+                "setting or this prefix; give every instance the same `horizon` and `persistent`, or "
+                "use another `prefix`"
             ) from answer
         if isinstance(answer, Exception):
             raise self._translate(answer, f"claim {name!r}") from answer
