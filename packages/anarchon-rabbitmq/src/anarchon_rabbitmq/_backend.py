@@ -251,12 +251,22 @@ class RabbitMQBackend(BackendBase):
                     ContentBody(body),
                 )
             drained = amqp.create_future()
+            sent = False
             try:
                 await amqp.write_queue.put(
                     ChannelFrame.marshall(channel_number=amqp.number, frames=frames,
                                           drain_future=drained))
+                sent = True
                 await drained
             except BaseException:
+                if not sent:
+                    # The broker never saw these publishes: give their delivery tags back (still
+                    # under the lock), or every later confirm on this channel would be misread.
+                    amqp.delivery_tag -= len(confirms)
+                    for tag in range(amqp.delivery_tag + 1, amqp.delivery_tag + len(confirms) + 1):
+                        amqp.confirmations.pop(tag, None)
+                    for message_id in message_ids:
+                        amqp.message_id_delivery_tag.pop(message_id, None)
                 for confirm in confirms:
                     confirm.cancel()
                 raise
@@ -286,8 +296,8 @@ class RabbitMQBackend(BackendBase):
         there and cost the broker a re-declaration and a publish. The scheduler sets a request's
         `stale_after` to the job's next slot less 1 ms; only the winner declares it, once. A queue
         declared ahead is an empty gate like any other: the first publish into it wins, and one that
-        is never claimed expires after the horizon. Failing here fails no claim: the claims of that
-        slot declare the queue anyway.
+        is never claimed expires after the horizon. Failing here fails none of the batch's claims:
+        the claims of the next slot declare the queue anyway.
         """
         frames = [_spec.Queue.Declare(queue=name, durable=self.persistent, arguments=arguments,
                                         nowait=True)
