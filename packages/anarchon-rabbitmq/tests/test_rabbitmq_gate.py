@@ -131,6 +131,38 @@ async def test_a_batch_is_pipelined_with_one_winner_per_slot(url: str, prefix: s
             await b.close()
 
 
+async def _queue_exists(url: str, name: str) -> bool:
+    connection = await aio_pika.connect(url)
+    try:
+        channel = await connection.channel()
+        try:
+            await channel.declare_queue(name, passive=True)
+        except aio_pika.exceptions.ChannelNotFoundEntity:
+            return False
+        return True
+    finally:
+        await connection.close()
+
+
+async def test_the_winner_declares_the_next_slots_gate_ahead(backend: RabbitMQBackend, url: str) -> None:
+    # The scheduler sets stale_after to the next slot less 1 ms: the winner declares that slot's
+    # gate queue after its claim, so the next claims find it there; it is an empty gate like any.
+    slot, following = 1_800_000_000_000, 1_800_000_001_000
+    reqs = [ClaimRequest("ns", f"job{j}", slot, "a", stale_after=following - 1) for j in range(3)]
+    assert all(r.won for r in await backend.claim_many(reqs))
+    nxt = [backend.queue_name("ns", f"job{j}", following) for j in range(3)]
+    deadline = time.monotonic() + 10
+    while not all([await _queue_exists(url, name) for name in nxt]):
+        assert time.monotonic() < deadline, "the next slots' gate queues were never declared"
+        await asyncio.sleep(0.1)
+    # No request without stale_after declares anything ahead.
+    assert (await backend.claim(_req("lone", slot, "a"))).won
+    assert not await _queue_exists(url, backend.queue_name("ns", "lone", slot + 1))
+    # The declared-ahead gate is open: exactly one winner for the next slot.
+    results = [await backend.claim(_req("job0", following, owner)) for owner in "bcd"]
+    assert [r.outcome for r in results] == [ClaimOutcome.WON, ClaimOutcome.TAKEN, ClaimOutcome.TAKEN]
+
+
 async def test_a_different_horizon_in_a_batch_is_a_schema_mismatch(url: str, prefix: str) -> None:
     # The declaration is sent without waiting for its answer; a refused one still fails the batch
     # clearly, and the channel it closed is replaced for the next claim.
@@ -146,6 +178,32 @@ async def test_a_different_horizon_in_a_batch_is_a_schema_mismatch(url: str, pre
     finally:
         await first.close()
         await other.close()
+
+
+async def test_persistent_false_keeps_one_winner_and_refuses_a_mix(url: str, prefix: str) -> None:
+    # persistent=False: transient gates (no restart survival), still one winner per slot; mixing
+    # the two settings on one prefix is refused (the queue's `durable` flag differs).
+    assert RabbitMQBackend.from_url(url + f"?prefix={prefix}&persistent=false").persistent is False
+    assert RabbitMQBackend(url).persistent is True
+    with pytest.raises(ValueError, match="persistent"):
+        RabbitMQBackend.from_url(url + "?persistent=maybe")
+    fast = [RabbitMQBackend(url, prefix=prefix, horizon="30s", persistent=False) for _ in range(3)]
+    durable = RabbitMQBackend(url, prefix=prefix, horizon="30s", channels=1)
+    for b in (*fast, durable):
+        await b.open()
+    try:
+        slot = 1_800_000_000_000
+        batches = await asyncio.gather(*(
+            b.claim_many([_req(f"job{j}", slot, f"o{i}") for j in range(20)])
+            for i, b in enumerate(fast)))
+        for j in range(20):
+            outcomes = [batch[j].outcome for batch in batches]
+            assert outcomes.count(ClaimOutcome.WON) == 1, (j, outcomes)
+        with pytest.raises(SchemaMismatch, match="persistent"):
+            await durable.claim(_req("job0", slot, "late"))
+    finally:
+        for b in (*fast, durable):
+            await b.close()
 
 
 def test_lease_only_options_raise_type_error(url: str) -> None:

@@ -10,7 +10,11 @@ How a claim works: each (namespace, job, slot) has a durable **classic** queue n
 `<prefix>.<namespace>.<job>.<slot>`, declared with `x-max-length=1`, `x-overflow=reject-publish`
 and `x-expires=<horizon>`. Every instance publishes one persistent message to it with publisher
 confirms: the broker acks the first (WON) and nacks the rest (TAKEN). The queue is never consumed
-and never given a message TTL, either of which would reopen the gate.
+and never given a message TTL, either of which would reopen the gate. A batch of claims is written
+to one channel in one go, and the winner of a slot declares the gate queue of the job's next slot
+ahead (creating a queue is most of the broker's work), so that slot's claims find it there.
+`persistent=False` makes queues and messages transient: cheaper, but a broker restart forgets
+every gate.
 
 Names: a namespace or job name of 1-64 of `[A-Za-z0-9_-]` is used as it is; any other is replaced
 by `:` and 32 hex digits of its SHA-256, so every queue name is valid and under 255 bytes.

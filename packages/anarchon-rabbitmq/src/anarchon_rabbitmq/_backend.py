@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar
@@ -12,6 +13,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import aio_pika
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractRobustConnection
+from aiormq.abc import ChannelFrame
+from pamqp import commands as _spec
+from pamqp.body import ContentBody
+from pamqp.header import ContentHeader
 
 from anarchon import BackendError, BackendUnavailable, Duration, SchemaMismatch, parse_duration
 from anarchon.backends import (
@@ -28,6 +33,8 @@ from ._names import check_prefix, queue_name
 
 __all__ = ["RabbitMQBackend"]
 
+_log = logging.getLogger("anarchon.rabbitmq")
+
 
 class RabbitMQBackend(BackendBase):
     """A claim-only backend: the first confirmed publish into a slot's one-message gate queue wins."""
@@ -41,6 +48,7 @@ class RabbitMQBackend(BackendBase):
         *,
         prefix: str = "anarchon",
         horizon: Duration = "5m",
+        persistent: bool = True,
         channels: int = 4,
         timeout: Duration = "10s",
     ) -> None:
@@ -53,6 +61,10 @@ class RabbitMQBackend(BackendBase):
             )
         self.prefix = check_prefix(prefix)
         self._horizon_ms = parse_duration(horizon, name="horizon")
+        if not isinstance(persistent, bool):
+            raise ValueError(f"invalid persistent={persistent!r}: use True or False")
+        self.persistent = persistent
+        self._delivery_mode = 2 if persistent else 1
         if channels < 1:
             raise ValueError(f"invalid channels={channels!r}: use 1 or more")
         self._pool_size = channels
@@ -60,17 +72,23 @@ class RabbitMQBackend(BackendBase):
         self._idle: asyncio.Queue[AbstractChannel] | None = None
         self._created = 0
         self._use(url_or_connection, AbstractConnection,
-                  {"prefix": prefix, "horizon": horizon, "channels": channels, "timeout": timeout})
+                  {"prefix": prefix, "horizon": horizon, "persistent": persistent, "channels": channels,
+                   "timeout": timeout})
 
     @classmethod
     def from_url(cls, url: str) -> RabbitMQBackend:
-        """Build from `amqp://user:pass@host/vhost?prefix=…&horizon=5m`; other query keys go to aio-pika."""
+        """Build from `amqp://user:pass@host/vhost?prefix=…&horizon=5m&persistent=true`; other query
+        keys go to aio-pika."""
         parts = urlsplit(url)
         ours: dict[str, Any] = {}
         rest = []
         for key, value in parse_qsl(parts.query, keep_blank_values=True):
             if key in ("prefix", "horizon"):
                 ours[key] = value
+            elif key == "persistent":
+                if value.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(f"invalid persistent={value!r} in the URL: use true or false")
+                ours[key] = value.lower() in ("true", "1")
             else:
                 rest.append((key, value))
         return cls(urlunsplit(parts._replace(query=urlencode(rest))), **ours)
@@ -168,12 +186,12 @@ class RabbitMQBackend(BackendBase):
     # -- the claim ---------------------------------------------------------------------------
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
-        """Claim each slot: declare its gate queue and publish one message into it, every slot's two
-        frames pipelined on one confirming channel; the broker's ack means won, its nack taken.
+        """Claim each slot: declare its gate queue and publish one message into it, every slot's
+        frames written to one confirming channel in one go; the broker's ack means won, its nack taken.
 
-        The declaration is sent with `nowait` and the publish right behind it, without waiting for
+        Each declaration is sent with `nowait` and its publish right behind it, without waiting for
         either answer: a channel's frames are handled in order, so the queue exists when the publish
-        reaches it, and a batch costs one round trip however many slots it holds.
+        reaches it, and a batch costs one round trip and one socket write however many slots it holds.
         """
         if not requests:
             return []
@@ -181,7 +199,9 @@ class RabbitMQBackend(BackendBase):
             try:
                 async with asyncio.timeout(self._timeout):
                     amqp = await ch.get_underlay_channel()
-                    return list(await asyncio.gather(*(self._claim(amqp, r) for r in requests)))
+                    if not isinstance(amqp, aiormq.Channel):  # the bookkeeping below is aiormq's
+                        raise BackendError(f"unexpected AMQP channel type {type(amqp).__name__}")
+                    return await self._claim_batch(amqp, requests)
             except BackendError:
                 raise
             except Exception as exc:
@@ -191,39 +211,129 @@ class RabbitMQBackend(BackendBase):
         return {"x-queue-type": "classic", "x-max-length": 1, "x-overflow": "reject-publish",
                 "x-expires": self._horizon_ms}
 
-    async def _claim(self, amqp: aiormq.abc.AbstractChannel, r: ClaimRequest) -> ClaimResult:
-        name = self.queue_name(r.namespace, r.job, r.slot)
-        body = json.dumps({"owner": r.owner, "job": r.job, "slot": r.slot}).encode()
+    async def _claim_batch(self, amqp: aiormq.Channel,
+                           requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        """Write every slot's `queue.declare` (nowait) and publish as one frame sequence, then wait
+        for the broker's confirms.
+
+        This is what aiormq's `queue_declare(nowait=True)` and `basic_publish` do for one slot (the
+        same delivery-tag and confirmation bookkeeping, under the channel's lock), done for the whole
+        batch at once: one lock, one write, one drain instead of one each per frame, which cost the
+        client about 0.2 ms of CPU a slot. aio-pika's robust channel is bypassed too: it would
+        remember every queue it declares, to declare it again after a reconnection.
+        """
+        arguments = self._arguments()
+        names = [self.queue_name(r.namespace, r.job, r.slot) for r in requests]
+        confirms: list[asyncio.Future[Any]] = []
+        message_ids: list[str] = []
+        frames: list[Any] = []
+        async with amqp.lock:
+            for r, name in zip(requests, names, strict=True):
+                body = json.dumps({"owner": r.owner, "job": r.job, "slot": r.slot}).encode()
+                amqp.delivery_tag += 1
+                tag = amqp.delivery_tag
+                # The message id maps a returned message (its queue vanished) back to its tag.
+                message_id = f"{r.owner}/{tag}"
+                confirm = amqp.create_future()
+                amqp.confirmations[tag] = confirm
+                amqp.message_id_delivery_tag[message_id] = tag
+                confirms.append(confirm)
+                message_ids.append(message_id)
+                frames += (
+                    _spec.Queue.Declare(queue=name, durable=self.persistent, arguments=arguments,
+                                        nowait=True),
+                    _spec.Basic.Publish(exchange="", routing_key=name, mandatory=True),
+                    # By default a persistent message in a durable queue: the gate survives a
+                    # broker restart (`persistent=False`: a transient one in a transient queue).
+                    ContentHeader(properties=_spec.Basic.Properties(
+                        delivery_mode=self._delivery_mode, app_id="anarchon", message_id=message_id),
+                        body_size=len(body)),
+                    ContentBody(body),
+                )
+            drained = amqp.create_future()
+            sent = False
+            try:
+                await amqp.write_queue.put(
+                    ChannelFrame.marshall(channel_number=amqp.number, frames=frames,
+                                          drain_future=drained))
+                sent = True
+                await drained
+            except BaseException:
+                if not sent:
+                    # The broker never saw these publishes: give their delivery tags back (still
+                    # under the lock), or every later confirm on this channel would be misread.
+                    amqp.delivery_tag -= len(confirms)
+                    for tag in range(amqp.delivery_tag + 1, amqp.delivery_tag + len(confirms) + 1):
+                        amqp.confirmations.pop(tag, None)
+                    for message_id in message_ids:
+                        amqp.message_id_delivery_tag.pop(message_id, None)
+                for confirm in confirms:
+                    confirm.cancel()
+                raise
         try:
-            # Straight on aiormq's channel: aio-pika's robust channel would also remember every queue
-            # it declares, to declare it again after a reconnection (one more per slot, forever).
-            await amqp.queue_declare(name, durable=True, arguments=self._arguments(), nowait=True)
-            await amqp.basic_publish(body, routing_key=name, properties=_PROPERTIES, mandatory=True)
-        except aiormq.exceptions.PublishError as exc:
+            answers = await asyncio.gather(*confirms, return_exceptions=True)
+        finally:
+            for confirm in confirms:
+                confirm.cancel()  # a no-op once answered; else the late confirm is ignored
+            for message_id in message_ids:
+                amqp.message_id_delivery_tag.pop(message_id, None)
+        results = [self._outcome(r, name, answer)
+                   for r, name, answer in zip(requests, names, answers, strict=True)]
+        ahead = [self.queue_name(r.namespace, r.job, r.stale_after + 1)
+                 for r, res in zip(requests, results, strict=True)
+                 if res.outcome is ClaimOutcome.WON and r.stale_after is not None
+                 and r.stale_after >= r.slot]
+        if ahead:
+            await self._declare_ahead(amqp, ahead, arguments)
+        return results
+
+    async def _declare_ahead(self, amqp: aiormq.Channel, names: list[str],
+                             arguments: dict[str, Any]) -> None:
+        """Declare the gate queues of the slots that follow the ones just won, without waiting.
+
+        Creating a durable queue is most of the broker's work for a claim (several ms of its CPU
+        each); made here, about an interval before the slot, the claims of that slot find the queue
+        there and cost the broker a re-declaration and a publish. The scheduler sets a request's
+        `stale_after` to the job's next slot less 1 ms; only the winner declares it, once. A queue
+        declared ahead is an empty gate like any other: the first publish into it wins, and one that
+        is never claimed expires after the horizon. Failing here fails none of the batch's claims:
+        the claims of the next slot declare the queue anyway.
+        """
+        frames = [_spec.Queue.Declare(queue=name, durable=self.persistent, arguments=arguments,
+                                        nowait=True)
+                  for name in names]
+        try:
+            async with amqp.lock:
+                await amqp.write_queue.put(ChannelFrame.marshall(channel_number=amqp.number,
+                                                                 frames=frames))
+        except Exception:
+            _log.debug("cannot declare %d gate queue(s) ahead on %s", len(names), self.url,
+                       exc_info=True)
+
+    def _outcome(self, r: ClaimRequest, name: str, answer: Any) -> ClaimResult:
+        """The broker's answer to one slot's publish, as a claim result (or the error it means)."""
+        if isinstance(answer, aiormq.exceptions.PublishError):
             raise BackendError(
                 f"the gate queue {name!r} vanished between its declaration and the publish on {self.url}; "
                 "the claim will be retried"
-            ) from exc
-        except aiormq.exceptions.DeliveryError as exc:
-            if isinstance(getattr(exc, "frame", None), aiormq.spec.Basic.Nack):
+            ) from answer
+        if isinstance(answer, aiormq.exceptions.DeliveryError):
+            if isinstance(getattr(answer, "frame", None), _spec.Basic.Nack):
                 return ClaimResult(ClaimOutcome.TAKEN, r.job, r.slot, attempt=1)
-            raise self._translate(exc, f"publish to {name!r}") from exc
-        except aiormq.exceptions.ChannelPreconditionFailed as exc:
+            raise self._translate(answer, f"publish to {name!r}") from answer
+        if isinstance(answer, aiormq.exceptions.ChannelPreconditionFailed):
             raise SchemaMismatch(
-                f"the gate queue {name!r} on {self.url} exists with other arguments ({exc}): another "
-                f"instance uses a different horizon than {self._horizon_ms} ms or prefix; give every "
-                "instance the same `horizon`, or use another `prefix`"
-            ) from exc
-        except BackendError:
-            raise
-        except Exception as exc:
-            raise self._translate(exc, f"claim {name!r}") from exc
+                f"the gate queue {name!r} on {self.url} exists with other arguments ({answer}): another "
+                f"instance uses a different horizon than {self._horizon_ms} ms, another `persistent` "
+                "setting or this prefix; give every instance the same `horizon` and `persistent`, or "
+                "use another `prefix`"
+            ) from answer
+        if isinstance(answer, Exception):
+            raise self._translate(answer, f"claim {name!r}") from answer
+        if isinstance(answer, BaseException):
+            raise answer
         lease = Lease(r.namespace, r.job, r.slot, 1, 0, r.owner, 0)
         return ClaimResult(ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=r.owner, attempt=1)
-
-
-_PROPERTIES = aiormq.spec.Basic.Properties(delivery_mode=2, app_id="anarchon")
-"""A persistent message: in a durable queue, the gate survives a broker restart."""
 
 
 def _describe(exc: BaseException) -> str:
