@@ -459,7 +459,7 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
             except _Conflict:
                 return False
             if live.value == self._entry(lease):
-                await self._drop(key, live.last)
+                await self._end_entry(key, lease, live.last)
         return True
 
 
