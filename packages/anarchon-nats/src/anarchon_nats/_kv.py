@@ -75,6 +75,9 @@ _ROUNDS = 8
 class _Conflict(Exception):
     """A compare-and-set publish found another revision."""
 
+    latest: Stored | None = None
+    """The key's latest message, when it was read in the same step (it may predate that revision)."""
+
 
 @dataclass(frozen=True, slots=True)
 class _Held:
@@ -195,6 +198,11 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
                                    within=self._timeout)
         except nats.js.errors.NotFoundError:
             return _Entry(None, 0, 0)
+        return self._entry_of(msg)
+
+    @staticmethod
+    def _entry_of(msg: Stored) -> _Entry:
+        """A key's latest message as its entry."""
         if msg.headers.get(_KV_OP) in ("DEL", "PURGE"):
             return _Entry(None, msg.seq, msg.time_ms)
         return _Entry(json.loads(msg.data or b"{}"), msg.seq, msg.time_ms)
@@ -235,6 +243,8 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
             self._put(bucket, key, value, last),
             stream_get(self.client, f"KV_{bucket}", subject=f"$KV.{bucket}.{key}", within=self._timeout),
             return_exceptions=True)
+        if isinstance(written, _Conflict) and isinstance(read, Stored):
+            written.latest = read
         if isinstance(written, BaseException):
             raise written
         if isinstance(read, Stored) and read.seq == written:
@@ -302,10 +312,11 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         try:
             entry = self._entry(first.write)
             revision, written_ms = await self._put_timed(self.bucket, key, entry, live.last)
-        except _Conflict:
+        except _Conflict as exc:
             # Most often another claim of this slot has just created the entry: its entry alone
             # answers, as while that claim is in flight. Anything else is decided on both entries.
-            now_live = await self._get(self.bucket, key)
+            now_live = (self._entry_of(exc.latest) if exc.latest is not None and exc.latest.seq != live.last
+                        else await self._get(self.bucket, key))
             theirs = now_live.value
             if theirs and theirs.get("owner") != r.owner and int(theirs.get("slot", 0)) >= r.slot:
                 return self._in_flight(r, now_live, theirs)
