@@ -62,10 +62,14 @@ def main() -> None:
     counts: Counter[str] = Counter()
     out = Path(config["workdir"]) / f"calls-{os.getpid()}.json"
 
+    dumping = threading.Lock()
+
     def dump() -> None:
-        tmp = out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(dict(counts)))
-        tmp.replace(out)
+        # The dumper thread and the final dump at exit share the temporary file.
+        with dumping:
+            tmp = out.with_suffix(".tmp")
+            tmp.write_text(json.dumps(dict(counts)))
+            tmp.replace(out)
 
     def dumper() -> None:
         while True:

@@ -95,6 +95,62 @@ async def test_a_batch_runs_one_jobs_items_in_order_and_jobs_side_by_side(kv: Na
     assert released == [True] * len(leases) + [False]
 
 
+def _count_requests(kv: NatsKVBackend) -> list[str]:
+    """Record the subject of every request `kv` sends from now on."""
+    sent: list[str] = []
+    request = kv.client.request
+
+    async def counted(subject: str, *args: Any, **kwargs: Any) -> Any:
+        sent.append(subject)
+        return await request(subject, *args, **kwargs)
+
+    kv.client.request = counted  # a bound method, patched for this test only
+    return sent
+
+
+async def test_its_own_lease_is_renewed_and_released_without_reading_first(kv: NatsKVBackend) -> None:
+    won = await kv.claim(_req(_now_slot(), "a"))
+    assert won.lease is not None
+    sent = _count_requests(kv)
+    renewed = await kv.renew(won.lease, LEASE_MS)
+    assert renewed is not None
+    assert sent[0].startswith("$KV."), f"a renewal of its own lease must write first, not read: {sent}"
+    sent.clear()
+    assert await kv.release(renewed, ReleaseOutcome.DONE)
+    assert [s.split(".")[1] for s in sent] == [f"{kv.bucket}_state", kv.bucket], (
+        f"a release of its own lease is two writes (the record, then the lease entry); sent {sent}")
+
+
+async def test_a_lease_replaced_since_its_claim_is_decided_on_fresh_reads(kv: NatsKVBackend) -> None:
+    # The remembered revisions are stale once another claim took the slot over: the writes against
+    # them fail, and the rules decide on what the store holds now.
+    slot = _now_slot()
+    won = await kv.claim(_req(slot, "a"))
+    assert won.lease is not None
+    await asyncio.sleep(LEASE_MS / 1000 + 0.3)
+    taken_over = await kv.claim(_req(slot, "b"))
+    assert taken_over.won and taken_over.lease is not None and taken_over.lease.attempt == 2
+    assert await kv.renew(won.lease, LEASE_MS) is None
+    assert not await kv.release(won.lease, ReleaseOutcome.DONE)
+    assert await kv.release(taken_over.lease, ReleaseOutcome.DONE)
+    assert (await kv.claim(_req(slot, "c"))).outcome is ClaimOutcome.DONE
+
+
+async def test_a_renewal_racing_its_release_leaves_no_lease_entry(kv: NatsKVBackend) -> None:
+    # The renewal may write the entry again between the release's two writes: the release then
+    # deletes the entry at its new revision, so the next slot is free at once.
+    slot = _now_slot()
+    for i in range(5):
+        won = await kv.claim(_req(slot + 2 * i, "a"))
+        assert won.lease is not None
+        await asyncio.gather(kv.renew_many([(won.lease, LEASE_MS)]),
+                             kv.release_many([(won.lease, ReleaseOutcome.DONE)]))
+        nxt = await kv.claim(_req(slot + 2 * i + 1, "b"))
+        assert nxt.won, f"round {i}: the released slot's entry still blocks the next slot: {nxt}"
+        assert nxt.lease is not None
+        assert await kv.release(nxt.lease, ReleaseOutcome.DONE)
+
+
 Step = Callable[[LeaseBackend, dict[str, Any]], Awaitable[object]]
 
 

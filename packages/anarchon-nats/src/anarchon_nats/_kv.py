@@ -14,7 +14,12 @@ Two buckets, both plain JetStream streams in the Key-Value layout (`KV_<bucket>`
 A claim reads both, applies the claim table (`anarchon.backends.decide`), then wins only if (1) it
 creates the lease entry (or replaces the live one it read, for `overlap="replace"`) and (2) it
 replaces the record it read. Both are compare-and-set, so a decision made on stale reads fails and
-is made again. Renewals and releases apply `decide_renew` and `decide_release` the same way.
+is made again.
+
+A winner keeps the revisions it wrote (the record's and the lease entry's). Renewals and releases of
+that lease write against them without reading: a write that succeeds proves nothing changed since,
+so the lease is still the record's (`decide_renew` and `decide_release` would allow it). Only a
+write that finds another revision reads both entries and decides by those rules.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from anarchon.backends import (
 from ._common import (
     WRONG_LAST_SEQUENCE,
     NatsConnection,
+    Stored,
     check_name,
     check_replicas,
     encode_token,
@@ -70,6 +76,27 @@ REPLICATED_EXPIRY_SLACK_MS = 1_000
 
 class _Conflict(Exception):
     """A compare-and-set publish found another revision."""
+
+    latest: Stored | None = None
+    """The key's latest message, when it was read in the same step (it may predate that revision)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """A lease this instance won or renewed: what it wrote, at which revisions (no read needed to end it)."""
+
+    lease: Lease
+    record: dict[str, Any]
+    record_rev: int
+    entry_rev: int
+    entry_ms: int
+    """The store time of the lease entry's revision `entry_rev`."""
+
+    def matches(self, lease: Lease) -> bool:
+        """True if `lease` is this one (its expiry aside)."""
+        held = self.lease
+        return (held.slot, held.attempt, held.token, held.owner) == (
+            lease.slot, lease.attempt, lease.token, lease.owner)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +136,9 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
             raise ValueError(f"invalid lease {lease!r}: the bucket TTL must be at least 100ms")
         self._use_servers(servers_or_client, timeout,
                           {"bucket": bucket, "lease": lease, "replicas": replicas})
+        self._held: dict[str, _Held] = {}
+        """Per key, the lease this instance holds there, as it wrote it (one per job: claims of a job's
+        next slot replace it, a release removes it)."""
 
     @classmethod
     def from_url(cls, url: str) -> NatsKVBackend:
@@ -176,6 +206,11 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
                                    within=self._timeout)
         except nats.js.errors.NotFoundError:
             return _Entry(None, 0, 0)
+        return self._entry_of(msg)
+
+    @staticmethod
+    def _entry_of(msg: Stored) -> _Entry:
+        """A key's latest message as its entry."""
         if msg.headers.get(_KV_OP) in ("DEL", "PURGE"):
             return _Entry(None, msg.seq, msg.time_ms)
         return _Entry(json.loads(msg.data or b"{}"), msg.seq, msg.time_ms)
@@ -203,6 +238,26 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
                 raise _Conflict from exc
             raise
         return seq
+
+    async def _put_timed(self, bucket: str, key: str, value: dict[str, Any], last: int) -> tuple[int, int]:
+        """`_put`, and the store time of that write: (revision, epoch ms).
+
+        The key's latest message is read in the same flush as the write. The server answers it after
+        storing the write in practice (on one server); when it answered before, or with another
+        revision, the write's own revision is read afterwards. Only a read of that revision gives
+        the time, so the order of the two answers never matters to what is decided.
+        """
+        written, read = await asyncio.gather(
+            self._put(bucket, key, value, last),
+            stream_get(self.client, f"KV_{bucket}", subject=f"$KV.{bucket}.{key}", within=self._timeout),
+            return_exceptions=True)
+        if isinstance(written, _Conflict) and isinstance(read, Stored):
+            written.latest = read
+        if isinstance(written, BaseException):
+            raise written
+        if isinstance(read, Stored) and read.seq == written:
+            return written, read.time_ms
+        return written, await self._time_of(bucket, written)
 
     async def _time_of(self, bucket: str, seq: int) -> int:
         """The store's clock when revision `seq` was written, epoch ms."""
@@ -254,10 +309,7 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         if held and (head is None or head.expires_at == 0):
             # A lease entry that does not match the record belongs to a claim still in flight (or one
             # that died between its two writes): it blocks every claim until it is gone or ages out.
-            if int(held.get("slot", 0)) > r.slot:
-                return ClaimResult(ClaimOutcome.STALE, r.job, r.slot, holder=held.get("owner"))
-            return ClaimResult(ClaimOutcome.TAKEN, r.job, r.slot, holder=held.get("owner"),
-                               expires_at=live.time_ms + self.lease_ms)
+            return self._in_flight(r, live, held)
         token = 0 if head is None else head.token
         seen = max(rec_entry.time_ms, live.time_ms)
         first = decide(head, r, seen, token=token, check_early=False)
@@ -266,10 +318,18 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         # Create the lease entry: last=0 (never written or aged out) or the delete marker's revision.
         # For overlap="replace", overwrite the live entry read above, which revokes its lease.
         try:
-            revision = await self._put(self.bucket, key, self._entry(first.write), live.last)
-        except _Conflict:
+            entry = self._entry(first.write)
+            revision, written_ms = await self._put_timed(self.bucket, key, entry, live.last)
+        except _Conflict as exc:
+            # Most often another claim of this slot has just created the entry: its entry alone
+            # answers, as while that claim is in flight. Anything else is decided on both entries.
+            now_live = (self._entry_of(exc.latest) if exc.latest is not None and exc.latest.seq != live.last
+                        else await self._get(self.bucket, key))
+            theirs = now_live.value
+            if theirs and theirs.get("owner") != r.owner and int(theirs.get("slot", 0)) >= r.slot:
+                return self._in_flight(r, now_live, theirs)
             return None
-        decision = decide(head, r, await self._time_of(self.bucket, revision), token=token)
+        decision = decide(head, r, written_ms, token=token)
         w = decision.write
         if w is None or (w.slot, w.attempt, w.token) != (first.write.slot, first.write.attempt,
                                                          first.write.token):
@@ -278,11 +338,22 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         record = {"slot": w.slot, "attempt": w.attempt, "token": w.token, "owner": w.owner,
                   "status": w.status.value, "fingerprint": w.fingerprint}
         try:
-            await self._put(self.state_bucket, key, record, rec_entry.last)
+            record_rev = await self._put(self.state_bucket, key, record, rec_entry.last)
         except _Conflict:
             await self._drop(key, revision)
             return None
+        won = decision.result.lease
+        if won is not None:
+            self._held[key] = _Held(won, record, record_rev, revision, won.expires_at - self.lease_ms)
         return decision.result
+
+    def _in_flight(self, r: ClaimRequest, live: _Entry, held: dict[str, Any]) -> ClaimResult:
+        """The answer while another claim's lease entry `held` blocks the job: STALE behind a newer
+        slot, else TAKEN until the entry ages out."""
+        if int(held.get("slot", 0)) > r.slot:
+            return ClaimResult(ClaimOutcome.STALE, r.job, r.slot, holder=held.get("owner"))
+        return ClaimResult(ClaimOutcome.TAKEN, r.job, r.slot, holder=held.get("owner"),
+                           expires_at=live.time_ms + self.lease_ms)
 
     def _record(self, entry: _Entry, live: _Entry) -> LeaseRecord | None:
         """The job's record as the lease rules see it: its lease runs until the lease entry's time plus
@@ -301,6 +372,17 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
     def _entry(rec: LeaseRecord | Lease) -> dict[str, Any]:
         """The lease entry of a record or a lease."""
         return {"slot": rec.slot, "attempt": rec.attempt, "owner": rec.owner}
+
+    async def _end_entry(self, key: str, lease: Lease, revision: int) -> None:
+        """Delete the lease entry of `lease` (its own revision is probably `revision`); leave another's."""
+        try:
+            await self._put(self.bucket, key, None, revision)
+            return
+        except _Conflict:
+            pass  # written again (by a renewal in flight) or gone
+        live = await self._get(self.bucket, key)
+        if live.value == self._entry(lease):
+            await self._drop(key, live.last)
 
     async def _drop(self, key: str, revision: int) -> None:
         """Delete a lease entry this instance wrote at `revision`, unless something replaced it."""
@@ -324,6 +406,15 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         self._check_lease(lease_ms, lease.job)
         key = self.key(lease.namespace, lease.job)
         with self._errors(f"renew {lease.job!r} slot {lease.slot}"):
+            held = self._held.get(key)
+            if held is not None and held.matches(lease):
+                try:
+                    written = await self._put_timed(self.bucket, key, self._entry(lease), held.entry_rev)
+                except _Conflict:
+                    pass  # the entry was replaced or aged out: decide on fresh reads
+                else:
+                    # The entry was still this lease's own revision, so the record was still its own.
+                    return await self._renewed(key, lease, held, *written)
             entry, live = await self._get_both(key)
             if live.value is not None and live.value != self._entry(lease):
                 return None  # another claim's entry, in flight
@@ -331,13 +422,28 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
             if decide_renew(rec, lease, lease_ms, max(entry.time_ms, live.time_ms)).lease is None:
                 return None
             try:
-                revision = await self._put(self.bucket, key, self._entry(lease), live.last)
+                written = await self._put_timed(self.bucket, key, self._entry(lease), live.last)
             except _Conflict:
                 return None
-            renewed = decide_renew(rec, lease, lease_ms, await self._time_of(self.bucket, revision)).lease
-            if renewed is None:
-                await self._drop(key, revision)  # written after the lease ended: it revives nothing
-            return renewed
+            if rec is None or entry.value is None:
+                return None  # not reached: decide_renew allowed it
+            return await self._renewed(key, lease, _Held(lease, entry.value, entry.last, live.last,
+                                                         rec.expires_at - self.lease_ms), *written)
+
+    async def _renewed(self, key: str, lease: Lease, held: _Held, revision: int, now: int) -> Lease | None:
+        """Judge a renewal written at `revision`, at store time `now`; remember it if it counts."""
+        record = self._record(_Entry(held.record, held.record_rev, 0),
+                              _Entry(self._entry(lease), held.entry_rev, held.entry_ms))
+        renewed = decide_renew(record, lease, self.lease_ms, now).lease
+        if renewed is None:
+            if self._held.get(key) is held:
+                del self._held[key]
+            await self._drop(key, revision)  # written after the lease ended: it revives nothing
+            return None
+        current = self._held.get(key)
+        if current is None or current is held or current.matches(lease):
+            self._held[key] = _Held(lease, held.record, held.record_rev, revision, now)
+        return renewed
 
     async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
         """Record each run's end, then delete its lease entry (see `LeaseBackend.release`); one job's
@@ -348,6 +454,19 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
     async def _release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
         key = self.key(lease.namespace, lease.job)
         with self._errors(f"release {lease.job!r} slot {lease.slot}"):
+            held = self._held.get(key)
+            if held is not None and held.matches(lease):
+                del self._held[key]
+                try:
+                    # The record is still the one this lease's claim wrote, so `decide_release`
+                    # allows it (running, same token and owner).
+                    await self._put(self.state_bucket, key, {**held.record, "status": outcome.status.value},
+                                    held.record_rev)
+                except _Conflict:
+                    pass  # changed since: decide on fresh reads
+                else:
+                    await self._end_entry(key, lease, held.entry_rev)
+                    return True
             entry, live = await self._get_both(key)
             decision = decide_release(self._record(entry, live), lease, outcome,
                                       max(entry.time_ms, live.time_ms), newest=True)
@@ -359,7 +478,7 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
             except _Conflict:
                 return False
             if live.value == self._entry(lease):
-                await self._drop(key, live.last)
+                await self._end_entry(key, lease, live.last)
         return True
 
 
