@@ -130,18 +130,14 @@ def format_status(states: Sequence[JobState], *, as_json: bool = False, namespac
     if as_json:
         return json.dumps(rows, indent=2)
     if not rows:
-        where = "this namespace" if namespace is None else f"namespace {namespace!r}"
-        return (f"no jobs recorded in {where} yet (a scheduler's namespace is its namespace= option, "
-                "'anarchon' unless set)")
+        return _no_jobs(namespace)
     header = ["JOB", "LAST SLOT (UTC)", "ATTEMPT", "STATUS", "HOLDER", "LEASE EXPIRES IN"]
     table = [header] + [
         [r["job"], r["last_slot"], str(r["attempt"]), r["status"], r["holder"],
          "-" if r["lease_expires_in_s"] is None else f"{r['lease_expires_in_s']:.1f}s"]
         for r in rows
     ]
-    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
-                     for line in table)
+    return _columns(table)
 
 
 class Overview:
@@ -236,9 +232,7 @@ def format_overview(o: Overview, *, as_json: bool = False, namespace: str | None
     if as_json:
         return json.dumps(rows, indent=2)
     if not rows:
-        where = "this namespace" if namespace is None else f"namespace {namespace!r}"
-        return (f"no jobs recorded in {where} yet (a scheduler's namespace is its namespace= option, "
-                "'anarchon' unless set)")
+        return _no_jobs(namespace)
     header = ["JOB", "NEXT RUN (UTC)", "LAST SLOT (UTC)", "ATTEMPT", "STATUS", "HOLDER", "LEASE LEFT",
               "LAST OUTCOME", "ERROR"]
 
@@ -253,6 +247,17 @@ def format_overview(o: Overview, *, as_json: bool = False, namespace: str | None
     ]
     if not o.history:
         table = [line[:1] + line[2:7] for line in table]
+    return _columns(table)
+
+
+def _no_jobs(namespace: str | None) -> str:
+    where = "this namespace" if namespace is None else f"namespace {namespace!r}"
+    return (f"no jobs recorded in {where} yet (a scheduler's namespace is its namespace= option, "
+            "'anarchon' unless set)")
+
+
+def _columns(table: list[list[str]]) -> str:
+    """`table` (a header row first) as left-aligned columns two spaces apart."""
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
                      for line in table)
@@ -294,9 +299,7 @@ def format_history(runs: Sequence[RunRecord], *, as_json: bool = False, job: str
          f"{r.duration_ms} ms", _cut(r.error or "-", 80)]
         for r in runs
     ]
-    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
-                     for line in table)
+    return _columns(table)
 
 
 def _existing_store(args: argparse.Namespace) -> Any:
@@ -388,9 +391,7 @@ def _backends(args: argparse.Namespace) -> int:
         [" ".join(r["schemes"]) or "-", r["class"], r.get("error") or ", ".join(r["capabilities"])]
         for r in rows
     ]
-    widths = [max(len(line[i]) for line in table) for i in range(2)]
-    for line in table:
-        print(f"{line[0].ljust(widths[0])}  {line[1].ljust(widths[1])}  {line[2]}".rstrip())
+    print(_columns(table))
     return 0
 
 
