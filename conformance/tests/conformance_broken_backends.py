@@ -20,6 +20,7 @@ from anarchon.backends import (
     JobState,
     JobStatus,
     Lease,
+    LeaseRecord,
     Overlap,
     ReleaseOutcome,
 )
@@ -245,39 +246,40 @@ class NonOwnerRenewBackend(MemoryBackend):
         return out
 
 
-class RenewFromOldExpiryBackend(MemoryBackend):
+class _RenewsByHolderBackend(MemoryBackend):
+    """Renews every lease whose holder asks, expired or not, to the record `_extended` returns."""
+
+    def _extended(self, rec: LeaseRecord, lease_ms: int) -> LeaseRecord:
+        raise NotImplementedError
+
+    async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
+        out: list[Lease | None] = []
+        with self.store.lock:
+            for lease, lease_ms in renewals:
+                job = self.store.jobs.get((lease.namespace, lease.job))
+                rec = None if job is None else job.get(lease.slot)
+                if job is None or rec is None or not rec.held_by(lease):
+                    out.append(None)
+                    continue
+                extended = self._extended(rec, lease_ms)
+                job.put(extended)
+                out.append(replace(lease, expires_at=extended.expires_at))
+        return out
+
+
+class RenewFromOldExpiryBackend(_RenewsByHolderBackend):
     """Extends a lease from its old expiry instead of from the store's now."""
 
-    async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
-        out: list[Lease | None] = []
-        with self.store.lock:
-            for lease, lease_ms in renewals:
-                job = self.store.jobs.get((lease.namespace, lease.job))
-                rec = None if job is None else job.get(lease.slot)
-                if job is None or rec is None or not rec.held_by(lease):
-                    out.append(None)
-                    continue
-                job.put(replace(rec, expires_at=rec.expires_at + lease_ms))
-                out.append(replace(lease, expires_at=rec.expires_at + lease_ms))
-        return out
+    def _extended(self, rec: LeaseRecord, lease_ms: int) -> LeaseRecord:
+        return replace(rec, expires_at=rec.expires_at + lease_ms)
 
 
-class RenewsExpiredBackend(MemoryBackend):
+class RenewsExpiredBackend(_RenewsByHolderBackend):
     """Renews an expired lease that nobody took over: a renewal delivered late revives the run."""
 
-    async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
-        out: list[Lease | None] = []
-        with self.store.lock:
-            for lease, lease_ms in renewals:
-                job = self.store.jobs.get((lease.namespace, lease.job))
-                rec = None if job is None else job.get(lease.slot)
-                if job is None or rec is None or not rec.held_by(lease):
-                    out.append(None)
-                    continue
-                now = self.store.clock.now_ms()
-                job.put(replace(rec, expires_at=now + lease_ms, updated_at=now))
-                out.append(replace(lease, expires_at=now + lease_ms))
-        return out
+    def _extended(self, rec: LeaseRecord, lease_ms: int) -> LeaseRecord:
+        now = self.store.clock.now_ms()
+        return replace(rec, expires_at=now + lease_ms, updated_at=now)
 
 
 class RenewWithoutRecordBackend(MemoryBackend):
