@@ -260,15 +260,7 @@ class Engine:
                             stale_after(entry))
 
     async def _claim_batch(self, batch: list[Due]) -> None:
-        c = self._config
-        namespace, owner, skew = c.namespace, c.instance_id, c.max_skew_ms
-        requests = []
-        for e in batch:
-            plan = e.plan
-            job = plan.job
-            o = job.options
-            requests.append(ClaimRequest(namespace, job.name, e.slot, owner, o.lease_ms, o.max_attempts,
-                                         o.overlap, plan.fingerprint, skew, stale_after(e)))
+        requests = [self._request(e) for e in batch]
         backend = self._backend
         sent = self.keeper.now()
         try:
