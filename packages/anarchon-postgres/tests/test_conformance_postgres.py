@@ -6,9 +6,9 @@ version, which must not touch tables that other checkouts' tests share.
 
 import asyncio
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
 
-import asyncpg
 import pytest
 
 from anarchon_conformance import BackendFactory
@@ -17,19 +17,13 @@ from anarchon_postgres import PostgresBackend
 
 
 @pytest.fixture(scope="module")
-def conformance_schema(anarchon_service_url: Callable[[str], str]) -> Iterator[tuple[str, str]]:
+def conformance_schema(
+    anarchon_service_url: Callable[[str], str], drop_schema: Callable[[str, str], Coroutine[Any, Any, None]]
+) -> Iterator[tuple[str, str]]:
     url = anarchon_service_url("postgres")
     name = f"anarchon_c_{uuid.uuid4().hex[:10]}"
     yield url, name
-
-    async def drop() -> None:
-        conn = await asyncpg.connect(url)
-        try:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-        finally:
-            await conn.close()
-
-    asyncio.run(drop())
+    asyncio.run(drop_schema(url, name))
 
 
 @pytest.fixture

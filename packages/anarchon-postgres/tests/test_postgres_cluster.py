@@ -6,10 +6,10 @@ import asyncio
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
+from typing import Any
 
-import asyncpg
 import pytest
 
 from anarchon.testing import require_service
@@ -28,21 +28,13 @@ pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 
 @pytest.fixture
-def cluster_url() -> Iterator[str]:
+def cluster_url(drop_schema: Callable[[str, str], Coroutine[Any, Any, None]]) -> Iterator[str]:
     """The server URL with a private schema (dropped afterwards) for the replicas."""
     require_service("PostgreSQL", URL, 5432)
     schema = f"anarchon_c_{uuid.uuid4().hex[:10]}"
     sep = "&" if "?" in URL else "?"
     yield f"{URL}{sep}schema={schema}"
-
-    async def drop() -> None:
-        conn = await asyncpg.connect(URL)
-        try:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        finally:
-            await conn.close()
-
-    asyncio.run(drop())
+    asyncio.run(drop_schema(URL, schema))
 
 
 def test_kill_and_graceful_stop(cluster_url: str, tmp_path: Path) -> None:
