@@ -123,8 +123,25 @@ class Stored:
     headers: dict[str, str]
 
 
+class _Batch:
+    """The replies of one batch of requests, and the future set once all have come."""
+
+    __slots__ = ("done", "left", "replies")
+
+    def __init__(self, size: int, done: asyncio.Future[None]) -> None:
+        self.replies: list[Msg | None] = [None] * size
+        self.left = size
+        self.done = done
+
+
+def _expire(done: asyncio.Future[None]) -> None:
+    """End a batch's wait (its timeout)."""
+    if not done.done():
+        done.set_result(None)
+
+
 class _Replies:
-    """One client's reply subscription (`<inbox>.*`): each request waits on a future of its own.
+    """One client's reply subscription (`<inbox>.*`): each request's reply lands in its batch.
 
     It keeps no reference to its client (the client's subscription keeps one to it), so a client
     that is dropped leaves nothing behind in `_REPLIES`.
@@ -134,7 +151,7 @@ class _Replies:
         self._prefix = client.new_inbox() + "."
         self._cut = len(self._prefix)
         self._next = 0
-        self._waiting: dict[str, asyncio.Future[Msg]] = {}
+        self._waiting: dict[str, tuple[_Batch, int]] = {}
         self._subscribed: asyncio.Future[None] | None = None
 
     async def ready(self, client: Client) -> None:
@@ -153,50 +170,54 @@ class _Replies:
             await asyncio.shield(self._subscribed)
 
     async def _answer(self, msg: Msg) -> None:
-        future = self._waiting.pop(msg.subject[self._cut:], None)
-        if future is not None and not future.done():
-            future.set_result(msg)
+        waiting = self._waiting.pop(msg.subject[self._cut:], None)
+        if waiting is None:
+            return
+        batch, i = waiting
+        batch.replies[i] = msg
+        batch.left -= 1
+        if not batch.left and not batch.done.done():
+            batch.done.set_result(None)
 
     async def send(self, client: Client, requests: Sequence[tuple[str, bytes, dict[str, str] | None]],
                    within: float) -> list[Msg | Exception]:
         """Publish every request, then wait once, up to `within` s, for all their replies."""
         loop = asyncio.get_running_loop()
+        batch = _Batch(len(requests), loop.create_future())
+        failed: dict[int, Exception] = {}
         tokens: list[str] = []
-        out: list[Msg | Exception | None] = [None] * len(requests)
-        futures: list[asyncio.Future[Msg] | None] = []
+        waiting = self._waiting
+        prefix = self._prefix
         try:
             for i, (subject, payload, headers) in enumerate(requests):
                 self._next += 1
                 token = str(self._next)
-                future: asyncio.Future[Msg] = loop.create_future()
-                self._waiting[token] = future
+                waiting[token] = (batch, i)
                 tokens.append(token)
                 try:
-                    await client.publish(subject, payload, reply=self._prefix + token, headers=headers)
+                    await client.publish(subject, payload, reply=prefix + token, headers=headers)
                 except Exception as exc:
-                    out[i] = exc
-                    futures.append(None)
-                    continue
-                futures.append(future)
-            pending = [f for f in futures if f is not None]
-            if pending:
-                await asyncio.wait(pending, timeout=within)
+                    waiting.pop(token, None)
+                    failed[i] = exc
+                    batch.left -= 1
+            if batch.left:
+                timer = loop.call_later(within, _expire, batch.done)
+                try:
+                    await batch.done
+                finally:
+                    timer.cancel()
         finally:
             for token in tokens:
-                self._waiting.pop(token, None)
-        for i, answer in enumerate(futures):
-            if answer is None:
-                continue
-            if not answer.done():
-                answer.cancel()
-                out[i] = nats.errors.TimeoutError()
-                continue
-            msg = answer.result()
-            if msg.headers and msg.headers.get(nats.js.api.Header.STATUS) == "503":
-                out[i] = nats.errors.NoRespondersError()
+                waiting.pop(token, None)
+        out: list[Msg | Exception] = []
+        for i, msg in enumerate(batch.replies):
+            if msg is None:
+                out.append(failed.get(i) or nats.errors.TimeoutError())
+            elif msg.headers and msg.headers.get(nats.js.api.Header.STATUS) == "503":
+                out.append(nats.errors.NoRespondersError())
             else:
-                out[i] = msg
-        return [m for m in out if m is not None]
+                out.append(msg)
+        return out
 
 
 _REPLIES: weakref.WeakKeyDictionary[Client, _Replies] = weakref.WeakKeyDictionary()
@@ -227,6 +248,9 @@ def _api_error(err: dict[str, Any]) -> nats.js.errors.APIError:
     return _API_ERRORS.get(err.get("code") or 0, nats.js.errors.APIError)(**err)
 
 
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def publish_request(subject: str, payload: bytes, headers: dict[str, str],
                     stream: str) -> tuple[str, bytes, dict[str, str]]:
     """The request (for `request_all`) that publishes into `stream` as nats-py's `js.publish` does."""
@@ -237,7 +261,7 @@ def get_request(stream: str, which: int | str) -> tuple[str, bytes, None]:
     """The request (for `request_all`) that reads a stored message of `stream` by sequence (an int) or
     as the last one on a subject (a str), as nats-py's `get_msg` does."""
     body = {"seq": which} if isinstance(which, int) else {"last_by_subj": which}
-    return f"$JS.API.STREAM.MSG.GET.{stream}", json.dumps(body).encode(), None
+    return f"$JS.API.STREAM.MSG.GET.{stream}", _dumps(body).encode(), None
 
 
 def as_ack(reply: Msg | Exception) -> tuple[int, bool] | Exception:
