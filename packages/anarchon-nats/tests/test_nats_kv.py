@@ -96,15 +96,15 @@ async def test_a_batch_runs_one_jobs_items_in_order_and_jobs_side_by_side(kv: Na
 
 
 def _count_requests(kv: NatsKVBackend) -> list[str]:
-    """Record the subject of every request `kv` sends from now on."""
+    """Record the subject of every request `kv` sends from now on (each is one publish)."""
     sent: list[str] = []
-    request = kv.client.request
+    publish = kv.client.publish
 
     async def counted(subject: str, *args: Any, **kwargs: Any) -> Any:
         sent.append(subject)
-        return await request(subject, *args, **kwargs)
+        return await publish(subject, *args, **kwargs)
 
-    kv.client.request = counted  # a bound method, patched for this test only
+    kv.client.publish = counted  # a bound method, patched for this test only
     return sent
 
 

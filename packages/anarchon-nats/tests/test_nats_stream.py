@@ -28,6 +28,7 @@ from anarchon.testing import (
 )
 from anarchon.testing.cluster import check_every_slot_once
 from anarchon_nats import NatsBackend
+from anarchon_nats._common import request_all
 
 URL = os.environ.get("ANARCHON_NATS_URL", "nats://127.0.0.1:4222")
 
@@ -73,6 +74,28 @@ async def test_taken_names_the_holder(backend: NatsBackend) -> None:
     for owner in ("b", "a"):
         taken = await backend.claim(_req("job", slot, owner))
         assert (taken.outcome, taken.holder) == (ClaimOutcome.TAKEN, "a"), owner
+
+
+async def test_a_batch_is_answered_claim_by_claim(backend: NatsBackend) -> None:
+    # The batch is published at once: a slot claimed twice in it has one winner, the first publish,
+    # and every other claim gets its own answer.
+    slot = 1_800_000_000_000
+    assert (await backend.claim(_req("old", slot, "z"))).won
+    batch = [_req("j0", slot, "a"), _req("j1", slot, "a"), _req("j0", slot, "b"), _req("old", slot, "a")]
+    results = await backend.claim_many(batch)
+    assert [(r.job, r.outcome, r.holder) for r in results] == [
+        ("j0", ClaimOutcome.WON, "a"), ("j1", ClaimOutcome.WON, "a"),
+        ("j0", ClaimOutcome.TAKEN, "a"), ("old", ClaimOutcome.TAKEN, "z")]
+    assert await backend.claim_many([]) == []
+
+
+async def test_a_request_without_a_reply_times_out_alone(backend: NatsBackend) -> None:
+    # One reply subscription serves every request: a request nobody answers fails on its own.
+    results = await request_all(backend.client, [
+        ("nobody.listens.here", b"", None),
+        (f"$JS.API.STREAM.INFO.{backend.stream}", b"", None)], within=1.0)
+    assert isinstance(results[0], nats.errors.NoRespondersError)
+    assert not isinstance(results[1], Exception) and b'"config"' in results[1].data
 
 
 async def test_odd_names_are_encoded(backend: NatsBackend) -> None:

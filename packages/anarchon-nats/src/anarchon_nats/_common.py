@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import json
 import re
+import weakref
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,13 +19,16 @@ import nats.errors
 import nats.js.api
 import nats.js.errors
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from anarchon import BackendError, BackendUnavailable, parse_duration
 from anarchon.backends import BackendBase, redact_url
 
-__all__ = ["NatsConnection", "Stored", "WRONG_LAST_SEQUENCE", "check_name", "check_replicas", "describe",
-           "encode_token", "per_key", "split_servers", "stream_get", "stream_publish"]
+__all__ = ["NatsConnection", "Stored", "WRONG_LAST_SEQUENCE", "as_ack", "as_stored", "check_name",
+           "check_replicas", "describe", "encode_token", "get_request", "per_key", "publish_request",
+           "request_all", "split_servers", "stream_get", "stream_get_many", "stream_publish",
+           "stream_publish_many"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -118,6 +123,171 @@ class Stored:
     headers: dict[str, str]
 
 
+class _Batch:
+    """The replies of one batch of requests, and the future set once all have come."""
+
+    __slots__ = ("done", "left", "replies")
+
+    def __init__(self, size: int, done: asyncio.Future[None]) -> None:
+        self.replies: list[Msg | None] = [None] * size
+        self.left = size
+        self.done = done
+
+
+def _expire(done: asyncio.Future[None]) -> None:
+    """End a batch's wait (its timeout)."""
+    if not done.done():
+        done.set_result(None)
+
+
+class _Replies:
+    """One client's reply subscription (`<inbox>.*`): each request's reply lands in its batch.
+
+    It keeps no reference to its client (the client's subscription keeps one to it), so a client
+    that is dropped leaves nothing behind in `_REPLIES`.
+    """
+
+    def __init__(self, client: Client) -> None:
+        self._prefix = client.new_inbox() + "."
+        self._cut = len(self._prefix)
+        self._next = 0
+        self._waiting: dict[str, tuple[_Batch, int]] = {}
+        self._subscribed: asyncio.Future[None] | None = None
+
+    async def ready(self, client: Client) -> None:
+        """Subscribe once (the client subscribes again by itself after a reconnect)."""
+        if self._subscribed is None:
+            self._subscribed = asyncio.get_running_loop().create_future()
+            try:
+                await client.subscribe(self._prefix + "*", cb=self._answer)
+            except BaseException as exc:
+                self._subscribed.set_exception(exc)
+                self._subscribed.exception()  # retrieved: a later request sees it
+                self._subscribed = None
+                raise
+            self._subscribed.set_result(None)
+        elif not self._subscribed.done():
+            await asyncio.shield(self._subscribed)
+
+    async def _answer(self, msg: Msg) -> None:
+        waiting = self._waiting.pop(msg.subject[self._cut:], None)
+        if waiting is None:
+            return
+        batch, i = waiting
+        batch.replies[i] = msg
+        batch.left -= 1
+        if not batch.left and not batch.done.done():
+            batch.done.set_result(None)
+
+    async def send(self, client: Client, requests: Sequence[tuple[str, bytes, dict[str, str] | None]],
+                   within: float) -> list[Msg | Exception]:
+        """Publish every request, then wait once, up to `within` s, for all their replies."""
+        loop = asyncio.get_running_loop()
+        batch = _Batch(len(requests), loop.create_future())
+        failed: dict[int, Exception] = {}
+        tokens: list[str] = []
+        waiting = self._waiting
+        prefix = self._prefix
+        try:
+            for i, (subject, payload, headers) in enumerate(requests):
+                self._next += 1
+                token = str(self._next)
+                waiting[token] = (batch, i)
+                tokens.append(token)
+                try:
+                    await client.publish(subject, payload, reply=prefix + token, headers=headers)
+                except Exception as exc:
+                    waiting.pop(token, None)
+                    failed[i] = exc
+                    batch.left -= 1
+            if batch.left:
+                timer = loop.call_later(within, _expire, batch.done)
+                try:
+                    await batch.done
+                finally:
+                    timer.cancel()
+        finally:
+            for token in tokens:
+                waiting.pop(token, None)
+        out: list[Msg | Exception] = []
+        for i, msg in enumerate(batch.replies):
+            if msg is None:
+                out.append(failed.get(i) or nats.errors.TimeoutError())
+            elif msg.headers and msg.headers.get(nats.js.api.Header.STATUS) == "503":
+                out.append(nats.errors.NoRespondersError())
+            else:
+                out.append(msg)
+        return out
+
+
+_REPLIES: weakref.WeakKeyDictionary[Client, _Replies] = weakref.WeakKeyDictionary()
+
+
+async def request_all(client: Client, requests: Sequence[tuple[str, bytes, dict[str, str] | None]],
+                      within: float) -> list[Msg | Exception]:
+    """Send every request (subject, payload, headers) at once, then wait up to `within` s for all the
+    replies: per request its reply, or the error `client.request` would raise for it.
+
+    One flush carries the whole batch and one timer covers it, instead of a task, a timer and a
+    wake-up per request.
+    """
+    replies = _REPLIES.get(client)
+    if replies is None:
+        replies = _REPLIES[client] = _Replies(client)
+    await replies.ready(client)
+    return await replies.send(client, requests, within)
+
+
+_API_ERRORS: dict[int, type[nats.js.errors.APIError]] = {
+    503: nats.js.errors.ServiceUnavailableError, 500: nats.js.errors.ServerError,
+    404: nats.js.errors.NotFoundError, 400: nats.js.errors.BadRequestError}
+
+
+def _api_error(err: dict[str, Any]) -> nats.js.errors.APIError:
+    """The error nats-py's `APIError.from_error` raises for a JetStream API error, returned."""
+    return _API_ERRORS.get(err.get("code") or 0, nats.js.errors.APIError)(**err)
+
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def publish_request(subject: str, payload: bytes, headers: dict[str, str],
+                    stream: str) -> tuple[str, bytes, dict[str, str]]:
+    """The request (for `request_all`) that publishes into `stream` as nats-py's `js.publish` does."""
+    return subject, payload, {**headers, "Nats-Expected-Stream": stream}
+
+
+def get_request(stream: str, which: int | str) -> tuple[str, bytes, None]:
+    """The request (for `request_all`) that reads a stored message of `stream` by sequence (an int) or
+    as the last one on a subject (a str), as nats-py's `get_msg` does."""
+    body = {"seq": which} if isinstance(which, int) else {"last_by_subj": which}
+    return f"$JS.API.STREAM.MSG.GET.{stream}", _dumps(body).encode(), None
+
+
+def as_ack(reply: Msg | Exception) -> tuple[int, bool] | Exception:
+    """A publish's reply as (sequence, duplicate), or the error nats-py's `js.publish` raises."""
+    if isinstance(reply, nats.errors.NoRespondersError):
+        err = nats.js.errors.NoStreamResponseError()
+        err.__cause__ = err.__context__ = reply
+        return err
+    if isinstance(reply, Exception):
+        return reply
+    resp = json.loads(reply.data)
+    if "error" in resp:
+        return _api_error(resp["error"])
+    return int(resp.get("seq") or 0), bool(resp.get("duplicate"))
+
+
+async def stream_publish_many(client: Client, messages: Sequence[tuple[str, bytes, dict[str, str]]], *,
+                              stream: str, within: float) -> list[tuple[int, bool] | Exception]:
+    """Publish every (subject, payload, headers) into `stream` at once and wait up to `within` s for
+    the acknowledgements: per message (sequence, duplicate), or the error nats-py's
+    `JetStreamContext.publish(subject, payload, stream=stream, headers=headers)` raises for it."""
+    replies = await request_all(client, [publish_request(subject, payload, headers, stream)
+                                         for subject, payload, headers in messages], within)
+    return [as_ack(reply) for reply in replies]
+
+
 async def stream_publish(client: Client, subject: str, payload: bytes, *, stream: str,
                          headers: dict[str, str], within: float) -> tuple[int, bool]:
     """Publish into `stream` and wait up to `within` s for its acknowledgement: (sequence, duplicate).
@@ -125,35 +295,48 @@ async def stream_publish(client: Client, subject: str, payload: bytes, *, stream
     What nats-py's `JetStreamContext.publish(subject, payload, stream=stream, headers=headers)`
     sends, raises and answers, without building its `PubAck` on the hot path.
     """
-    try:
-        msg = await client.request(subject, payload, timeout=within,
-                                   headers={**headers, "Nats-Expected-Stream": stream})
-    except nats.errors.NoRespondersError as exc:
-        raise nats.js.errors.NoStreamResponseError from exc
-    resp = json.loads(msg.data)
+    (ack,) = await stream_publish_many(client, [(subject, payload, headers)], stream=stream, within=within)
+    if isinstance(ack, Exception):
+        raise ack
+    return ack
+
+
+def as_stored(reply: Msg | Exception) -> Stored | Exception:
+    """A get's reply as the stored message, or the error nats-py's `get_msg` raises."""
+    if isinstance(reply, nats.errors.NoRespondersError):
+        err = nats.js.errors.ServiceUnavailableError()
+        err.__cause__ = err.__context__ = reply
+        return err
+    if isinstance(reply, Exception):
+        return reply
+    resp = json.loads(reply.data)
     if "error" in resp:
-        raise nats.js.errors.APIError.from_error(resp["error"])
-    return int(resp.get("seq") or 0), bool(resp.get("duplicate"))
+        return _api_error(resp["error"])
+    stored = resp["message"]
+    data = stored.get("data")
+    hdrs = stored.get("hdrs")
+    return Stored(base64.b64decode(data) if data else b"", int(stored.get("seq") or 0),
+                  _epoch_ms(stored.get("time")), _headers(base64.b64decode(hdrs)) if hdrs else {})
+
+
+async def stream_get_many(client: Client, stream: str, which: Sequence[int | str], *,
+                          within: float) -> list[Stored | Exception]:
+    """Stored messages, each by sequence (an int) or as the last one on a subject (a str), all asked at
+    once as nats-py's `JetStreamManager.get_msg` asks (the same requests and errors), decoding only
+    what is used."""
+    replies = await request_all(client, [get_request(stream, w) for w in which], within)
+    return [as_stored(reply) for reply in replies]
 
 
 async def stream_get(client: Client, stream: str, *, seq: int | None = None, subject: str | None = None,
                      within: float) -> Stored:
     """A stored message by sequence, or the last one on `subject`, as nats-py's
     `JetStreamManager.get_msg` reads it (the same request and errors), decoding only what is used."""
-    request = {"seq": seq} if subject is None else {"last_by_subj": subject}
-    try:
-        msg = await client.request(f"$JS.API.STREAM.MSG.GET.{stream}", json.dumps(request).encode(),
-                                   timeout=within)
-    except nats.errors.NoRespondersError as exc:
-        raise nats.js.errors.ServiceUnavailableError from exc
-    resp = json.loads(msg.data)
-    if "error" in resp:
-        raise nats.js.errors.APIError.from_error(resp["error"])
-    stored = resp["message"]
-    data = stored.get("data")
-    hdrs = stored.get("hdrs")
-    return Stored(base64.b64decode(data) if data else b"", int(stored.get("seq") or 0),
-                  _epoch_ms(stored.get("time")), _headers(base64.b64decode(hdrs)) if hdrs else {})
+    (got,) = await stream_get_many(client, stream, [subject if subject is not None else (seq or 0)],
+                                   within=within)
+    if isinstance(got, Exception):
+        raise got
+    return got
 
 
 def _headers(raw: bytes) -> dict[str, str]:
@@ -166,6 +349,12 @@ def _headers(raw: bytes) -> dict[str, str]:
     return out
 
 
+@functools.lru_cache(maxsize=64)
+def _epoch_s(whole: str) -> int:
+    """`YYYY-MM-DDTHH:MM:SS` (UTC) in epoch seconds; messages stored within a second share it."""
+    return int(datetime.fromisoformat(whole + "+00:00").timestamp())
+
+
 def _epoch_ms(text: str | None) -> int:
     """JetStream's RFC 3339 time (UTC, up to nanoseconds) in epoch ms, rounded as
     `round(datetime.timestamp() * 1000)` of the microsecond time."""
@@ -174,7 +363,7 @@ def _epoch_ms(text: str | None) -> int:
     if not text.endswith("Z"):
         return round(nats.js.api.Base._parse_utc_iso(text).timestamp() * 1000)
     whole, _, fraction = text[:-1].partition(".")
-    seconds = int(datetime.fromisoformat(whole + "+00:00").timestamp())
+    seconds = _epoch_s(whole)
     micros = int((fraction + "000000")[:6])
     return round((seconds * 1_000_000 + micros) / 1000)
 

@@ -24,7 +24,6 @@ write that finds another revision reads both entries and decides by those rules.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -56,12 +55,16 @@ from ._common import (
     WRONG_LAST_SEQUENCE,
     NatsConnection,
     Stored,
+    as_ack,
+    as_stored,
     check_name,
     check_replicas,
     encode_token,
+    get_request,
     per_key,
+    publish_request,
+    request_all,
     stream_get,
-    stream_publish,
 )
 
 __all__ = ["NatsKVBackend"]
@@ -221,23 +224,51 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         The two reads are no snapshot, sent one after the other or not: every decision that writes
         is checked by compare-and-set against the revisions read.
         """
-        record, live = await asyncio.gather(self._get(self.state_bucket, key), self._get(self.bucket, key))
-        return record, live
+        return (await self._read_keys([key]))[key]
 
-    async def _put(self, bucket: str, key: str, value: dict[str, Any] | None, last: int) -> int:
-        """Write `value` (None: a delete marker) only if the key's last revision is `last`."""
+    async def _read_keys(self, keys: Sequence[str]) -> dict[str, tuple[_Entry, _Entry]]:
+        """Per key, its record and its lease entry (as `_get_both`), every request sent at once."""
+        requests = []
+        for key in keys:
+            requests.append(get_request(f"KV_{self.state_bucket}", f"$KV.{self.state_bucket}.{key}"))
+            requests.append(get_request(f"KV_{self.bucket}", f"$KV.{self.bucket}.{key}"))
+        replies = [self._read(reply) for reply in await request_all(self.client, requests, self._timeout)]
+        return {key: (replies[2 * i], replies[2 * i + 1]) for i, key in enumerate(keys)}
+
+    def _read(self, reply: Any) -> _Entry:
+        """A read's reply as the key's entry (raises what the read raised)."""
+        got = as_stored(reply)
+        if isinstance(got, nats.js.errors.NotFoundError):
+            return _Entry(None, 0, 0)
+        if isinstance(got, Exception):
+            raise got
+        return self._entry_of(got)
+
+    def _put_request(self, bucket: str, key: str, value: dict[str, Any] | None,
+                     last: int) -> tuple[str, bytes, dict[str, str]]:
+        """The request that writes `value` (None: a delete marker) only if the key's last revision is
+        `last`."""
         headers = {_EXPECT: str(last)}
         if value is None:
             headers[_KV_OP] = "DEL"
-        try:
-            payload = b"" if value is None else json.dumps(value).encode()
-            seq, _ = await stream_publish(self.client, f"$KV.{bucket}.{key}", payload, stream=f"KV_{bucket}",
-                                          headers=headers, within=self._timeout)
-        except nats.js.errors.APIError as exc:
-            if exc.err_code in WRONG_LAST_SEQUENCE:
-                raise _Conflict from exc
-            raise
-        return seq
+        payload = b"" if value is None else json.dumps(value).encode()
+        return publish_request(f"$KV.{bucket}.{key}", payload, headers, f"KV_{bucket}")
+
+    @staticmethod
+    def _written(reply: Any) -> int:
+        """A write's reply as the revision written; `_Conflict` when the key had another revision."""
+        ack = as_ack(reply)
+        if isinstance(ack, nats.js.errors.APIError) and ack.err_code in WRONG_LAST_SEQUENCE:
+            raise _Conflict from ack
+        if isinstance(ack, Exception):
+            raise ack
+        return ack[0]
+
+    async def _put(self, bucket: str, key: str, value: dict[str, Any] | None, last: int) -> int:
+        """Write `value` (None: a delete marker) only if the key's last revision is `last`."""
+        (reply,) = await request_all(self.client, [self._put_request(bucket, key, value, last)],
+                                     self._timeout)
+        return self._written(reply)
 
     async def _put_timed(self, bucket: str, key: str, value: dict[str, Any], last: int) -> tuple[int, int]:
         """`_put`, and the store time of that write: (revision, epoch ms).
@@ -247,14 +278,16 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         revision, the write's own revision is read afterwards. Only a read of that revision gives
         the time, so the order of the two answers never matters to what is decided.
         """
-        written, read = await asyncio.gather(
-            self._put(bucket, key, value, last),
-            stream_get(self.client, f"KV_{bucket}", subject=f"$KV.{bucket}.{key}", within=self._timeout),
-            return_exceptions=True)
-        if isinstance(written, _Conflict) and isinstance(read, Stored):
-            written.latest = read
-        if isinstance(written, BaseException):
-            raise written
+        put, get = await request_all(self.client, [
+            self._put_request(bucket, key, value, last),
+            get_request(f"KV_{bucket}", f"$KV.{bucket}.{key}")], self._timeout)
+        read = as_stored(get)
+        try:
+            written = self._written(put)
+        except _Conflict as exc:
+            if isinstance(read, Stored):
+                exc.latest = read
+            raise
         if isinstance(read, Stored) and read.seq == written:
             return written, read.time_ms
         return written, await self._time_of(bucket, written)
@@ -267,19 +300,36 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
         """Claim each slot by the claim table (see `LeaseBackend.claim`), with compare-and-set writes:
-        one job's slots in order, different jobs concurrently."""
-        return await per_key(requests, lambda r: (r.namespace, r.job), self._claim)
+        one job's slots in order, different jobs concurrently.
 
-    async def _claim(self, r: ClaimRequest) -> ClaimResult:
+        The first round's reads of every job are sent at once; each job's first claim decides on them.
+        """
+        for r in requests:
+            self._check_claim(r)
+        if not requests:
+            return []
+        keys = list(dict.fromkeys(self.key(r.namespace, r.job) for r in requests))
+        with self._errors(f"claim {requests[0].job!r} slot {requests[0].slot}"):
+            reads = await self._read_keys(keys)
+
+        async def claim(r: ClaimRequest) -> ClaimResult:
+            return await self._claim(r, reads.pop(self.key(r.namespace, r.job), None))
+
+        return await per_key(requests, lambda r: (r.namespace, r.job), claim)
+
+    def _check_claim(self, r: ClaimRequest) -> None:
         self._check_lease(r.lease_ms, r.job)
         if r.overlap is Overlap.ALLOW:
             raise ConfigError(
                 f"NatsKVBackend keeps one lease per job, so it cannot run slots of {r.job!r} side by side: "
                 "overlap='allow' is not supported; use 'skip', 'buffer_one' or 'replace'"
             )
+
+    async def _claim(self, r: ClaimRequest, read: tuple[_Entry, _Entry] | None = None) -> ClaimResult:
         with self._errors(f"claim {r.job!r} slot {r.slot}"):
             for _ in range(_ROUNDS):
-                result = await self._claim_round(r)
+                result = await self._claim_round(r, read)
+                read = None
                 if result is not None:
                     return result
             holder = await self._get(self.bucket, self.key(r.namespace, r.job))
@@ -294,16 +344,17 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
                 f"lease='{self.lease_ms}ms', or use another bucket with NatsKVBackend(lease=...)"
             )
 
-    async def _claim_round(self, r: ClaimRequest) -> ClaimResult | None:
+    async def _claim_round(self, r: ClaimRequest, read: tuple[_Entry, _Entry] | None) -> ClaimResult | None:
         """One read-decide-write round; None when a compare-and-set lost and the round must be redone.
 
         NATS tells the time only of a message it stored, so the table (`decide`) is applied twice:
         on the latest store time read, to learn whether to write at all, then, after the lease entry
         is written, on that entry's time, which also judges EARLY. The record is then written
-        compare-and-set against the one read, so no two wins can take the same token.
+        compare-and-set against the one read, so no two wins can take the same token. `read`: the
+        key's record and lease entry read already (for the first round), else they are read here.
         """
         key = self.key(r.namespace, r.job)
-        rec_entry, live = await self._get_both(key)
+        rec_entry, live = read if read is not None else await self._get_both(key)
         held = live.value
         head = self._record(rec_entry, live)
         if held and (head is None or head.expires_at == 0):

@@ -16,7 +16,14 @@ from nats.js.api import StorageType, StreamConfig
 from anarchon import Duration, SchemaMismatch, parse_duration
 from anarchon.backends import Capability, ClaimOutcome, ClaimRequest, ClaimResult, Lease
 
-from ._common import NatsConnection, check_name, check_replicas, encode_token, stream_get, stream_publish
+from ._common import (
+    NatsConnection,
+    check_name,
+    check_replicas,
+    encode_token,
+    stream_get_many,
+    stream_publish_many,
+)
 
 __all__ = ["NatsBackend"]
 
@@ -116,52 +123,93 @@ class NatsBackend(NatsConnection):
             )
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
-        """Publish each claim with `Nats-Msg-Id: <namespace>:<job>:<slot>`, concurrently; a duplicate
+        """Publish each claim with `Nats-Msg-Id: <namespace>:<job>:<slot>`, all at once; a duplicate
         PubAck means taken.
 
-        Every duplicate is TAKEN, this owner's own earlier publish included: one WON per slot.
+        Every duplicate is TAKEN, this owner's own earlier publish included: one WON per slot. The
+        holders of the taken slots are read back in one more batch.
         """
-        return list(await asyncio.gather(*(self._claim(r) for r in requests)))
+        if not requests:
+            return []
+        messages = [(self.subject(r.namespace, r.job),
+                     json.dumps({"owner": r.owner, "job": r.job, "slot": r.slot}).encode(),
+                     {"Nats-Msg-Id": self.msg_id(r.namespace, r.job, r.slot)}) for r in requests]
+        with self._errors(f"claim {requests[0].job!r} slot {requests[0].slot}"):
+            acks = await stream_publish_many(self.client, messages, stream=self.stream,
+                                             within=self._timeout)
+        again = [i for i, ack in enumerate(acks) if isinstance(ack, Exception) and _retryable(ack)]
+        if again:
+            retried = await asyncio.gather(*(self._publish_again(messages[i]) for i in again),
+                                           return_exceptions=True)
+            for i, ack in zip(again, retried, strict=True):
+                if isinstance(ack, BaseException) and not isinstance(ack, Exception):
+                    raise ack
+                acks[i] = ack
+        done: list[tuple[int, bool]] = []
+        for r, ack in zip(requests, acks, strict=True):
+            if isinstance(ack, Exception):
+                with self._errors(f"claim {r.job!r} slot {r.slot}"):
+                    raise ack
+            done.append(ack)
+        taken = [i for i, (_, duplicate) in enumerate(done) if duplicate]
+        with self._errors(f"claim {requests[0].job!r} slot {requests[0].slot}"):
+            holders = dict(zip(taken, await self._holders([done[i][0] for i in taken]), strict=True))
+        results = []
+        for i, r in enumerate(requests):
+            if i in holders:
+                results.append(ClaimResult(ClaimOutcome.TAKEN, r.job, r.slot, holder=holders[i], attempt=1))
+                continue
+            lease = Lease(r.namespace, r.job, r.slot, 1, 0, r.owner, 0)
+            results.append(ClaimResult(ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=r.owner,
+                                       attempt=1))
+        return results
 
-    async def _claim(self, r: ClaimRequest) -> ClaimResult:
-        client = self.client
-        seq, duplicate = 0, False
-        body = json.dumps({"owner": r.owner, "job": r.job, "slot": r.slot}).encode()
-        with self._errors(f"claim {r.job!r} slot {r.slot}"):
-            for wait in _IN_PROCESS_WAITS:
-                try:
-                    seq, duplicate = await stream_publish(
-                        client, self.subject(r.namespace, r.job), body, stream=self.stream,
-                        headers={"Nats-Msg-Id": self.msg_id(r.namespace, r.job, r.slot)},
-                        within=self._timeout)
-                    break
-                except nats.js.errors.APIError as exc:
-                    # On a replicated stream, another publish of this id is still being replicated:
-                    # ask again once it is decided (then it is a duplicate, or ours wins if it failed).
-                    if exc.err_code != _DUPLICATE_IN_PROCESS or wait is None:
-                        raise
-                    await asyncio.sleep(wait)
-                except nats.js.errors.NoStreamResponseError as exc:
-                    # "No responders": no server stored it (a cluster still spreading a new stream's
-                    # subjects), so sending it again cannot make a second copy.
-                    if not isinstance(exc.__context__, nats.errors.NoRespondersError) or wait is None:
-                        raise
-                    await asyncio.sleep(wait)
-            if duplicate:
-                holder = await self._holder(seq)
-                return ClaimResult(ClaimOutcome.TAKEN, r.job, r.slot, holder=holder, attempt=1)
-        lease = Lease(r.namespace, r.job, r.slot, 1, 0, r.owner, 0)
-        return ClaimResult(ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=r.owner, attempt=1)
+    async def _publish_again(self, message: tuple[str, bytes, dict[str, str]]) -> tuple[int, bool]:
+        """Publish a claim again after a retryable answer, waiting longer before each next try.
 
-    async def _holder(self, seq: int) -> str | None:
-        """The owner stored in the first message of a slot, or None when it is gone."""
-        if not seq:
-            return None
-        try:
-            msg = await stream_get(self.client, self.stream, seq=seq, within=self._timeout)
-            owner = json.loads(msg.data or b"{}").get("owner")
-        except nats.js.errors.NotFoundError:
-            return None
-        except ValueError:
-            return None
-        return owner if isinstance(owner, str) else None
+        On a replicated stream, another publish of this id may still be being replicated (asked again
+        once it is decided, it is a duplicate, or ours wins if it failed); "no responders" means no
+        server stored it (a cluster still spreading a new stream's subjects), so sending it again
+        cannot make a second copy.
+        """
+        ack: tuple[int, bool] | Exception = nats.errors.TimeoutError()
+        for wait in _IN_PROCESS_WAITS:
+            if wait is None:
+                break
+            await asyncio.sleep(wait)
+            (ack,) = await stream_publish_many(self.client, [message], stream=self.stream,
+                                               within=self._timeout)
+            if not (isinstance(ack, Exception) and _retryable(ack)):
+                break
+        if isinstance(ack, Exception):
+            raise ack
+        return ack
+
+    async def _holders(self, seqs: list[int]) -> list[str | None]:
+        """The owner stored in the first message of each slot, or None when it is gone."""
+        wanted = [seq for seq in seqs if seq]
+        got = iter(await stream_get_many(self.client, self.stream, wanted, within=self._timeout)
+                   if wanted else [])
+        owners: list[str | None] = []
+        for seq in seqs:
+            msg = next(got) if seq else None
+            if isinstance(msg, nats.js.errors.NotFoundError) or msg is None:
+                owners.append(None)
+                continue
+            if isinstance(msg, Exception):
+                raise msg
+            try:
+                owner = json.loads(msg.data or b"{}").get("owner")
+            except ValueError:
+                owner = None
+            owners.append(owner if isinstance(owner, str) else None)
+        return owners
+
+
+def _retryable(exc: Exception) -> bool:
+    """True for a publish's answer that a later try of the same message may change (see
+    `NatsBackend._publish_again`)."""
+    if isinstance(exc, nats.js.errors.APIError) and exc.err_code == _DUPLICATE_IN_PROCESS:
+        return True
+    return (isinstance(exc, nats.js.errors.NoStreamResponseError)
+            and isinstance(exc.__context__, nats.errors.NoRespondersError))
