@@ -82,10 +82,16 @@ class _Connection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg has no t
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.only_statements = False
+        self.jit_off = False
+        """Whether the session has JIT compilation off (set by `_fetch`, undone by a full reset)."""
 
     def mark_only_statements(self) -> None:
         """Say that the backend's own statements alone run until the connection is released."""
         self.only_statements = True
+
+    def mark_jit_off(self) -> None:
+        """Say that the session has JIT compilation off."""
+        self.jit_off = True
 
 
 async def _reset(conn: asyncpg.Connection) -> None:
@@ -99,6 +105,8 @@ async def _reset(conn: asyncpg.Connection) -> None:
         conn.only_statements = False
         return
     await conn.execute(conn.get_reset_query())
+    if isinstance(conn, _Connection):
+        conn.jit_off = False  # RESET ALL
 
 
 class FenceContext(Protocol):
@@ -249,9 +257,17 @@ class PostgresBackend(LeaseBackendBase):
         asyncpg would look up the codec of an integer array on each new connection, six more round
         trips, and check every element of a list against abstract base classes.)
 
-        A batch of `rows` >= `JIT_FREE_ROWS` items runs in a transaction with JIT compilation off:
-        its cost estimate passes PostgreSQL's `jit_above_cost`, and compiling it took longer than
-        running it (two extra round trips, where the statement itself takes milliseconds).
+        Every statement runs on its own, outside any transaction: its row locks end with it on the
+        server, however long the client takes to read the answer. (A transaction around it held the
+        rows of a whole claim batch locked until the client sent COMMIT: on a busy event loop,
+        seconds, while the other replicas' claims of the same rows waited, and a deadline reached
+        before COMMIT rolled every won claim back.)
+
+        A batch of `rows` >= `JIT_FREE_ROWS` items runs with JIT compilation off: its cost estimate
+        passes PostgreSQL's `jit_above_cost`, and compiling it took longer than running it. The
+        session's `jit` is set off first, once per connection of a pool built here (until a use
+        other than the backend's statements resets it), before each such batch on a pool passed in
+        (whose reset on release restores it).
         """
         if not self._opened:
             await self.open()
@@ -264,13 +280,11 @@ class PostgresBackend(LeaseBackendBase):
                     if own:
                         conn.mark_only_statements()
                     try:
-                        if rows >= JIT_FREE_ROWS:
-                            # After an error, the pool's reset on release rolls the transaction back.
-                            await conn.execute("BEGIN; SET LOCAL jit = off")
-                            found = await conn.fetch(query, *args)
-                            await conn.execute("COMMIT")
-                        else:
-                            found = await conn.fetch(query, *args)
+                        if rows >= JIT_FREE_ROWS and not (own and conn.jit_off):
+                            await conn.execute("SET jit = off")
+                            if own:
+                                conn.mark_jit_off()
+                        found = await conn.fetch(query, *args)
                     except BaseException as exc:
                         if not isinstance(exc, asyncpg.PostgresError):
                             conn.terminate()  # its state is unknown (a timeout, a lost socket): a new one
