@@ -279,8 +279,10 @@ async def test_a_large_batch_runs_without_jit_and_an_error_leaves_the_connection
         released = await pg.release_many([(r.lease, ReleaseOutcome.DONE) for r in results if r.lease])
         assert released == [True] * n, "the connection left no transaction open behind the error"
         async with pg.pool.acquire() as conn:
-            # The backend's own pool runs its sessions with JIT off, and no statement opens a transaction.
-            assert await conn.fetchval("SELECT current_setting('jit')") == "off"
+            # The large batch's session settings were reset with the connection.
+            assert await conn.fetchval("SELECT setting = reset_val FROM pg_settings WHERE name = 'jit'")
+            assert await conn.fetchval(
+                "SELECT setting = reset_val FROM pg_settings WHERE name = 'enable_nestloop'")
             assert not conn.is_in_transaction()
     finally:
         await pg.close()
@@ -302,7 +304,7 @@ async def test_a_claim_batch_holds_no_row_lock_after_its_statement(schema: str) 
         await pg.claim_many([ClaimRequest("ns", f"job-{i}", base + 10_000, "a") for i in range(n)])
         sent = [q.strip() for q in statements]
         assert not [q for q in sent if q.startswith(("BEGIN", "COMMIT"))], "no transaction"
-        assert sent.count("SET jit = off") == 1, "once per connection"
+        assert sent.count(anarchon_postgres._backend._BATCH_SETTINGS) == 2, sent
     finally:
         await pg.close()
 
