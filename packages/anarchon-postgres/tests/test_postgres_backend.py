@@ -281,8 +281,9 @@ async def test_a_large_batch_runs_without_jit_and_an_error_leaves_the_connection
         async with pg.pool.acquire() as conn:
             # The large batch's session settings were reset with the connection.
             assert await conn.fetchval("SELECT setting = reset_val FROM pg_settings WHERE name = 'jit'")
-            assert await conn.fetchval(
-                "SELECT setting = reset_val FROM pg_settings WHERE name = 'enable_nestloop'")
+            restored = "SELECT setting = reset_val FROM pg_settings WHERE name = $1"
+            for name in ("enable_nestloop", "statement_timeout"):
+                assert await conn.fetchval(restored, name), name
             assert not conn.is_in_transaction()
     finally:
         await pg.close()

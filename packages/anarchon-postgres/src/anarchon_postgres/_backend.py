@@ -51,7 +51,6 @@ _PUSH_CHECK_S = 2.0
 """How long the start-up check waits for its own NOTIFY on the LISTEN connection."""
 JIT_FREE_ROWS = 256
 """Batches of at least this many items run with JIT compilation and nested loops off (see `_fetch`)."""
-_BATCH_SETTINGS = "SET jit = off; SET enable_nestloop = off"
 # A loser whose snapshot predates a concurrently inserted row asks again this often before answering
 # TAKEN. (A row that existed is locked and judged in the statement itself.)
 _RECHECKS = 3
@@ -60,6 +59,9 @@ _OUTCOMES = {o.value: o for o in ClaimOutcome}
 
 OP_TIMEOUT_S = 10.0
 """How long one store call (a claim batch, a renewal, a release batch, a connection) may take."""
+_BATCH_SETTINGS = (f"SET jit = off; SET enable_nestloop = off; "
+                   f"SET statement_timeout = {int(OP_TIMEOUT_S * 1000)}")
+"""The session settings of a large batch's statement (see `_fetch`)."""
 
 
 class _QuietFloor(logging.Filter):
@@ -261,7 +263,10 @@ class PostgresBackend(LeaseBackendBase):
         restores them), after the answer. JIT: the batch's cost estimate passes `jit_above_cost`,
         and compiling it took longer than running it. Nested loops: the planner, blind to the
         sizes of the statements' CTEs, rescanned one CTE for each row of another, quadratic in the
-        batch (a release of 5,000 runs took over 10 s, of 2,000 under 0.2 s).
+        batch (a release of 5,000 runs took over 10 s, of 2,000 under 0.2 s). And a statement
+        timeout of `OP_TIMEOUT_S`: the server ends a statement the caller gave up on, which would
+        otherwise run on (the server sees the closed connection only when it answers), holding
+        its row locks while the replicas' next claims wait for them.
         """
         if not self._opened:
             await self.open()
