@@ -279,11 +279,52 @@ async def test_a_large_batch_runs_without_jit_and_an_error_leaves_the_connection
         released = await pg.release_many([(r.lease, ReleaseOutcome.DONE) for r in results if r.lease])
         assert released == [True] * n, "the connection left no transaction open behind the error"
         async with pg.pool.acquire() as conn:
-            # SET LOCAL ended with its transaction: the connection has the server's own setting.
+            # The large batch's session settings were reset with the connection.
             assert await conn.fetchval("SELECT setting = reset_val FROM pg_settings WHERE name = 'jit'")
+            restored = "SELECT setting = reset_val FROM pg_settings WHERE name = $1"
+            for name in ("enable_nestloop", "statement_timeout"):
+                assert await conn.fetchval(restored, name), name
             assert not conn.is_in_transaction()
     finally:
         await pg.close()
+
+
+async def test_a_claim_batch_holds_no_row_lock_after_its_statement(schema: str) -> None:
+    # A transaction around the statement would keep the won rows locked until the client sent COMMIT:
+    # another replica's claim of the same rows would wait for this client's event loop.
+    pg = PostgresBackend(URL, schema=schema, min_size=1, max_size=1)
+    await pg.open()
+    statements: list[str] = []
+    try:
+        n = anarchon_postgres._backend.JIT_FREE_ROWS
+        base = (now_ms() // 10_000 - 3) * 10_000
+        async with pg.pool.acquire() as conn:
+            conn.add_query_logger(lambda q: statements.append(q.query))
+        results = await pg.claim_many([ClaimRequest("ns", f"job-{i}", base, "a") for i in range(n)])
+        assert [r.outcome for r in results] == [ClaimOutcome.WON] * n
+        await pg.claim_many([ClaimRequest("ns", f"job-{i}", base + 10_000, "a") for i in range(n)])
+        sent = [q.strip() for q in statements]
+        assert not [q for q in sent if q.startswith(("BEGIN", "COMMIT"))], "no transaction"
+        assert sent.count(anarchon_postgres._backend._BATCH_SETTINGS) == 2, sent
+    finally:
+        await pg.close()
+
+
+async def test_a_large_batch_on_a_pool_passed_in_leaves_its_settings_to_the_pools_reset(schema: str) -> None:
+    pool = await asyncpg.create_pool(URL, min_size=1, max_size=1)
+    try:
+        pg = PostgresBackend(pool, schema=schema)
+        await pg.open()
+        n = anarchon_postgres._backend.JIT_FREE_ROWS
+        base = (now_ms() // 10_000 - 3) * 10_000
+        results = await pg.claim_many([ClaimRequest("ns", f"job-{i}", base, "a") for i in range(n)])
+        assert [r.outcome for r in results] == [ClaimOutcome.WON] * n
+        await pg.close()
+        async with pool.acquire() as conn:
+            assert await conn.fetchval("SELECT setting = reset_val FROM pg_settings WHERE name = 'jit'")
+            assert not conn.is_in_transaction()
+    finally:
+        await pool.close()
 
 
 async def test_array_literals_carry_any_text_and_number(pg: PostgresBackend) -> None:

@@ -50,7 +50,7 @@ log = logging.getLogger("anarchon.postgres")
 _PUSH_CHECK_S = 2.0
 """How long the start-up check waits for its own NOTIFY on the LISTEN connection."""
 JIT_FREE_ROWS = 256
-"""Batches of at least this many items run with JIT compilation off (see `_fetch`)."""
+"""Batches of at least this many items run with JIT compilation and nested loops off (see `_fetch`)."""
 # A loser whose snapshot predates a concurrently inserted row asks again this often before answering
 # TAKEN. (A row that existed is locked and judged in the statement itself.)
 _RECHECKS = 3
@@ -59,6 +59,9 @@ _OUTCOMES = {o.value: o for o in ClaimOutcome}
 
 OP_TIMEOUT_S = 10.0
 """How long one store call (a claim batch, a renewal, a release batch, a connection) may take."""
+_BATCH_SETTINGS = (f"SET jit = off; SET enable_nestloop = off; "
+                   f"SET statement_timeout = {int(OP_TIMEOUT_S * 1000)}")
+"""The session settings of a large batch's statement (see `_fetch`)."""
 
 
 class _QuietFloor(logging.Filter):
@@ -249,9 +252,21 @@ class PostgresBackend(LeaseBackendBase):
         asyncpg would look up the codec of an integer array on each new connection, six more round
         trips, and check every element of a list against abstract base classes.)
 
-        A batch of `rows` >= `JIT_FREE_ROWS` items runs in a transaction with JIT compilation off:
-        its cost estimate passes PostgreSQL's `jit_above_cost`, and compiling it took longer than
-        running it (two extra round trips, where the statement itself takes milliseconds).
+        Every statement runs on its own, outside any transaction: its row locks end with it on the
+        server, however long the client takes to read the answer. (A transaction around it held the
+        rows of a whole claim batch locked until the client sent COMMIT: on a busy event loop,
+        seconds, while the other replicas' claims of the same rows waited, and a deadline reached
+        before COMMIT rolled every won claim back.)
+
+        A batch of `rows` >= `JIT_FREE_ROWS` items first sets the session's `jit` and
+        `enable_nestloop` off, and its connection goes back through the pool's full reset (which
+        restores them), after the answer. JIT: the batch's cost estimate passes `jit_above_cost`,
+        and compiling it took longer than running it. Nested loops: the planner, blind to the
+        sizes of the statements' CTEs, rescanned one CTE for each row of another, quadratic in the
+        batch (a release of 5,000 runs took over 10 s, of 2,000 under 0.2 s). And a statement
+        timeout of `OP_TIMEOUT_S`: the server ends a statement the caller gave up on, which would
+        otherwise run on (the server sees the closed connection only when it answers), holding
+        its row locks while the replicas' next claims wait for them.
         """
         if not self._opened:
             await self.open()
@@ -261,16 +276,13 @@ class PostgresBackend(LeaseBackendBase):
             try:
                 async with asyncio.timeout(OP_TIMEOUT_S):
                     conn = await pool.acquire()
-                    if own:
+                    large = rows >= JIT_FREE_ROWS
+                    if own and not large:
                         conn.mark_only_statements()
                     try:
-                        if rows >= JIT_FREE_ROWS:
-                            # After an error, the pool's reset on release rolls the transaction back.
-                            await conn.execute("BEGIN; SET LOCAL jit = off")
-                            found = await conn.fetch(query, *args)
-                            await conn.execute("COMMIT")
-                        else:
-                            found = await conn.fetch(query, *args)
+                        if large:
+                            await conn.execute(_BATCH_SETTINGS)
+                        found = await conn.fetch(query, *args)
                     except BaseException as exc:
                         if not isinstance(exc, asyncpg.PostgresError):
                             conn.terminate()  # its state is unknown (a timeout, a lost socket): a new one
