@@ -35,6 +35,10 @@ _JITTER_GROUPS = 4
 # A missed slot is caught up when the next slot is at least half an interval away, or this far.
 _CATCH_UP_ROOM_MS = 300_000
 
+# Members bound once: on Python 3.11 an Enum class's attribute lookup goes through
+# EnumType.__getattr__, several times the cost of a global, and these are read per claim.
+_WATCH, _ALLOW, _BUFFER_ONE = Step.WATCH, Overlap.ALLOW, Overlap.BUFFER_ONE
+
 
 @dataclass(eq=False, slots=True)
 class Plan:
@@ -150,7 +154,7 @@ class Planner:
         if action.supersedes and watches:
             for older in [w for w in watches if w < action.slot]:
                 del watches[older]  # a newer slot superseded the older one this instance watched
-        if action.step is Step.WATCH:
+        if action.step is _WATCH:
             self._watch(plan, action.slot, action.delay_ms + self.jitter(plan), backup=action.backup)
         else:
             watches.pop(action.slot, None)
@@ -190,7 +194,7 @@ class Planner:
             return
         if slot in plan.watches:
             self._watch(plan, slot, self.jitter(plan))
-        elif plan.job.options.overlap is Overlap.BUFFER_ONE:
+        elif plan.job.options.overlap is _BUFFER_ONE:
             self._watch(plan, max(plan.watches), self.jitter(plan))
 
     def jitter(self, plan: Plan) -> int:
@@ -256,7 +260,7 @@ class Planner:
 
     def _watch(self, plan: Plan, slot: int, delay_ms: int, *, backup: bool = False, tries: int = 0,
                kind: str = "watch") -> None:
-        allow = plan.job.options.overlap is Overlap.ALLOW
+        allow = plan.job.options.overlap is _ALLOW
         if not allow:
             plan.watches.clear()
         plan.watch_gen += 1
