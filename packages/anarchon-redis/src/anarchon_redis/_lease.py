@@ -470,12 +470,9 @@ class RedisBackend(RedisStore, LeaseBackendBase):
             assert expires_at is not None
             lease = Lease(r.namespace, r.job, r.slot, attempt, int(reply[8]), r.owner, expires_at)
         status = None if prev is None else (_STATUSES.get(prev) or JobStatus(_s(prev)))
-        return ClaimResult(
-            outcome, r.job, r.slot, lease=lease, holder=holder, attempt=attempt, expires_at=expires_at,
-            now=int(now), previous_status=status,
-            fingerprint=fingerprint, record_slot=None if record_slot is None else int(record_slot),
-            reissued=reissued,
-        )
+        # (Positional: keywords cost a name match per field.)
+        return ClaimResult(outcome, r.job, r.slot, lease, holder, attempt, expires_at, int(now), status,
+                           fingerprint, None if record_slot is None else int(record_slot), reissued)
 
     def _renew_call(self, lease: Lease, lease_ms: int) -> tuple[list[str], list[Any]]:
         return (self._job_keys(lease.namespace, lease.job), [lease.slot, lease.token, lease.owner, lease_ms])
