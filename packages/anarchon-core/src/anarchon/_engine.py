@@ -47,6 +47,10 @@ __all__ = ["Engine", "EngineConfig", "default_instance_id"]
 _RECOVERY_S = 15.0
 """After a store outage, how long further claim failures count as the same outage (not warned again)."""
 
+# Members bound once: on Python 3.11 an Enum class's attribute lookup goes through
+# EnumType.__getattr__, several times the cost of a global, and these are read per claim.
+_SKIPPED, _RUN, _HAND_BACK, _ALLOW = ClaimOutcome.SKIPPED, Step.RUN, Step.HAND_BACK, Overlap.ALLOW
+
 
 
 def default_instance_id() -> str:
@@ -82,7 +86,7 @@ def stale_after(entry: Due) -> int | None:
     """
     job = entry.plan.job
     o = job.options
-    if o.overlap is Overlap.ALLOW:
+    if o.overlap is _ALLOW:
         return None
     following = entry.following
     limit = None if following is None else following - 1
@@ -319,7 +323,7 @@ class Engine:
             self._check_fingerprint(entry.plan.fingerprint, job, result)
         action = react(job, result, watching=entry.kind == "watch", stopping=self._stopping,
                        facts=self._facts)
-        by_itself = result.outcome is ClaimOutcome.SKIPPED and result.holder == self._config.instance_id
+        by_itself = result.outcome is _SKIPPED and result.holder == self._config.instance_id
         if by_itself:
             self._held_by_itself(job, result, action)
         if self._log.isEnabledFor(action.level):
@@ -328,7 +332,7 @@ class Engine:
                            outcome=result.outcome.value)
             self._log.log(action.level, action.message, *action.args, extra=extra)
         self.planner.settle(entry.plan, action)
-        if result.outcome is ClaimOutcome.SKIPPED:
+        if result.outcome is _SKIPPED:
             if skips(result, action):
                 self._hook("anarchon_slot_skipped", request=request, result=result, reason="overlap")
             if by_itself:
@@ -338,9 +342,9 @@ class Engine:
             if result.reissued and any(ctx.name == job.name and ctx.slot == result.slot
                                        and ctx.token == result.lease.token for ctx in self.runs.active):
                 return  # its own run, already going
-            if action.step is Step.RUN and self._too_late(job, result.lease):
+            if action.step is _RUN and self._too_late(job, result.lease):
                 return
-            if action.step is Step.RUN:
+            if action.step is _RUN:
                 if is_takeover(result):
                     self._hook("anarchon_takeover", request=request, result=result)
                 if result.reissued:
@@ -348,7 +352,7 @@ class Engine:
                     # expire, so it is renewed before the run starts (as a late answer is).
                     sent = self.keeper.now() - job.options.lease_ms / 1000
                 self.runs.start(job, result.lease, sent)
-            elif action.step is Step.HAND_BACK:
+            elif action.step is _HAND_BACK:
                 # Won as the instance stops: hand it over at once (batched).
                 self.keeper.hand_back(result.lease)
 
@@ -403,7 +407,7 @@ class Engine:
         """A first attempt won after the job's next slot was due (a claim answered late, e.g. when a
         partition heals) is not run: only the latest slot runs, and this one would make it skip.
         It is released as done at once. (Takeovers of an older slot, and `overlap="allow"`, run.)"""
-        if lease.attempt > 1 or job.options.overlap is Overlap.ALLOW:
+        if lease.attempt > 1 or job.options.overlap is _ALLOW:
             return False
         following = job.schedule.next_slot(lease.slot)
         now = self._config.clock.now_ms()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, get_args
@@ -174,27 +175,31 @@ class Observers:
     that asks `wants(name)` first does not even build its arguments.
     """
 
-    __slots__ = ("_listeners", "_log", "_plugins", "_pm", "_seen", "_wanted")
+    __slots__ = ("_listened", "_listeners", "_log", "_plugins", "_pm", "_seen", "_wanted")
 
     def __init__(self, pm: pluggy.PluginManager, listeners: Listeners, log: logging.Logger) -> None:
         self._pm = pm
         self._listeners = listeners
         self._log = log
         self._seen = (-1, -1)
-        self._plugins: dict[str, tuple[Any, ...]] = {}
+        self._plugins: dict[str, tuple[_Impl, ...]] = {}
         """Each hook's implementations, in the order they are called (the last registered first)."""
         self._wanted: frozenset[str] = frozenset()
+        self._listened: frozenset[str] = frozenset()
+        """The hooks whose events some listener takes."""
 
     def _refresh(self) -> None:
         # `generation` is counted by anarchon's plugin manager; any other manager is looked at each time.
-        seen = (getattr(self._pm, "generation", -1), self._listeners.generation)
-        if seen == self._seen and seen[0] != -1:
+        pm_gen = getattr(self._pm, "generation", -1)
+        seen = self._seen
+        if pm_gen == seen[0] and pm_gen != -1 and self._listeners.generation == seen[1]:
             return
+        seen = (pm_gen, self._listeners.generation)
         relay = self._pm.hook
-        self._plugins = {name: tuple(reversed(getattr(relay, name).get_hookimpls())) for name in _HOOKS
-                         if hasattr(relay, name)}
-        self._wanted = frozenset(name for name in _HOOKS
-                                 if self._plugins.get(name) or self._listeners.wants(name))
+        self._plugins = {name: tuple(_impl(i) for i in reversed(getattr(relay, name).get_hookimpls()))
+                         for name in _HOOKS if hasattr(relay, name)}
+        self._listened = frozenset(name for name in _HOOKS if self._listeners.wants(name))
+        self._wanted = frozenset(name for name in _HOOKS if self._plugins.get(name)) | self._listened
         self._seen = seen
 
     def wants(self, name: str) -> bool:
@@ -210,18 +215,34 @@ class Observers:
         impls = self._plugins.get(name)
         if impls:
             _call_impls(name, impls, kwargs, self._log)
-        if self._listeners.wants(name):
+        if name in self._listened:
             self._listeners.deliver(name, kwargs)
 
 
-def _call_impls(name: str, impls: tuple[Any, ...], kwargs: dict[str, Any], log: logging.Logger) -> None:
+_Impl: TypeAlias = tuple[Callable[..., Any], int, Callable[[dict[str, Any]], Any], str]
+"""A plugin's implementation of a hook: (its function, how many arguments it takes, what picks them
+from the hook's keyword arguments, the plugin's name)."""
+
+
+def _impl(impl: Any) -> _Impl:
+    names: tuple[str, ...] = tuple(impl.argnames)
+    pick = operator.itemgetter(*names) if names else dict
+    return impl.function, len(names), pick, impl.plugin_name
+
+
+def _call_impls(name: str, impls: tuple[_Impl, ...], kwargs: dict[str, Any], log: logging.Logger) -> None:
     """Call each plugin's implementation of an observer hook on its own: one that raises is logged and
     the others still run."""
-    for impl in impls:
+    for function, count, pick, plugin in impls:
         try:
-            impl.function(*[kwargs[arg] for arg in impl.argnames])
+            if count == 1:
+                function(pick(kwargs))
+            elif count:
+                function(*pick(kwargs))
+            else:
+                function()
         except Exception:
-            log.exception("plugin %r failed in hook %s", impl.plugin_name, name)
+            log.exception("plugin %r failed in hook %s", plugin, name)
 
 
 def _describe(fn: object) -> str:

@@ -46,6 +46,14 @@ class Step(enum.Enum):
     """Stop watching `Action.slot`."""
 
 
+# Members bound once: on Python 3.11 an Enum class's attribute lookup goes through
+# EnumType.__getattr__, several times the cost of a global, and these are read per claim.
+_RUN, _HAND_BACK, _WATCH, _DROP = Step.RUN, Step.HAND_BACK, Step.WATCH, Step.DROP
+_WON, _TAKEN, _SKIPPED, _EARLY, _EXHAUSTED = (ClaimOutcome.WON, ClaimOutcome.TAKEN, ClaimOutcome.SKIPPED,
+                                              ClaimOutcome.EARLY, ClaimOutcome.EXHAUSTED)
+_ALLOW, _BUFFER_ONE, _RELEASED = Overlap.ALLOW, Overlap.BUFFER_ONE, JobStatus.RELEASED
+
+
 @dataclass(frozen=True, slots=True)
 class Facts:
     """What a claim's meaning depends on besides the claim: the instance and its backend."""
@@ -82,8 +90,9 @@ def react(job: Job, result: ClaimResult, *, watching: bool, stopping: bool, fact
     """
     outcome = result.outcome
     slot = SlotText(result.slot)
-    supersedes = job.options.overlap is not Overlap.ALLOW and outcome not in _KEEP_OLDER
-    if outcome is ClaimOutcome.WON:
+    # Skipped and early leave older watched slots alone: the older run is still live, or nothing was decided.
+    supersedes = job.options.overlap is not _ALLOW and outcome is not _SKIPPED and outcome is not _EARLY
+    if outcome is _WON:
         lease = result.lease
         if lease is None:
             raise BackendError(f"{result!r}: a won claim carries no lease")
@@ -95,57 +104,54 @@ def react(job: Job, result: ClaimResult, *, watching: bool, stopping: bool, fact
             line = ("%s slot=%s won attempt=%d (%s)", (job.name, slot, lease.attempt, facts.instance_id))
         # A claim-only slot won as the instance stops has no handover (the others were told `taken`):
         # it runs, its signal already set.
-        step = Step.HAND_BACK if stopping and facts.leases else Step.RUN
+        step = _HAND_BACK if stopping and facts.leases else _RUN
         return Action(step, result.slot, supersedes=supersedes, level=logging.INFO, message=line[0],
                       args=line[1])
-    if outcome is ClaimOutcome.TAKEN:
+    if outcome is _TAKEN:
         level = logging.DEBUG if watching else logging.INFO
         taken: tuple[object, ...] = (job.name, slot, result.holder or "another instance")
         if not facts.leases:
-            return Action(Step.DROP, result.slot, supersedes=supersedes, level=level,
+            return Action(_DROP, result.slot, supersedes=supersedes, level=level,
                           message="%s slot=%s taken by %s", args=taken)
-        return Action(Step.WATCH, result.slot, _backup_delay(job, result, facts), backup=True,
+        return Action(_WATCH, result.slot, _backup_delay(job, result, facts), backup=True,
                       supersedes=supersedes, level=level, message="%s slot=%s taken by %s", args=taken)
-    if outcome is ClaimOutcome.SKIPPED:
+    if outcome is _SKIPPED:
         older = SlotText(result.record_slot) if result.record_slot else "?"
         message = "%s slot=%s skipped (overlap): slot %s still runs on %s"
         args: tuple[object, ...] = (job.name, slot, older, result.holder)
-        if job.options.overlap is Overlap.BUFFER_ONE:
+        if job.options.overlap is _BUFFER_ONE:
             # The older run's normal end is not pushed: poll for it every heartbeat.
-            return Action(Step.WATCH, result.slot, _backup_delay(job, result, facts, poll=True),
+            return Action(_WATCH, result.slot, _backup_delay(job, result, facts, poll=True),
                           backup=True, level=logging.INFO, message=message, args=args)
         if result.record_slot is not None and facts.leases and result.holder != facts.instance_id:
             # Keep an eye on the older run: if its holder dies, it is taken over as attempt 2.
-            return Action(Step.WATCH, result.record_slot, _backup_delay(job, result, facts), backup=True,
+            return Action(_WATCH, result.record_slot, _backup_delay(job, result, facts), backup=True,
                           level=logging.INFO, message=message, args=args)
-        return Action(Step.DROP, result.slot, level=logging.INFO, message=message, args=args)
-    if outcome is ClaimOutcome.EARLY:
+        return Action(_DROP, result.slot, level=logging.INFO, message=message, args=args)
+    if outcome is _EARLY:
         ahead = result.slot - (result.now or result.slot)
-        return Action(Step.WATCH, result.slot, ahead, level=logging.WARNING, message=(
+        return Action(_WATCH, result.slot, ahead, level=logging.WARNING, message=(
             "%s slot=%s early: this instance's clock runs %d ms ahead of the store's; waiting"),
             args=(job.name, slot, ahead))
-    if outcome is ClaimOutcome.EXHAUSTED:
-        return Action(Step.DROP, result.slot, supersedes=supersedes, level=logging.WARNING,
+    if outcome is _EXHAUSTED:
+        return Action(_DROP, result.slot, supersedes=supersedes, level=logging.WARNING,
                       message="%s slot=%s exhausted: %d attempt(s) used, max_attempts=%d",
                       args=(job.name, slot, result.attempt, job.options.max_attempts))
-    return Action(Step.DROP, result.slot, supersedes=supersedes, message="%s slot=%s %s",
+    return Action(_DROP, result.slot, supersedes=supersedes, message="%s slot=%s %s",
                   args=(job.name, slot, outcome.value))
 
 
 def is_takeover(result: ClaimResult) -> bool:
     """True for a slot won from a holder whose lease ran out (not handed over, not a first attempt)."""
     return (result.lease is not None and result.lease.attempt > 1
-            and result.previous_status != JobStatus.RELEASED)
+            and result.previous_status != _RELEASED)
 
 
 def skips(result: ClaimResult, action: Action) -> bool:
     """True when `result` skips its slot for good (an overlap skip that is not buffered to run later)."""
-    return (result.outcome is ClaimOutcome.SKIPPED
-            and not (action.step is Step.WATCH and action.slot == result.slot))
+    return (result.outcome is _SKIPPED
+            and not (action.step is _WATCH and action.slot == result.slot))
 
-
-_KEEP_OLDER = frozenset({ClaimOutcome.SKIPPED, ClaimOutcome.EARLY})
-"""Outcomes that leave older watched slots alone: the older run is still live, or nothing was decided."""
 
 
 def _backup_delay(job: Job, result: ClaimResult, facts: Facts, *, poll: bool = False) -> int:

@@ -35,6 +35,10 @@ _JITTER_GROUPS = 4
 # A missed slot is caught up when the next slot is at least half an interval away, or this far.
 _CATCH_UP_ROOM_MS = 300_000
 
+# Members bound once: on Python 3.11 an Enum class's attribute lookup goes through
+# EnumType.__getattr__, several times the cost of a global, and these are read per claim.
+_WATCH, _ALLOW, _BUFFER_ONE = Step.WATCH, Overlap.ALLOW, Overlap.BUFFER_ONE
+
 
 @dataclass(eq=False, slots=True)
 class Plan:
@@ -150,8 +154,8 @@ class Planner:
         if action.supersedes and watches:
             for older in [w for w in watches if w < action.slot]:
                 del watches[older]  # a newer slot superseded the older one this instance watched
-        if action.step is Step.WATCH:
-            self._watch(plan, action.slot, action.delay_ms + self.jitter(plan), backup=action.backup)
+        if action.step is _WATCH:
+            self._watch(plan, action.slot, action.delay_ms, backup=action.backup, jitter=True)
         else:
             watches.pop(action.slot, None)
 
@@ -190,7 +194,7 @@ class Planner:
             return
         if slot in plan.watches:
             self._watch(plan, slot, self.jitter(plan))
-        elif plan.job.options.overlap is Overlap.BUFFER_ONE:
+        elif plan.job.options.overlap is _BUFFER_ONE:
             self._watch(plan, max(plan.watches), self.jitter(plan))
 
     def jitter(self, plan: Plan) -> int:
@@ -255,14 +259,21 @@ class Planner:
             self._push(plan.next_due, plan, slot, "slot")
 
     def _watch(self, plan: Plan, slot: int, delay_ms: int, *, backup: bool = False, tries: int = 0,
-               kind: str = "watch") -> None:
-        allow = plan.job.options.overlap is Overlap.ALLOW
+               kind: str = "watch", jitter: bool = False) -> None:
+        """Watch `slot`: claim it again after `delay_ms` (plus a fresh `jitter` when asked)."""
+        allow = plan.job.options.overlap is _ALLOW
         if not allow:
             plan.watches.clear()
         plan.watch_gen += 1
         plan.watches[slot] = plan.watch_gen
-        due = self._clock.now_ms() + max(0, delay_ms)
-        if backup and plan.next_due is not None and due >= plan.next_due and not allow:
+        # A backup's watch (not under overlap="allow") is settled by the job's next boundary if that
+        # comes first (see below); then no jitter is drawn for it either.
+        settles = plan.next_due if backup and not allow else None
+        now = self._clock.now_ms()
+        if jitter and (settles is None or now + max(0, delay_ms) < settles):
+            delay_ms += self.jitter(plan)
+        due = now + max(0, delay_ms)
+        if settles is not None and due >= settles:
             # The job's next boundary comes first and settles the slot: a newer claim either
             # supersedes it or is skipped, which watches it again. Queueing nothing keeps the heap
             # small with thousands of jobs; a pushed handover still finds the watch. (Not under

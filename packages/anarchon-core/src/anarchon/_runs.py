@@ -32,6 +32,11 @@ STOP = "stop"
 LEASE_LOST = "lease lost"
 TIMEOUT = "timeout"
 
+# Members bound once: on Python 3.11 an Enum class's attribute lookup goes through
+# EnumType.__getattr__, several times the cost of a global, and these are read per run.
+_DONE, _FAILED, _HANDOVER = ReleaseOutcome.DONE, ReleaseOutcome.FAILED, ReleaseOutcome.HANDOVER
+
+
 class Hook(Protocol):
     """Calls an observer hook by name with keyword arguments; a plugin's failure is logged, never raised."""
 
@@ -139,7 +144,7 @@ class Runs:
         # This task's own context: stop() called from the handler must not wait for it.
         _OWNER.set(self._owner)
         job, ctx = run.job, run.ctx
-        outcome: ReleaseOutcome | None = ReleaseOutcome.DONE
+        outcome: ReleaseOutcome | None = _DONE
         error: BaseException | None = None
         try:
             if run.held.late and not await self._keeper.confirm(run.held):
@@ -162,24 +167,24 @@ class Runs:
                     run.in_handler = False
             except asyncio.CancelledError as exc:  # stop() cancelled the handler after stop_timeout
                 _uncancel()
-                error, outcome = exc, ReleaseOutcome.HANDOVER
+                error, outcome = exc, _HANDOVER
             except RunCancelled as exc:
                 error, outcome = exc, self._cancel_outcome(run)
             except Exception as exc:
-                error, outcome = exc, ReleaseOutcome.FAILED
+                error, outcome = exc, _FAILED
                 if ctx.signal.reason != TIMEOUT:
                     self._log.error("%s slot=%s attempt=%d failed after %d ms: %s", job.name,
                                     fmt_slot(ctx.slot), ctx.attempt, _ms_since(run.began), short(exc),
                                     exc_info=handler_exc_info(exc, self._log), extra=_fields(ctx, "failed"))
                     outcome = await self._maybe_retry(run)
             if ctx.signal.reason == TIMEOUT:
-                outcome = ReleaseOutcome.FAILED
+                outcome = _FAILED
                 self._log.warning("%s slot=%s failed: timeout after %d ms", job.name, fmt_slot(ctx.slot),
                                   job.options.timeout_ms, extra=_fields(ctx, "failed"))
         except asyncio.CancelledError as exc:  # the scheduler itself is going away
-            error, outcome = exc, ReleaseOutcome.HANDOVER
+            error, outcome = exc, _HANDOVER
         except BaseException as exc:  # SystemExit or KeyboardInterrupt from the handler: unfinished
-            error, outcome = exc, ReleaseOutcome.HANDOVER
+            error, outcome = exc, _HANDOVER
             raise
         finally:
             if run.lost:
@@ -220,10 +225,10 @@ class Runs:
         duration_ms = None if run.began is None else (asyncio.get_running_loop().time() - run.began) * 1000
         if duration_ms is not None and self._log.isEnabledFor(logging.INFO):
             ms = int(duration_ms)
-            if outcome is ReleaseOutcome.DONE:
+            if outcome is _DONE:
                 self._log.info("%s slot=%s done in %d ms", job.name, SlotText(ctx.slot), ms,
                                extra=_fields(ctx, "done"))
-            elif outcome is ReleaseOutcome.HANDOVER:
+            elif outcome is _HANDOVER:
                 self._log.info("%s slot=%s released for handover after %d ms attempt=%d", job.name,
                                SlotText(ctx.slot), ms, ctx.attempt, extra=_fields(ctx, "handover"))
             elif outcome is None:
@@ -231,23 +236,23 @@ class Runs:
                                SlotText(ctx.slot), ms, extra=_fields(ctx, "lost"))
         self._hook("anarchon_run_finished", ctx=ctx, outcome=outcome, error=error, duration_ms=duration_ms)
         if self._history is not None and duration_ms is not None:
-            timed_out = ctx.signal.reason == TIMEOUT and outcome is ReleaseOutcome.FAILED
+            timed_out = ctx.signal.reason == TIMEOUT and outcome is _FAILED
             self._history.record(ctx, outcome, error, duration_ms,
                                  timeout_ms=job.options.timeout_ms if timed_out else None)
-        if outcome is ReleaseOutcome.HANDOVER and job.options.retry_ms is not None and not self._stopping:
+        if outcome is _HANDOVER and job.options.retry_ms is not None and not self._stopping:
             self._on_handover(job, ctx.slot)
 
     async def _maybe_retry(self, run: _Run) -> ReleaseOutcome:
         """After a handler error: wait the backoff, then hand the slot over for another attempt."""
         retry, attempt = run.job.options.retry_ms, run.ctx.attempt
         if retry is None or attempt >= run.job.options.max_attempts or run.lost:
-            return ReleaseOutcome.FAILED
+            return _FAILED
         backoff = retry * 2 ** (attempt - 1)
         self._log.info("%s slot=%s retry in %d ms", run.job.name, fmt_slot(run.ctx.slot), backoff,
                        extra=_fields(run.ctx))
         with contextlib.suppress(RunCancelled):
             await run.ctx.sleep(backoff / 1000)
-        return ReleaseOutcome.HANDOVER
+        return _HANDOVER
 
     @staticmethod
     def _cancel_outcome(run: _Run) -> ReleaseOutcome | None:
@@ -255,8 +260,8 @@ class Runs:
         if run.lost or reason == LEASE_LOST:
             return None
         if reason == TIMEOUT:
-            return ReleaseOutcome.FAILED
-        return ReleaseOutcome.HANDOVER
+            return _FAILED
+        return _HANDOVER
 
 
 async def _invoke(job: Job, ctx: JobContext) -> None:

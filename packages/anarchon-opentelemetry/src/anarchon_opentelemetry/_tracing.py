@@ -23,6 +23,7 @@ class Tracing:
         self._tracer: Tracer | None = None
         self._open: dict[int, tuple[JobContext, Span, Any]] = {}
         """The span of each run in progress and its context token, by the run's context's id."""
+        self._api: _Api | None = None
 
     def __repr__(self) -> str:
         return f"Tracing(tracer_provider={self._provider!r})"
@@ -41,16 +42,22 @@ class Tracing:
             self._tracer = trace.get_tracer("anarchon", __version__, tracer_provider=self._provider)
         return self._tracer
 
+    def _get_api(self) -> _Api:
+        """OpenTelemetry's API, imported on the first run (not per run: an import statement in a
+        function looks the module up again each time)."""
+        if self._api is None:
+            self._api = _Api()
+        return self._api
+
     @hookimpl
     def anarchon_run_started(self, ctx: JobContext) -> None:
         """Open the run's span and make it the current one in the run's task."""
-        from opentelemetry import context, trace
-
-        span = self._get_tracer().start_span(f"run {ctx.name}", kind=trace.SpanKind.INTERNAL, attributes={
+        api = self._get_api()
+        span = self._get_tracer().start_span(f"run {ctx.name}", kind=api.internal, attributes={
             "anarchon.job": ctx.name, "anarchon.slot": ctx.slot, "anarchon.attempt": ctx.attempt,
             "anarchon.namespace": ctx.namespace, "anarchon.instance": ctx.instance_id,
         })
-        token = context.attach(trace.set_span_in_context(span))
+        token = api.context.attach(api.trace.set_span_in_context(span))
         self._open[id(ctx)] = (ctx, span, token)
 
     @hookimpl
@@ -67,20 +74,33 @@ class Tracing:
         entry = self._open.pop(id(ctx), None)
         if entry is None or entry[0] is not ctx:
             return  # the handler was never called (a late lease that was gone)
-        from opentelemetry import context
-        from opentelemetry.trace import Status, StatusCode
-
+        api = self._get_api()
         _ctx, span, token = entry
-        span.set_attribute("anarchon.outcome", "lost" if outcome is None else outcome.value)
-        if outcome is ReleaseOutcome.FAILED:
+        span.set_attribute("anarchon.outcome", "lost" if outcome is None else str(outcome))
+        if outcome is _FAILED:
             if error is not None:
                 span.record_exception(error)
-            span.set_status(Status(StatusCode.ERROR, _describe(error)))
+            span.set_status(api.trace.Status(api.trace.StatusCode.ERROR, _describe(error)))
         try:
-            context.detach(token)
+            api.context.detach(token)
         except Exception:  # a handler that attached a context of its own and left it
             logger.debug("could not restore the context after %s's run", ctx.name, exc_info=True)
         span.end()
+
+
+_FAILED = ReleaseOutcome.FAILED
+"""Bound once: on Python 3.11 an Enum class's attribute lookup goes through EnumType.__getattr__."""
+
+
+class _Api:
+    """The parts of OpenTelemetry's API a run's span uses, imported once."""
+
+    def __init__(self) -> None:
+        from opentelemetry import context, trace
+
+        self.context = context
+        self.trace = trace
+        self.internal = trace.SpanKind.INTERNAL
 
 
 def _describe(error: BaseException | None) -> str:

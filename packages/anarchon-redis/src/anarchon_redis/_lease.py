@@ -52,6 +52,8 @@ _REISSUED = b"reissued"
 """The claim script's code for a WON by the owner of the slot's live record: its own lease again."""
 _OVERLAPS: dict[Any, str] = {o: o.value for o in Overlap}
 """An overlap (member or its string) to its value, without an Enum call per claim."""
+_WON = ClaimOutcome.WON
+"""Bound once: on Python 3.11 an Enum class's attribute lookup goes through EnumType.__getattr__."""
 
 
 class Script:
@@ -456,7 +458,7 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         # (Inline rather than through _opt_s and _opt_i: this runs once per claim attempt.)
         code, holder, attempt, expires, now, prev, fingerprint, record_slot = reply[:8]
         reissued = code == _REISSUED
-        outcome = ClaimOutcome.WON if reissued else _OUTCOMES.get(code) or ClaimOutcome(_s(code))
+        outcome = _WON if reissued else _OUTCOMES.get(code) or ClaimOutcome(_s(code))
         if holder is not None:
             holder = holder.decode() if type(holder) is bytes else str(holder)
         if fingerprint is not None:
@@ -464,16 +466,13 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         attempt = int(attempt)
         expires_at = None if expires is None else int(expires)
         lease = None
-        if outcome is ClaimOutcome.WON:
+        if outcome is _WON:
             assert expires_at is not None
             lease = Lease(r.namespace, r.job, r.slot, attempt, int(reply[8]), r.owner, expires_at)
         status = None if prev is None else (_STATUSES.get(prev) or JobStatus(_s(prev)))
-        return ClaimResult(
-            outcome, r.job, r.slot, lease=lease, holder=holder, attempt=attempt, expires_at=expires_at,
-            now=int(now), previous_status=status,
-            fingerprint=fingerprint, record_slot=None if record_slot is None else int(record_slot),
-            reissued=reissued,
-        )
+        # (Positional: keywords cost a name match per field.)
+        return ClaimResult(outcome, r.job, r.slot, lease, holder, attempt, expires_at, int(now), status,
+                           fingerprint, None if record_slot is None else int(record_slot), reissued)
 
     def _renew_call(self, lease: Lease, lease_ms: int) -> tuple[list[str], list[Any]]:
         return (self._job_keys(lease.namespace, lease.job), [lease.slot, lease.token, lease.owner, lease_ms])

@@ -8,10 +8,11 @@ published in docs/lease-contract.md; the docstrings below state them method by m
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Final, Protocol, runtime_checkable
+from typing import Any, ClassVar, Final, Protocol, TypeVar, runtime_checkable
 
 __all__ = [
     "DEFAULT_HISTORY",
@@ -119,6 +120,35 @@ _STATUS_AFTER = {
 }
 
 
+_T = TypeVar("_T")
+
+
+def _quick_init(cls: type[_T]) -> type[_T]:
+    """Give a frozen, slotted dataclass an `__init__` with the same signature that stores each field
+    through its slot directly: the generated one calls `object.__setattr__` per field, which costs
+    about twice as much, and these types are made once or twice per claim attempt."""
+    params: list[str] = []
+    body: list[str] = []
+    names: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        assert f.init and f.default_factory is dataclasses.MISSING and not f.kw_only
+        names[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
+        if f.default is dataclasses.MISSING:
+            params.append(f.name)
+        else:
+            names[f"_default_{f.name}"] = f.default
+            params.append(f"{f.name}=_default_{f.name}")
+        body.append(f"    _set_{f.name}(self, {f.name})")
+    assert not hasattr(cls, "__post_init__")
+    exec(f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body), names)
+    init = names["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    cls.__init__ = init  # type: ignore[method-assign]
+    return cls
+
+
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class ClaimRequest:
     """One instance's request to run one slot of one job."""
@@ -142,6 +172,7 @@ class ClaimRequest:
     after the next slot was due, cannot start a past slot."""
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class Lease:
     """The winner's right to run one slot, valid until `expires_at` by the store's clock."""
@@ -157,6 +188,7 @@ class Lease:
     """Store time, epoch ms. Zero on claim-only backends, which have no lease."""
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class ClaimResult:
     """The store's answer to one claim."""
