@@ -680,3 +680,33 @@ def test_block_limit_is_a_lease_backend_option() -> None:
         Scheduler(MemoryClaimBackend(), block_limit="1m")  # type: ignore[arg-type]
     with pytest.raises(ScheduleError, match="'soon'"):
         Scheduler(MemoryBackend(), block_limit="soon")
+
+
+def test_wins_answered_after_their_next_slot_are_told_in_one_line_per_batch(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Every answer comes back 1.4 s after its claim (0.7 s each way): the store grants each slot before
+    # the job's next one is due, but the instance hears of it after, so the slot is released unrun. A
+    # store answering thousands of such wins at once (an overloaded one) gets one warning per claim
+    # batch, not one per slot, which would add to the load.
+    caplog.set_level(logging.WARNING, logger="anarchon")
+    clock = VirtualClock(START)
+    net = _Network(MemoryStore(clock), 1.4, 0)
+    scheduler = Scheduler(net, clock=clock, lease="5s", heartbeat="1s", jitter=0)
+    runs: list[tuple[str, int]] = []
+
+    async def job(ctx: JobContext) -> None:
+        runs.append((ctx.name, ctx.slot))
+
+    for i in range(20):
+        scheduler.every(f"job{i}", "1s", job, catch_up=0)
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(6.5)
+
+    clock.run(main())
+    assert runs == []
+    late = [r.getMessage() for r in caplog.records if "late, after" in r.getMessage()]
+    assert late, caplog.text
+    assert all(m.startswith("20 slots won 1400 to 1400 ms late") for m in late), late

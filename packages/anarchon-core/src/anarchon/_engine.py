@@ -145,6 +145,8 @@ class Engine:
         """The longest wait before a failed claim is sent again."""
         self._not_run: set[tuple[str, int | None]] = set()
         """(job, slot) won too late and released without running (see `_too_late`)."""
+        self._late: list[tuple[Job, Lease, int]] | None = None
+        """While a claim batch's results are applied: its wins found too late, told in one line."""
         self._warned: set[str] = set()
         """Jobs whose schedule differs from the store's, warned about once."""
 
@@ -308,14 +310,21 @@ class Engine:
                 self._up_since = now
         latency_ms = (self.keeper.now() - sent) * 1000
         observed = self._hook.wants("anarchon_claim")
-        for entry, request, result in zip(batch, requests, results, strict=True):
-            if observed:
-                self._hook("anarchon_claim", request=request, result=result, latency_ms=latency_ms)
-            try:
-                self._apply(entry, request, result, sent)
-            except Exception:  # one bad result must not lose the rest of the batch
-                self._log.exception("%s slot=%s: handling the claim's result failed", entry.plan.job.name,
-                                    fmt_slot(entry.slot))
+        late: list[tuple[Job, Lease, int]] = []
+        self._late = late
+        try:
+            for entry, request, result in zip(batch, requests, results, strict=True):
+                if observed:
+                    self._hook("anarchon_claim", request=request, result=result, latency_ms=latency_ms)
+                try:
+                    self._apply(entry, request, result, sent)
+                except Exception:  # one bad result must not lose the rest of the batch
+                    self._log.exception("%s slot=%s: handling the claim's result failed",
+                                        entry.plan.job.name, fmt_slot(entry.slot))
+        finally:
+            self._late = None
+            if late:
+                self._say_late(late)
 
     def _apply(self, entry: Due, request: ClaimRequest, result: ClaimResult, sent: float) -> None:
         job = entry.plan.job
@@ -413,15 +422,30 @@ class Engine:
         now = self._config.clock.now_ms()
         if following is None or following > now:
             return False
-        self._log.warning("%s slot=%s won %d ms late, after the next slot was due: not run (only the "
-                          "latest slot runs); released as done", job.name, fmt_slot(lease.slot),
-                          now - lease.slot, extra=fields(job.name, lease.slot, self._config.instance_id,
-                                                         attempt=lease.attempt))
+        if self._late is not None:
+            self._late.append((job, lease, now - lease.slot))
+        else:
+            self._say_late([(job, lease, now - lease.slot)])
         self.keeper.hand_back(lease, ReleaseOutcome.DONE)
         if len(self._not_run) > 1000:
             self._not_run.clear()
         self._not_run.add((job.name, lease.slot))
         return True
+
+    def _say_late(self, late: list[tuple[Job, Lease, int]]) -> None:
+        """One warning for the wins of one claim batch that `_too_late` released unrun (an overloaded
+        store or replica answers thousands at once: a line each would add to the load)."""
+        job, lease, late_ms = late[0]
+        extra = fields(job.name, lease.slot, self._config.instance_id, attempt=lease.attempt)
+        if len(late) == 1:
+            self._log.warning("%s slot=%s won %d ms late, after the next slot was due: not run (only the "
+                              "latest slot runs); released as done", job.name, fmt_slot(lease.slot),
+                              late_ms, extra=extra)
+            return
+        self._log.warning("%d slots won %d to %d ms late, after their next slots were due (the first: %s "
+                          "slot=%s): not run (only the latest slot runs); released as done", len(late),
+                          min(n for *_, n in late), max(n for *_, n in late), job.name, fmt_slot(lease.slot),
+                          extra=extra)
 
     def _check_fingerprint(self, fingerprint: str, job: Job, result: ClaimResult) -> None:
         if result.fingerprint and result.fingerprint != fingerprint and job.name not in self._warned:
