@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from datetime import timedelta
@@ -21,6 +22,17 @@ _HINT = "use e.g. '30s', '5m', '1h30m' or a number of seconds"
 
 def parse_duration(value: object, *, name: str = "duration", allow_zero: bool = False) -> int:
     """Return `value` as whole milliseconds, or raise ScheduleError quoting the bad input."""
+    if type(value) is str:  # the usual case, and the same few strings for every job: remembered
+        return _parse_text(value, name, allow_zero)
+    return _parse(value, name, allow_zero)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_text(value: str, name: str, allow_zero: bool) -> int:
+    return _parse(value, name, allow_zero)
+
+
+def _parse(value: object, name: str, allow_zero: bool) -> int:
     if isinstance(value, bool):
         raise ScheduleError(f"invalid {name} {value!r}: {_HINT}")
     if isinstance(value, timedelta):

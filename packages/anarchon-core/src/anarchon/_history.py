@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 from ._clock import Clock
 from ._context import JobContext
 from ._job import Job
 from ._logs import short
+from ._options import ResolvedOptions
 from ._schedules import At, Cron, Every, Schedule, from_ms
 from .backends import ERROR_LIMIT, CatalogueEntry, HistoryBackend, ReleaseOutcome, RunRecord
 
@@ -65,8 +68,21 @@ def _describe(schedule: Schedule) -> tuple[str, str, str]:
 
 def catalogue_entry(job: Job, instance: str, now_ms: int, *, leases: bool = True) -> CatalogueEntry:
     """How `instance` publishes `job`: its schedule in words, its options, its next slot after `now_ms`."""
-    words, kind, zone = _describe(job.schedule)
-    o = job.options
+    schedule: Any = job.schedule  # (a custom schedule may not be hashable: see below)
+    try:
+        words, kind, zone, options = _published(schedule, job.options, leases)
+    except TypeError:  # a custom schedule that cannot be hashed: described afresh
+        words, kind, zone, options = _published.__wrapped__(job.schedule, job.options, leases)
+    return CatalogueEntry(job=job.name, instance=instance, schedule=words, kind=kind, timezone=zone,
+                          options=dict(options), next_slot=job.schedule.next_slot(now_ms),
+                          fingerprint=job.schedule.fingerprint)
+
+
+@functools.lru_cache(maxsize=1024)
+def _published(schedule: Schedule, o: ResolvedOptions, leases: bool) -> tuple[str, str, str, dict[str, str]]:
+    """(words, kind, timezone, options) of a catalogue entry: the same for the many jobs that share a
+    schedule and options, so each publish of thousands of jobs spells them out once."""
+    words, kind, zone = _describe(schedule)
     options: dict[str, str] = {}
     if leases:
         options.update(lease=fmt_ms(o.lease_ms), heartbeat=fmt_ms(o.heartbeat_ms), overlap=str(o.overlap),
@@ -77,9 +93,7 @@ def catalogue_entry(job: Job, instance: str, now_ms: int, *, leases: bool = True
         options["timeout"] = fmt_ms(o.timeout_ms)
     if o.jitter_ms is not None:
         options["jitter"] = fmt_ms(o.jitter_ms)
-    return CatalogueEntry(job=job.name, instance=instance, schedule=words, kind=kind, timezone=zone,
-                          options=options, next_slot=job.schedule.next_slot(now_ms),
-                          fingerprint=job.schedule.fingerprint)
+    return words, kind, zone, options
 
 
 def schedule_of(fingerprint: str) -> Schedule | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,7 @@ from ._schedules import Schedule
 __all__ = ["Job", "check_name"]
 
 MAX_NAME = 200
+_CONTROL = re.compile(r"[\x00-\x1f]")
 
 
 def check_name(name: object) -> None:
@@ -21,7 +23,7 @@ def check_name(name: object) -> None:
         raise ConfigError(f"invalid job name {name!r}: use a non-empty string")
     if not name.strip():
         raise JobNameError(f"invalid job name {name!r}: use a non-empty string")
-    if len(name) > MAX_NAME or any(ord(c) < 32 for c in name):
+    if len(name) > MAX_NAME or _CONTROL.search(name) is not None:
         raise JobNameError(
             f"invalid job name {name!r}: use at most {MAX_NAME} characters and no control characters"
         )

@@ -170,8 +170,22 @@ def check_heartbeat(lease_ms: int, heartbeat_ms: int) -> None:
         )
 
 
+_last_arity: tuple[object, tuple[bool, bool]] | None = None
+"""The last handler `handler_arity` accepted, and its answer: jobs registered in a loop share one."""
+
+
 def handler_arity(name: str, handler: object) -> tuple[bool, bool]:
     """Return (takes_ctx, is_async) for a handler, or raise ConfigError naming the job."""
+    global _last_arity
+    last = _last_arity
+    if last is not None and last[0] is handler:
+        return last[1]
+    answer = _handler_arity(name, handler)
+    _last_arity = (handler, answer)
+    return answer
+
+
+def _handler_arity(name: str, handler: object) -> tuple[bool, bool]:
     if not callable(handler):
         raise ConfigError(f"handler {handler!r} of job {name!r} is not callable: pass a function")
     is_async = inspect.iscoroutinefunction(handler) or (

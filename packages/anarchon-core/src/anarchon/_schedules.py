@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, Protocol
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ._duration import Duration, parse_duration
 from ._errors import ScheduleError
+
+if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo
 
 
 def _croniter() -> Any:
@@ -120,6 +122,8 @@ class Every:
 
 
 def _zone(name: str) -> ZoneInfo:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # on first use: interval jobs never load it
+
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, TypeError):

@@ -42,6 +42,10 @@ __all__ = ["RedisBackend", "ValkeyBackend"]
 
 log = logging.getLogger("anarchon.redis")
 
+# json.dumps with arguments builds an encoder per call: a catalogue of thousands of jobs reuses one.
+_JSON_KEY = json.JSONEncoder(ensure_ascii=False).encode
+_JSON_BODY = json.JSONEncoder(ensure_ascii=False, sort_keys=True).encode
+
 
 BATCH = 500
 """Jobs per script call in a batch: one call holds the server for about a millisecond."""
@@ -559,12 +563,13 @@ class RedisBackend(RedisStore, LeaseBackendBase):
     async def publish_catalogue(self, namespace: str, entries: Sequence[CatalogueEntry], ttl_ms: int) -> None:
         """Upsert one entry per (job, instance) in one script; drop expired ones (see `HistoryBackend`)."""
         args: list[Any] = [ttl_ms]
+        key, body = _JSON_KEY, _JSON_BODY
         for e in entries:
-            args.append(json.dumps([e.job, e.instance], ensure_ascii=False))
-            args.append(json.dumps({
+            args.append(key([e.job, e.instance]))
+            args.append(body({
                 "schedule": e.schedule, "kind": e.kind, "timezone": e.timezone, "options": e.options,
                 "next_slot": e.next_slot, "fingerprint": e.fingerprint,
-            }, ensure_ascii=False, sort_keys=True))
+            }))
         await self._eval_many(_PUBLISH_CATALOGUE, [([self.keys.catalogue(namespace)], args)],
                               "publishing the catalogue")
 
