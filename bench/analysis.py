@@ -49,11 +49,20 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return float(ordered[int(rank) - 1])
 
 
-def window(records: Iterable[dict[str, Any]], stop_t: int, edge_ms: int = EDGE_MS) -> tuple[int, int]:
-    """The measured window of fire times: from the last replica's ready + edge to stop - edge."""
+def window(records: Iterable[dict[str, Any]], stop_t: int, edge_ms: int = EDGE_MS,
+           launched: int | None = None) -> tuple[int, int]:
+    """The measured window of fire times: from the last replica's ready + edge to stop - edge.
+
+    With no replica ready (a scheduler still registering its jobs when the run ended) it starts at
+    the launch (`launched`, epoch ms), or is empty when that is not known either."""
     ready = [r["t"] for r in records if r["ev"] == "ready"]
-    start = (max(ready) if ready else 0) + edge_ms
-    return start, stop_t - edge_ms
+    if ready:
+        start = max(ready)
+    elif launched is not None:
+        start = launched
+    else:
+        return stop_t, stop_t - edge_ms
+    return start + edge_ms, stop_t - edge_ms
 
 
 def expected_fires(
@@ -66,14 +75,14 @@ def expected_fires(
 
 
 def analyse(records: list[dict[str, Any]], jobs: Sequence[str], stop_t: int, kill: Kill | None,
-            in_flight_ms: int = 0, interval_ms: int = 1000) -> dict[str, Any]:
+            in_flight_ms: int = 0, interval_ms: int = 1000, launched: int | None = None) -> dict[str, Any]:
     """Every per-run metric that the start log gives.
 
     A re-run after the kill of any (job, fire) the killed replica had in flight (started within
     `in_flight_ms` before the kill) is a takeover, not a duplicate.
     """
     starts = [r for r in records if r["ev"] == "start"]
-    w_start, w_end = window(records, stop_t)
+    w_start, w_end = window(records, stop_t, launched=launched)
     by_key: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for r in sorted(starts, key=lambda r: r["t"]):
         by_key[(r["job"], r["fire"])].append(r)

@@ -291,7 +291,7 @@ def one_run(spec: Spec, sc: Scenario, workdir: Path, run_id: str) -> dict[str, A
     records = read_log(log) if log.exists() else []
     jobs = [f"j{i}" for i in range(sc.jobs)]
     metrics = analyse(records, jobs, stop_t, kill, in_flight_ms=int(sc.sleep * 1000),
-                      interval_ms=int(sc.interval * 1000))
+                      interval_ms=int(sc.interval * 1000), launched=int(t_launch * 1000))
     survivors = [u for pid, u in usage.items() if u and (kill is None or pid != kill.pid)]
     calls: dict[str, int] = {}
     for f in workdir.glob("calls-*.json"):
@@ -299,7 +299,7 @@ def one_run(spec: Spec, sc: Scenario, workdir: Path, run_id: str) -> dict[str, A
             calls[k] = calls.get(k, 0) + v
     round_trips = sum(v for k, v in calls.items() if not k.endswith("_items"))
     metrics.update(
-        scheduler=spec.name, scenario=sc.name, run_id=run_id, stop_t=stop_t,
+        scheduler=spec.name, scenario=sc.name, run_id=run_id, stop_t=stop_t, launched=int(t_launch * 1000),
         kill=kill.__dict__ if kill else None,
         cpu_per_replica_s=statistics.mean(u["cpu_s"] for u in survivors) if survivors else None,
         cpu_replicas_s=[round(u["cpu_s"], 3) for u in survivors],
@@ -384,6 +384,27 @@ def tables(rows: list[dict[str, Any]], meta: dict[str, Any], heading: str = "###
     return "\n".join(lines)
 
 
+def resumed(out: Path, scenarios: list[Scenario]) -> list[dict[str, Any]]:
+    """The runs an earlier, cut-short invocation wrote to `out/runs.jsonl`, each with the latencies
+    (left out of that file) read again from its own start log."""
+    by_name = {sc.name: sc for sc in scenarios}
+    runs = []
+    for line in (out / "runs.jsonl").read_text().splitlines():
+        m = json.loads(line)
+        sc = by_name.get(m["scenario"])
+        if sc is None:
+            continue
+        rep = m.setdefault("repeat", int(m["run_id"][len(sc.name)]))
+        log = out / f"{sc.name}-{rep}-{m['scheduler']}" / "starts.jsonl"
+        kill = Kill(**m["kill"]) if m.get("kill") else None
+        again = analyse(read_log(log) if log.exists() else [], [f"j{i}" for i in range(sc.jobs)], m["stop_t"],
+                        kill, in_flight_ms=int(sc.sleep * 1000), interval_ms=int(sc.interval * 1000),
+                        launched=m.get("launched"))
+        m["latencies"] = again["latencies"]
+        runs.append(m)
+    return runs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="one run of A and B, 30 s each (kill at 15 s)")
@@ -394,6 +415,8 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=None, help="override every scenario's duration (s)")
     ap.add_argument("--baseline", type=Path, default=None,
                     help="another checkout (with its own .venv) whose anarchon runs beside this one's")
+    ap.add_argument("--resume", type=Path, default=None,
+                    help="a results directory whose run was cut short: keep its runs, do the rest")
     ap.add_argument("--publish", action="store_true",
                     help="rewrite docs/benchmarks.md, its plot and raw data from this run (make bench)")
     args = ap.parse_args()
@@ -406,7 +429,9 @@ def main() -> None:
         scenarios = [replace(s, duration=30, kill_at=15 if s.kill_at else None)
                      for s in scenarios if s.name in ("A", "B")]
     started = time.strftime("%Y-%m-%dT%H-%M-%S")
-    out = args.out or BENCH / "results" / started
+    out = args.resume or args.out or BENCH / "results" / started
+    if args.resume:
+        started = out.name
     out.mkdir(parents=True, exist_ok=True)
     all_specs = specs(out)
     if args.baseline:
@@ -425,12 +450,15 @@ def main() -> None:
     compile_bytecode(ROOT, PY["repo"])
     if args.baseline:
         compile_bytecode(args.baseline.resolve(), PY["baseline"])
-    runs: list[dict[str, Any]] = []
+    runs: list[dict[str, Any]] = resumed(out, scenarios) if args.resume else []
+    done = {(r["scenario"], r["repeat"], r["scheduler"]) for r in runs}
     for rep in range(args.repeats):
         for sc in scenarios:
             for spec in all_specs:
                 base_name = spec.name.removesuffix("@baseline")
                 if (only and base_name not in only) or (sc.only and base_name not in sc.only):
+                    continue
+                if (sc.name, rep, spec.name) in done:
                     continue
                 run_id = f"{sc.name}{rep}{int(time.time())}"
                 print(f"[{time.strftime('%H:%M:%S')}] {sc.name} #{rep + 1} {spec.name}", flush=True)
@@ -445,6 +473,7 @@ def main() -> None:
                       f"steady/45s={m['steady_cpu_per_45s'] and round(m['steady_cpu_per_45s'], 2)} "
                       f"takeover={m['takeover_ms']} rt/slot={m['round_trips_per_slot']}",
                       flush=True)
+                m["repeat"] = rep
                 runs.append(m)
                 with (out / "runs.jsonl").open("a") as fh:
                     fh.write(json.dumps({k: v for k, v in m.items() if k != "latencies"}) + "\n")

@@ -45,3 +45,12 @@ def test_duplicates_missed_latency_and_takeover() -> None:
     assert m["takeover_ms"] == 4900
     assert m["latency_ms"]["p50"] == 10
     assert m["gap_after_kill_ms"] == 2000  # 9.010 s -> 11.010 s around the missed fire
+
+
+def test_a_scheduler_never_ready_misses_every_fire_since_its_launch() -> None:
+    # Still registering its jobs when the run ended: no `ready`, no start. Its window starts at the
+    # launch (not at the epoch, which would count 1.7 billion fires per job).
+    m = analyse([], ["a", "b"], T0 + 10_000, None, launched=T0)
+    assert m["runs"] == 0
+    assert m["missed"] == 2 * 5  # fires T0+3 s .. T0+7 s (the window leaves 3 s at each edge)
+    assert analyse([], ["a"], T0 + 10_000, None)["missed"] == 0
