@@ -264,17 +264,26 @@ def get_request(stream: str, which: int | str) -> tuple[str, bytes, None]:
     return f"$JS.API.STREAM.MSG.GET.{stream}", _dumps(body).encode(), None
 
 
-def as_ack(reply: Msg | Exception) -> tuple[int, bool] | Exception:
-    """A publish's reply as (sequence, duplicate), or the error nats-py's `js.publish` raises."""
+def _answer(reply: Msg | Exception, no_responders: type[Exception]) -> dict[str, Any] | Exception:
+    """A JetStream API reply's JSON, or the error nats-py raises for it (`no_responders` when no
+    server answered the request)."""
     if isinstance(reply, nats.errors.NoRespondersError):
-        err = nats.js.errors.NoStreamResponseError()
+        err = no_responders()
         err.__cause__ = err.__context__ = reply
         return err
     if isinstance(reply, Exception):
         return reply
-    resp = json.loads(reply.data)
+    resp: dict[str, Any] = json.loads(reply.data)
     if "error" in resp:
         return _api_error(resp["error"])
+    return resp
+
+
+def as_ack(reply: Msg | Exception) -> tuple[int, bool] | Exception:
+    """A publish's reply as (sequence, duplicate), or the error nats-py's `js.publish` raises."""
+    resp = _answer(reply, nats.js.errors.NoStreamResponseError)
+    if isinstance(resp, Exception):
+        return resp
     return int(resp.get("seq") or 0), bool(resp.get("duplicate"))
 
 
@@ -303,15 +312,9 @@ async def stream_publish(client: Client, subject: str, payload: bytes, *, stream
 
 def as_stored(reply: Msg | Exception) -> Stored | Exception:
     """A get's reply as the stored message, or the error nats-py's `get_msg` raises."""
-    if isinstance(reply, nats.errors.NoRespondersError):
-        err = nats.js.errors.ServiceUnavailableError()
-        err.__cause__ = err.__context__ = reply
-        return err
-    if isinstance(reply, Exception):
-        return reply
-    resp = json.loads(reply.data)
-    if "error" in resp:
-        return _api_error(resp["error"])
+    resp = _answer(reply, nats.js.errors.ServiceUnavailableError)
+    if isinstance(resp, Exception):
+        return resp
     stored = resp["message"]
     data = stored.get("data")
     hdrs = stored.get("hdrs")
