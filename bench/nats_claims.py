@@ -18,8 +18,9 @@ import argparse
 import asyncio
 import os
 import statistics
-import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client
@@ -27,19 +28,10 @@ from nats.aio.client import Client
 from anarchon import ClaimOutcome, ClaimRequest, ReleaseOutcome
 from anarchon_nats import NatsBackend, NatsKVBackend
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import store_cpu
 
-
-def server_cpu() -> float:
-    """nats-server's user + system CPU seconds (0 when it cannot be read)."""
-    try:
-        pid = subprocess.run(["pgrep", "-o", "nats-server"], capture_output=True, text=True,
-                             check=True).stdout.split()[0]
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
-    except (OSError, subprocess.CalledProcessError, IndexError):
-        return 0.0
+STORE = ("nats-server",)
 
 
 class Counted:
@@ -91,12 +83,12 @@ async def main(args: argparse.Namespace) -> None:
             due = start + k * args.every
             await asyncio.sleep(max(0.0, due - time.time()))
             slot = int(due * 1000)
-            c0, s0, n0 = time.process_time(), server_cpu(), counter.sent
+            c0, s0, n0 = time.process_time(), store_cpu(STORE), counter.sent
             following = int((due + args.every) * 1000)
             out = await asyncio.gather(*(one(b, f"r{i}", args.jobs, slot, following)
                                          for i, b in enumerate(backends)))
             wall = max(w for w, _ in out)
-            cpu, server, sent = time.process_time() - c0, server_cpu() - s0, counter.sent - n0
+            cpu, server, sent = time.process_time() - c0, store_cpu(STORE) - s0, counter.sent - n0
             won = sum(n for _, n in out)
             walls.append(wall)
             cpus.append(cpu)

@@ -19,26 +19,18 @@ import argparse
 import asyncio
 import os
 import statistics
-import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from anarchon import ClaimOutcome, ClaimRequest
 from anarchon_rabbitmq import RabbitMQBackend
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import store_cpu
 
-
-def broker_cpu() -> float:
-    """beam.smp's user + system CPU seconds (0 when it cannot be read)."""
-    try:
-        pid = subprocess.run(["pgrep", "-o", "beam.smp"], capture_output=True, text=True,
-                             check=True).stdout.split()[0]
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
-    except (OSError, subprocess.CalledProcessError, IndexError):
-        return 0.0
+STORE = ("beam.smp",)
 
 
 async def client(backend: RabbitMQBackend, owner: str, jobs: int, slot: int,
@@ -68,12 +60,12 @@ async def main(args: argparse.Namespace) -> None:
             due = start + k * args.every
             await asyncio.sleep(max(0.0, due - time.time()))
             slot = int(due * 1000)
-            c0, b0 = time.process_time(), broker_cpu()
+            c0, b0 = time.process_time(), store_cpu(STORE)
             following = int((due + args.every) * 1000)
             out = await asyncio.gather(*(client(b, f"r{i}", args.jobs, slot, following)
                                          for i, b in enumerate(backends)))
             wall = max(w for w, _ in out)
-            cpu, broker = time.process_time() - c0, broker_cpu() - b0
+            cpu, broker = time.process_time() - c0, store_cpu(STORE) - b0
             won = sum(n for _, n in out)
             walls.append(wall)
             cpu_total += cpu
