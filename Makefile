@@ -113,7 +113,8 @@ test-topologies: install
 	  $(BIN)/pytest -q -rfEs -s -m topology_kit $$(echo $${suite#*=} | tr : ' ') || status=1; \
 	done; exit $$status
 
-# Benchmarks (never part of `make test`): peers come from PyPI into their own venvs, never vendored.
+# Benchmarks (never part of `make test`): peers come from PyPI into their own venvs, never vendored;
+# anarchon's replicas run in bench/.venv-anarchon (core and drivers only), made by bench/run.py.
 # APScheduler 3 and 4 share a distribution name, so 4.0.0a6 gets a venv of its own.
 bench/.venv-peers/.installed: bench/requirements-peers.txt
 	$(PY) -m venv bench/.venv-peers

@@ -1,15 +1,19 @@
 """The cluster benchmark: anarchon and its peers on one workload, in one run, on one machine.
 
-    python bench/run.py [--quick] [--repeats N] [--scenarios A,B,D,K,C,C5] [--only name,name] [--out DIR]
-                        [--baseline CHECKOUT]
+    python bench/run.py [--quick] [--repeats N] [--scenarios A,B,D,K,S,R,C,C5] [--only name,name]
+                        [--out DIR] [--baseline CHECKOUT]
 
 Each scheduler runs as 3 OS processes (replicas) registering the same J jobs, each every 1 s. Every
 replica appends one JSON line per handler start to a shared log; `analysis.py` turns the log into
 the metrics. Writes results.json, results.md and plot.png to --out (default bench/results/<time>).
 
+anarchon's replicas run in bench/.venv-anarchon, made on first use with the core and the drivers of
+this checkout (editable) and nothing else: what a user of one driver installs, without the metrics,
+tracing and dashboard plugins of the development venv.
+
 `--baseline CHECKOUT` adds, beside each anarchon scheduler, the same scheduler from another checkout
-of this repository (named `<scheduler>@baseline`, run with CHECKOUT/.venv/bin/python and that
-checkout's replica script), so an optimisation is measured before and after in one run.
+of this repository (named `<scheduler>@baseline`, run in CHECKOUT/bench/.venv-anarchon, made the same
+way, with that checkout's replica script), so an optimisation is measured before and after in one run.
 """
 
 from __future__ import annotations
@@ -31,8 +35,12 @@ from analysis import Kill, analyse, read_log, summarise
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-PY = {"repo": ROOT / ".venv/bin/python", "peers": BENCH / ".venv-peers/bin/python",
-      "aps4": BENCH / ".venv-aps4/bin/python"}
+PY = {"anarchon": BENCH / ".venv-anarchon/bin/python",
+      "peers": BENCH / ".venv-peers/bin/python", "aps4": BENCH / ".venv-aps4/bin/python"}
+DRIVERS = ("anarchon-core", "anarchon-sqlite", "anarchon-redis", "anarchon-postgres", "anarchon-rabbitmq",
+           "anarchon-nats")
+"""What a user of one driver installs, for every driver: the replicas load no metrics, tracing or
+dashboard plugin (each installed plugin is loaded by every process that builds a Scheduler)."""
 PG = "postgresql://postgres@127.0.0.1:5432"
 REDIS_DB = {"anarchon-redis": 11, "arq": 12, "anarchon-redis-stream": 13}
 REPLICAS = 3
@@ -95,29 +103,47 @@ class Spec:
 
 
 def have_sqlite() -> bool:
-    """True when the anarchon SQLite driver is installed in the repository's venv."""
+    """True when the anarchon SQLite driver is installed in anarchon's benchmark venv."""
     probe = "import importlib.util,sys; sys.exit(importlib.util.find_spec('anarchon_sqlite') is None)"
-    return subprocess.run([str(PY["repo"]), "-c", probe], check=False).returncode == 0
+    return subprocess.run([str(PY["anarchon"]), "-c", probe], check=False).returncode == 0
+
+
+def anarchon_venv(checkout: Path) -> Path:
+    """The Python of `checkout`'s anarchon benchmark venv (bench/.venv-anarchon): its core and drivers
+    installed from its own source tree, editable, and nothing else; made on first use."""
+    venv = checkout / "bench" / ".venv-anarchon"
+    python = venv / "bin" / "python"
+    stamp = venv / ".installed"
+    packages = [checkout / "packages" / name for name in DRIVERS if (checkout / "packages" / name).is_dir()]
+    made = stamp.stat().st_mtime if stamp.exists() else None
+    if made is not None and all(made >= (p / "pyproject.toml").stat().st_mtime for p in packages):
+        return python
+    print(f"installing anarchon's core and drivers from {checkout} into {venv}", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q",
+                    *[arg for p in packages for arg in ("-e", str(p))]], check=True)
+    stamp.touch()
+    return python
 
 
 def specs(workdir: Path) -> list[Spec]:
     """Every scheduler in the comparison, anarchon's drivers first."""
     out = []
     if have_sqlite():
-        out.append(Spec("anarchon-sqlite", "repo", "anarchon_replica.py", (), f"sqlite:///{workdir}/anarchon.db"))
+        out.append(Spec("anarchon-sqlite", "anarchon", "anarchon_replica.py", (), f"sqlite:///{workdir}/anarchon.db"))
     out += [
-        Spec("anarchon-redis", "repo", "anarchon_replica.py", ("redis-server",),
+        Spec("anarchon-redis", "anarchon", "anarchon_replica.py", ("redis-server",),
              f"redis://127.0.0.1:6379/{REDIS_DB['anarchon-redis']}", redis_db=REDIS_DB["anarchon-redis"]),
-        Spec("anarchon-postgresql", "repo", "anarchon_replica.py", ("postgres",),
+        Spec("anarchon-postgresql", "anarchon", "anarchon_replica.py", ("postgres",),
              f"{PG}/bench_anarchon", database="bench_anarchon"),
-        Spec("anarchon-redis-stream", "repo", "anarchon_replica.py", ("redis-server",),
+        Spec("anarchon-redis-stream", "anarchon", "anarchon_replica.py", ("redis-server",),
              f"redis+stream://127.0.0.1:6379/{REDIS_DB['anarchon-redis-stream']}",
              redis_db=REDIS_DB["anarchon-redis-stream"]),
-        Spec("anarchon-rabbitmq", "repo", "anarchon_replica.py", ("beam.smp",),
+        Spec("anarchon-rabbitmq", "anarchon", "anarchon_replica.py", ("beam.smp",),
              "amqp://guest:guest@127.0.0.1:5672/"),
-        Spec("anarchon-nats", "repo", "anarchon_replica.py", ("nats-server",),
+        Spec("anarchon-nats", "anarchon", "anarchon_replica.py", ("nats-server",),
              "nats://127.0.0.1:4222?stream=BENCH_ANARCHON"),
-        Spec("anarchon-nats-kv", "repo", "anarchon_replica.py", ("nats-server",),
+        Spec("anarchon-nats-kv", "anarchon", "anarchon_replica.py", ("nats-server",),
              "nats-kv://127.0.0.1:4222?bucket=bench_anarchon&lease=5s"),
         Spec("apscheduler3-memory", "peers", "aps3_replica.py"),
         Spec("apscheduler4-postgresql", "aps4", "aps4_replica.py", ("postgres",),
@@ -414,7 +440,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--duration", type=float, default=None, help="override every scenario's duration (s)")
     ap.add_argument("--baseline", type=Path, default=None,
-                    help="another checkout (with its own .venv) whose anarchon runs beside this one's")
+                    help="another checkout whose anarchon runs beside this one's (in a venv of its own)")
     ap.add_argument("--resume", type=Path, default=None,
                     help="a results directory whose run was cut short: keep its runs, do the rest")
     ap.add_argument("--publish", action="store_true",
@@ -433,21 +459,20 @@ def main() -> None:
     if args.resume:
         started = out.name
     out.mkdir(parents=True, exist_ok=True)
+    PY["anarchon"] = anarchon_venv(ROOT)
     all_specs = specs(out)
     if args.baseline:
         base = args.baseline.resolve()
-        PY["baseline"] = base / ".venv/bin/python"
-        if not PY["baseline"].exists():
-            sys.exit(f"--baseline {base}: no {PY['baseline']}; create that checkout's .venv first")
+        PY["baseline"] = anarchon_venv(base)
         paired = []
         for spec in all_specs:
             paired.append(spec)
-            if spec.venv == "repo":
+            if spec.venv == "anarchon":
                 paired.append(replace(spec, name=f"{spec.name}@baseline", venv="baseline",
                                       bench_dir=base / "bench"))
         all_specs = paired
     only = set(filter(None, args.only.split(",")))
-    compile_bytecode(ROOT, PY["repo"])
+    compile_bytecode(ROOT, PY["anarchon"])
     if args.baseline:
         compile_bytecode(args.baseline.resolve(), PY["baseline"])
     runs: list[dict[str, Any]] = resumed(out, scenarios) if args.resume else []
