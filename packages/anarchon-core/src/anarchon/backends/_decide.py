@@ -11,7 +11,7 @@ holds them to the same rules.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ._protocols import (
     ClaimOutcome,
@@ -22,11 +22,13 @@ from ._protocols import (
     LeaseRecord,
     Overlap,
     ReleaseOutcome,
+    _quick_init,
 )
 
 __all__ = ["ClaimDecision", "ReleaseDecision", "RenewDecision", "decide", "decide_release", "decide_renew"]
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class ClaimDecision:
     """What `decide` found: the answer to return, and what to write in the same atomic step."""
@@ -156,6 +158,7 @@ def _won(
     )
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class RenewDecision:
     """What `decide_renew` found: the lease to return, and the record to write in the same atomic step."""
@@ -179,10 +182,15 @@ def decide_renew(rec: LeaseRecord | None, lease: Lease, lease_ms: int, now: int)
     """
     if rec is None or not rec.held_by(lease) or rec.expires_at <= now:
         return RenewDecision(None)
-    write = replace(rec, expires_at=now + lease_ms, updated_at=now)
-    return RenewDecision(replace(lease, expires_at=write.expires_at), write)
+    # (Built field by field, not with dataclasses.replace: several times cheaper, once per renewal.)
+    write = LeaseRecord(rec.slot, rec.attempt, rec.token, rec.owner, rec.status, now + lease_ms,
+                        rec.fingerprint, now)
+    renewed = Lease(lease.namespace, lease.job, lease.slot, lease.attempt, lease.token, lease.owner,
+                    write.expires_at)
+    return RenewDecision(renewed, write)
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class ReleaseDecision:
     """What `decide_release` found: the answer, and what to write in the same atomic step."""
@@ -215,4 +223,6 @@ def decide_release(
     handover = outcome is ReleaseOutcome.HANDOVER
     if not newest and not handover:
         return ReleaseDecision(True, forget=True)
-    return ReleaseDecision(True, replace(rec, status=outcome.status, updated_at=now), push=handover)
+    write = LeaseRecord(rec.slot, rec.attempt, rec.token, rec.owner, outcome.status, rec.expires_at,
+                        rec.fingerprint, now)
+    return ReleaseDecision(True, write, push=handover)

@@ -222,6 +222,7 @@ class ClaimResult:
         return self.outcome is ClaimOutcome.WON
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class LeaseRecord:
     """One stored record of a job's slot: what the lease rules (`decide` and its siblings) read and write."""
