@@ -281,6 +281,7 @@ class JobControl:
     """The id of the job's newest trigger (store time in epoch ms when it was issued); 0 for none."""
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class RunRecord:
     """One ended run of a job, as its history keeps it."""
