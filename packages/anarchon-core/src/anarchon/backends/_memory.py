@@ -277,7 +277,8 @@ class MemoryBackend(LeaseBackendBase):
             touched: set[str] = set()
             for run in runs:
                 kept = self.store.history.setdefault((namespace, run.job), {})
-                kept[(run.slot, run.attempt)] = replace(run, error=run.error[:ERROR_LIMIT])
+                short = len(run.error) <= ERROR_LIMIT  # (frozen: kept as it is unless cut)
+                kept[(run.slot, run.attempt)] = run if short else replace(run, error=run.error[:ERROR_LIMIT])
                 touched.add(run.job)
             for job in touched:
                 kept = self.store.history[(namespace, job)]
