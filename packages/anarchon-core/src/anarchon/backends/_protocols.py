@@ -99,6 +99,11 @@ class JobStatus(enum.StrEnum):
     RELEASED = "released"
 
 
+_RUNNING = JobStatus.RUNNING
+"""Bound once (read per claim): on Python 3.11 an Enum class's attribute lookup goes through
+EnumType.__getattr__."""
+
+
 class ReleaseOutcome(enum.StrEnum):
     """How a run ended, as told to `release`."""
 
@@ -241,11 +246,11 @@ class LeaseRecord:
 
     def live(self, now: int) -> bool:
         """True while the record runs under an unexpired lease (expiry is inclusive)."""
-        return self.status is JobStatus.RUNNING and self.expires_at > now
+        return self.status is _RUNNING and self.expires_at > now
 
     def held_by(self, lease: Lease) -> bool:
         """True while this is the running record that `lease` was granted: same slot, token and owner."""
-        return (self.status is JobStatus.RUNNING and self.slot == lease.slot and self.token == lease.token
+        return (self.status is _RUNNING and self.slot == lease.slot and self.token == lease.token
                 and self.owner == lease.owner)
 
 
