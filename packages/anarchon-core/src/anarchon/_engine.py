@@ -266,7 +266,16 @@ class Engine:
                             stale_after(entry))
 
     async def _claim_batch(self, batch: list[Due]) -> None:
-        requests = [self._request(e) for e in batch]
+        # (`_request` inline: this loop runs once per claim attempt.)
+        c = self._config
+        namespace, owner, max_skew_ms = c.namespace, c.instance_id, c.max_skew_ms
+        requests: list[ClaimRequest] = []
+        for e in batch:
+            plan = e.plan
+            job = plan.job
+            o = job.options
+            requests.append(ClaimRequest(namespace, job.name, e.slot, owner, o.lease_ms, o.max_attempts,
+                                         o.overlap, plan.fingerprint, max_skew_ms, stale_after(e)))
         backend = self._backend
         sent = self.keeper.now()
         try:

@@ -175,13 +175,15 @@ class Observers:
     that asks `wants(name)` first does not even build its arguments.
     """
 
-    __slots__ = ("_listened", "_listeners", "_log", "_plugins", "_pm", "_seen", "_wanted")
+    __slots__ = ("_listened", "_listeners", "_listeners_gen", "_log", "_plugins", "_pm", "_pm_gen", "_wanted")
 
     def __init__(self, pm: pluggy.PluginManager, listeners: Listeners, log: logging.Logger) -> None:
         self._pm = pm
         self._listeners = listeners
         self._log = log
-        self._seen = (-1, -1)
+        self._pm_gen = -1
+        """The plugin manager's `generation` when the hooks were last looked at (-1: never)."""
+        self._listeners_gen = -1
         self._plugins: dict[str, tuple[_Impl, ...]] = {}
         """Each hook's implementations, in the order they are called (the last registered first)."""
         self._wanted: frozenset[str] = frozenset()
@@ -189,32 +191,44 @@ class Observers:
         """The hooks whose events some listener takes."""
 
     def _refresh(self) -> None:
-        # `generation` is counted by anarchon's plugin manager; any other manager is looked at each time.
-        pm_gen = getattr(self._pm, "generation", -1)
-        seen = self._seen
-        if pm_gen == seen[0] and pm_gen != -1 and self._listeners.generation == seen[1]:
-            return
-        seen = (pm_gen, self._listeners.generation)
+        # `generation` is counted by anarchon's plugin manager; any other manager is looked at each
+        # time. (Read first: a change made while this runs is seen at the next event.)
+        pm_gen, listeners_gen = getattr(self._pm, "generation", -1), self._listeners.generation
         relay = self._pm.hook
         self._plugins = {name: tuple(_impl(i) for i in reversed(getattr(relay, name).get_hookimpls()))
                          for name in _HOOKS if hasattr(relay, name)}
         self._listened = frozenset(name for name in _HOOKS if self._listeners.wants(name))
         self._wanted = frozenset(name for name in _HOOKS if self._plugins.get(name)) | self._listened
-        self._seen = seen
+        self._pm_gen, self._listeners_gen = pm_gen, listeners_gen
 
     def wants(self, name: str) -> bool:
         """True when a plugin or a listener receives the hook `name`."""
-        self._refresh()
+        # (The freshness check is inline here and in __call__: both run per claim attempt.)
+        pm_gen = getattr(self._pm, "generation", -1)
+        if pm_gen != self._pm_gen or pm_gen == -1 or self._listeners.generation != self._listeners_gen:
+            self._refresh()
         return name in self._wanted
 
     def __call__(self, name: str, /, **kwargs: Any) -> None:
         """Deliver the hook `name`; a failure is logged, never raised."""
-        self._refresh()
+        pm_gen = getattr(self._pm, "generation", -1)
+        if pm_gen != self._pm_gen or pm_gen == -1 or self._listeners.generation != self._listeners_gen:
+            self._refresh()
         if name not in self._wanted:
             return
         impls = self._plugins.get(name)
         if impls:
-            _call_impls(name, impls, kwargs, self._log)
+            # Each plugin's implementation on its own: one that raises is logged and the others still run.
+            for function, count, pick, plugin in impls:
+                try:
+                    if count == 1:
+                        function(pick(kwargs))
+                    elif count:
+                        function(*pick(kwargs))
+                    else:
+                        function()
+                except Exception:
+                    self._log.exception("plugin %r failed in hook %s", plugin, name)
         if name in self._listened:
             self._listeners.deliver(name, kwargs)
 
@@ -228,21 +242,6 @@ def _impl(impl: Any) -> _Impl:
     names: tuple[str, ...] = tuple(impl.argnames)
     pick = operator.itemgetter(*names) if names else dict
     return impl.function, len(names), pick, impl.plugin_name
-
-
-def _call_impls(name: str, impls: tuple[_Impl, ...], kwargs: dict[str, Any], log: logging.Logger) -> None:
-    """Call each plugin's implementation of an observer hook on its own: one that raises is logged and
-    the others still run."""
-    for function, count, pick, plugin in impls:
-        try:
-            if count == 1:
-                function(pick(kwargs))
-            elif count:
-                function(*pick(kwargs))
-            else:
-                function()
-        except Exception:
-            log.exception("plugin %r failed in hook %s", plugin, name)
 
 
 def _describe(fn: object) -> str:

@@ -164,10 +164,10 @@ class HistoryWriter:
                duration_ms: float, *, timeout_ms: int | None = None) -> None:
         """Keep one ended run, to be written with the others that end within `FLUSH_MS`."""
         duration = max(0, round(duration_ms))
-        run = RunRecord(job=ctx.name, slot=ctx.slot, attempt=ctx.attempt, token=ctx.token,
-                        instance=self._instance_id,
-                        outcome=outcome_name(outcome), started_at=self._clock.now_ms() - duration,
-                        duration_ms=duration, error=error_text(error, timeout_ms=timeout_ms))
+        text = "" if error is None and timeout_ms is None else error_text(error, timeout_ms=timeout_ms)
+        # (Positional: this runs once per run.)
+        run = RunRecord(ctx.name, ctx.slot, ctx.attempt, ctx.token, self._instance_id, outcome_name(outcome),
+                        self._clock.now_ms() - duration, duration, text)
         if len(self._buffer) >= BUFFER_LIMIT:
             del self._buffer[: len(self._buffer) - BUFFER_LIMIT + 1]
         self._buffer.append(run)

@@ -52,6 +52,7 @@ _RUN, _HAND_BACK, _WATCH, _DROP = Step.RUN, Step.HAND_BACK, Step.WATCH, Step.DRO
 _WON, _TAKEN, _SKIPPED, _EARLY, _EXHAUSTED = (ClaimOutcome.WON, ClaimOutcome.TAKEN, ClaimOutcome.SKIPPED,
                                               ClaimOutcome.EARLY, ClaimOutcome.EXHAUSTED)
 _ALLOW, _BUFFER_ONE, _RELEASED = Overlap.ALLOW, Overlap.BUFFER_ONE, JobStatus.RELEASED
+_DEBUG, _INFO = logging.DEBUG, logging.INFO
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,16 +106,17 @@ def react(job: Job, result: ClaimResult, *, watching: bool, stopping: bool, fact
         # A claim-only slot won as the instance stops has no handover (the others were told `taken`):
         # it runs, its signal already set.
         step = _HAND_BACK if stopping and facts.leases else _RUN
-        return Action(step, result.slot, supersedes=supersedes, level=logging.INFO, message=line[0],
-                      args=line[1])
+        # (Positional here and for `taken`, the outcomes of nearly every claim: keywords cost a
+        # name match each. In field order: step, slot, delay_ms, backup, supersedes, level, message, args.)
+        return Action(step, result.slot, 0, False, supersedes, _INFO, line[0], line[1])
     if outcome is _TAKEN:
-        level = logging.DEBUG if watching else logging.INFO
+        level = _DEBUG if watching else _INFO
         taken: tuple[object, ...] = (job.name, slot, result.holder or "another instance")
         if not facts.leases:
             return Action(_DROP, result.slot, supersedes=supersedes, level=level,
                           message="%s slot=%s taken by %s", args=taken)
-        return Action(_WATCH, result.slot, _backup_delay(job, result, facts), backup=True,
-                      supersedes=supersedes, level=level, message="%s slot=%s taken by %s", args=taken)
+        return Action(_WATCH, result.slot, _backup_delay(job, result, facts), True, supersedes, level,
+                      "%s slot=%s taken by %s", taken)
     if outcome is _SKIPPED:
         older = SlotText(result.record_slot) if result.record_slot else "?"
         message = "%s slot=%s skipped (overlap): slot %s still runs on %s"

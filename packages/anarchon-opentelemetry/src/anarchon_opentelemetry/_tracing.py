@@ -52,8 +52,9 @@ class Tracing:
     @hookimpl
     def anarchon_run_started(self, ctx: JobContext) -> None:
         """Open the run's span and make it the current one in the run's task."""
-        api = self._get_api()
-        span = self._get_tracer().start_span(f"run {ctx.name}", kind=api.internal, attributes={
+        api = self._api or self._get_api()  # (the calls only until both exist: this runs per run)
+        tracer = self._tracer or self._get_tracer()
+        span = tracer.start_span(f"run {ctx.name}", kind=api.internal, attributes={
             "anarchon.job": ctx.name, "anarchon.slot": ctx.slot, "anarchon.attempt": ctx.attempt,
             "anarchon.namespace": ctx.namespace, "anarchon.instance": ctx.instance_id,
         })
@@ -74,7 +75,7 @@ class Tracing:
         entry = self._open.pop(id(ctx), None)
         if entry is None or entry[0] is not ctx:
             return  # the handler was never called (a late lease that was gone)
-        api = self._get_api()
+        api = self._api or self._get_api()
         _ctx, span, token = entry
         span.set_attribute("anarchon.outcome", "lost" if outcome is None else str(outcome))
         if outcome is _FAILED:

@@ -50,6 +50,11 @@ class Metrics:
         self._claim_buckets = claim_buckets
         self._made: _Made | None = None
         self._lock = threading.Lock()
+        # The children the per-claim and per-run hooks use, by their labels: one dict look-up each.
+        self._latency: dict[str, Any] = {}
+        """The claim-latency histogram's child by namespace."""
+        self._ended: dict[tuple[str, str, ReleaseOutcome | None], tuple[Any, Any]] = {}
+        """(The runs counter's child, the run-duration histogram's child) by (namespace, job, outcome)."""
 
     def __repr__(self) -> str:
         return f"Metrics(registry={self._registry!r})"
@@ -91,17 +96,26 @@ class Metrics:
     @hookimpl
     def anarchon_claim(self, request: ClaimRequest, latency_ms: float) -> None:
         """Time the claim."""
-        m = self._metrics()
-        m.child(m.claim_latency, request.namespace).observe(latency_ms / 1000)
+        child = self._latency.get(request.namespace)
+        if child is None:
+            m = self._metrics()
+            child = self._latency[request.namespace] = m.child(m.claim_latency, request.namespace)
+        child.observe(latency_ms / 1000)
 
     @hookimpl
     def anarchon_run_finished(self, ctx: JobContext, outcome: ReleaseOutcome | None,
                               duration_ms: float | None) -> None:
         """Count the run by its outcome, and time it."""
-        m = self._metrics()
-        m.child(m.runs, ctx.namespace, ctx.name, "lost" if outcome is None else outcome.value).inc()
+        key = (ctx.namespace, ctx.name, outcome)
+        children = self._ended.get(key)
+        if children is None:
+            m = self._metrics()
+            children = self._ended[key] = (
+                m.child(m.runs, ctx.namespace, ctx.name, "lost" if outcome is None else outcome.value),
+                m.child(m.run_duration, ctx.namespace, ctx.name))
+        children[0].inc()
         if duration_ms is not None:
-            m.child(m.run_duration, ctx.namespace, ctx.name).observe(duration_ms / 1000)
+            children[1].observe(duration_ms / 1000)
 
     @hookimpl
     def anarchon_lease_lost(self, ctx: JobContext) -> None:

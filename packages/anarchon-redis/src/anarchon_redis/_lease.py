@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import operator
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -57,6 +58,8 @@ _REISSUED = b"reissued"
 _OVERLAPS: dict[Any, str] = {o: o.value for o in Overlap}
 """An overlap (member or its string) to its value, without an Enum call per claim."""
 _WON = ClaimOutcome.WON
+_RELEASED_AS: dict[ReleaseOutcome, str] = {o: o.status.value for o in ReleaseOutcome}
+"""The status each release outcome stores (`.value` of an Enum is a Python-level property on 3.11)."""
 """Bound once: on Python 3.11 an Enum class's attribute lookup goes through EnumType.__getattr__."""
 
 
@@ -255,6 +258,8 @@ _RECORD_RUNS, _RECORD_RUNS_BATCH = Script(_scripts.RECORD_RUNS), Script(_scripts
 _PUBLISH_CATALOGUE = Script(_scripts.PUBLISH_CATALOGUE)
 _CATALOGUE = Script(_scripts.CATALOGUE)
 _RUN_FIELDS = tuple(sorted(RunRecord.__slots__))
+_RUN_VALUES = operator.attrgetter(*_RUN_FIELDS)
+"""A run's values in the order of `_RUN_FIELDS`, read in C (once per run)."""
 _RUN_JSON = json.JSONEncoder(ensure_ascii=False, sort_keys=True)
 """A run's JSON (one encoder for every run: `json.dumps` with options builds one per call)."""
 
@@ -295,6 +300,8 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         self._indexed_at = time.monotonic()
         self._callbacks: dict[str, list[ReleaseCallback]] = {}
         self._key_cache: dict[tuple[str, str], list[str]] = {}
+        self._channels: dict[str, str] = {}
+        """Each namespace's release channel (named once, not per release)."""
         self._listener: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()
         self._closed = False
@@ -343,8 +350,9 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         Cluster client, else one script call per chunk of `BATCH` requests."""
         if not requests:
             return []
+        cache = self._key_cache  # (its hit inline: this runs once per claim attempt)
         calls = [
-            (self._job_keys(r.namespace, r.job),
+            (cache.get((r.namespace, r.job)) or self._job_keys(r.namespace, r.job),
              [r.slot, r.owner, r.lease_ms, r.max_attempts,
               _OVERLAPS.get(r.overlap) or Overlap(r.overlap).value, r.fingerprint, r.max_skew_ms,
               "" if r.stale_after is None else r.stale_after])
@@ -498,9 +506,11 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         return [self._renewed(lease, expires) for (lease, _), expires in zip(renewals, replies, strict=True)]
 
     def _release_call(self, lease: Lease, outcome: ReleaseOutcome) -> tuple[list[str], list[Any]]:
+        channel = self._channels.get(lease.namespace)
+        if channel is None:
+            channel = self._channels[lease.namespace] = self.keys.channel(lease.namespace)
         return (self._job_keys(lease.namespace, lease.job),
-                [lease.slot, lease.token, lease.owner, outcome.status.value,
-                 self.keys.channel(lease.namespace), lease.job])
+                [lease.slot, lease.token, lease.owner, _RELEASED_AS[outcome], channel, lease.job])
 
     async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
         """End a batch of runs in one round trip (see `LeaseBackend.release`): one script call per
@@ -600,7 +610,7 @@ class RedisBackend(RedisStore, LeaseBackendBase):
             pairs = by_job.get(r.job)
             if pairs is None:
                 pairs = by_job[r.job] = []
-            run = {name: getattr(r, name) for name in _RUN_FIELDS}
+            run = dict(zip(_RUN_FIELDS, _RUN_VALUES(r), strict=True))
             run["error"] = r.error[:ERROR_LIMIT]
             pairs.append(r.slot * 1000 + min(r.attempt, 999))
             pairs.append(encode(run))

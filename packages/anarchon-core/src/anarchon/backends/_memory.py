@@ -38,6 +38,10 @@ from ._protocols import (
 
 __all__ = ["MemoryBackend", "MemoryClaimBackend", "MemoryStore"]
 
+_RUNNING = JobStatus.RUNNING
+"""Bound once (read per claim): on Python 3.11 an Enum class's attribute lookup goes through
+EnumType.__getattr__."""
+
 
 @dataclass(slots=True)
 class _Job:
@@ -143,7 +147,7 @@ class MemoryBackend(LeaseBackendBase):
         job = store.jobs.setdefault(key, _Job())
         job.token = write.token
         if decision.new_slot:
-            job.others = {s: o for s, o in job.others.items() if o.status is JobStatus.RUNNING}
+            job.others = {s: o for s, o in job.others.items() if o.status is _RUNNING}
             if decision.keep_previous and head is not None:
                 job.others[head.slot] = head
             job.current = write
@@ -277,7 +281,8 @@ class MemoryBackend(LeaseBackendBase):
             touched: set[str] = set()
             for run in runs:
                 kept = self.store.history.setdefault((namespace, run.job), {})
-                kept[(run.slot, run.attempt)] = replace(run, error=run.error[:ERROR_LIMIT])
+                short = len(run.error) <= ERROR_LIMIT  # (frozen: kept as it is unless cut)
+                kept[(run.slot, run.attempt)] = run if short else replace(run, error=run.error[:ERROR_LIMIT])
                 touched.add(run.job)
             for job in touched:
                 kept = self.store.history[(namespace, job)]

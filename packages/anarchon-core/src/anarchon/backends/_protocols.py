@@ -99,6 +99,11 @@ class JobStatus(enum.StrEnum):
     RELEASED = "released"
 
 
+_RUNNING = JobStatus.RUNNING
+"""Bound once (read per claim): on Python 3.11 an Enum class's attribute lookup goes through
+EnumType.__getattr__."""
+
+
 class ReleaseOutcome(enum.StrEnum):
     """How a run ended, as told to `release`."""
 
@@ -222,6 +227,7 @@ class ClaimResult:
         return self.outcome is ClaimOutcome.WON
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class LeaseRecord:
     """One stored record of a job's slot: what the lease rules (`decide` and its siblings) read and write."""
@@ -240,11 +246,11 @@ class LeaseRecord:
 
     def live(self, now: int) -> bool:
         """True while the record runs under an unexpired lease (expiry is inclusive)."""
-        return self.status is JobStatus.RUNNING and self.expires_at > now
+        return self.status is _RUNNING and self.expires_at > now
 
     def held_by(self, lease: Lease) -> bool:
         """True while this is the running record that `lease` was granted: same slot, token and owner."""
-        return (self.status is JobStatus.RUNNING and self.slot == lease.slot and self.token == lease.token
+        return (self.status is _RUNNING and self.slot == lease.slot and self.token == lease.token
                 and self.owner == lease.owner)
 
 
@@ -280,6 +286,7 @@ class JobControl:
     """The id of the job's newest trigger (store time in epoch ms when it was issued); 0 for none."""
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class RunRecord:
     """One ended run of a job, as its history keeps it."""
