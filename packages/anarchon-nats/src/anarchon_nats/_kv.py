@@ -357,7 +357,7 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         rec_entry, live = read if read is not None else await self._get_both(key)
         held = live.value
         head = self._record(rec_entry, live)
-        if held and (head is None or head.expires_at == 0):
+        if held and (head is None or head.expires_at == 0) and not self._ended(head, held):
             # A lease entry that does not match the record belongs to a claim still in flight (or one
             # that died between its two writes): it blocks every claim until it is gone or ages out.
             return self._in_flight(r, live, held)
@@ -377,7 +377,8 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
             now_live = (self._entry_of(exc.latest) if exc.latest is not None and exc.latest.seq != live.last
                         else await self._get(self.bucket, key))
             theirs = now_live.value
-            if theirs and theirs.get("owner") != r.owner and int(theirs.get("slot", 0)) >= r.slot:
+            if (theirs and theirs.get("owner") != r.owner and int(theirs.get("slot", 0)) >= r.slot
+                    and not self._ended(head, theirs)):
                 return self._in_flight(r, now_live, theirs)
             return None
         decision = decide(head, r, written_ms, token=token)
@@ -418,6 +419,16 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         if record.status is JobStatus.RUNNING and live.value == self._entry(record):
             record = replace(record, expires_at=live.time_ms + self.lease_ms)
         return record
+
+    @classmethod
+    def _ended(cls, head: LeaseRecord | None, held: dict[str, Any]) -> bool:
+        """True if the lease entry `held` is the one of a run the record `head` says has ended.
+
+        A release of a lease this instance won leaves its entry to age out: the record alone ends
+        the lease. No claim in flight writes such an entry (a claim writes a new slot or attempt),
+        so a claim replaces it as if it were gone.
+        """
+        return head is not None and head.status is not JobStatus.RUNNING and held == cls._entry(head)
 
     @staticmethod
     def _entry(rec: LeaseRecord | Lease) -> dict[str, Any]:
@@ -510,13 +521,13 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
                 del self._held[key]
                 try:
                     # The record is still the one this lease's claim wrote, so `decide_release`
-                    # allows it (running, same token and owner).
+                    # allows it (running, same token and owner). The lease entry is left to age
+                    # out: it matches a record that has ended, so the next claim replaces it.
                     await self._put(self.state_bucket, key, {**held.record, "status": outcome.status.value},
                                     held.record_rev)
                 except _Conflict:
                     pass  # changed since: decide on fresh reads
                 else:
-                    await self._end_entry(key, lease, held.entry_rev)
                     return True
             entry, live = await self._get_both(key)
             decision = decide_release(self._record(entry, live), lease, outcome,
