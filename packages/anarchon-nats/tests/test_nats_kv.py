@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import nats.errors
 import pytest
 
 from anarchon import ConfigError, Scheduler, SchemaMismatch
@@ -27,7 +28,8 @@ from anarchon.backends import (
 )
 from anarchon.testing import require_service
 from anarchon.testing.cluster import Cluster
-from anarchon_nats import NatsKVBackend
+from anarchon_nats import NatsKVBackend, _common
+from anarchon_nats._common import request_joined
 
 URL = os.environ.get("ANARCHON_NATS_URL", "nats://127.0.0.1:4222")
 LEASE_MS = 1000
@@ -93,6 +95,39 @@ async def test_a_batch_runs_one_jobs_items_in_order_and_jobs_side_by_side(kv: Na
     released = await kv.release_many([(lease, ReleaseOutcome.DONE) for lease in leases]
                                      + [(leases[0], ReleaseOutcome.DONE)])
     assert released == [True] * len(leases) + [False]
+
+
+async def test_requests_asked_in_one_turn_go_in_one_batch_each_caller_its_replies(kv: NatsKVBackend) -> None:
+    # Three tasks ask at once: one batch carries them (one reply wait), each gets its own answers,
+    # and a caller cancelled while waiting leaves the others their replies.
+    batches: list[int] = []
+    send = _common.request_all
+
+    async def counted(client: Any, requests: Any, within: float) -> Any:
+        batches.append(len(requests))
+        return await send(client, requests, within)
+
+    info = (f"$JS.API.STREAM.INFO.KV_{kv.bucket}", b"", None)
+    state = (f"$JS.API.STREAM.INFO.KV_{kv.state_bucket}", b"", None)
+    nobody = ("nobody.listens.here", b"", None)
+    _common.request_all = counted
+    try:
+        cancelled = asyncio.ensure_future(request_joined(kv.client, [info], 5.0))
+        first, second, _ = await asyncio.gather(
+            request_joined(kv.client, [info, nobody], 5.0), request_joined(kv.client, [state], 5.0),
+            _cancel_soon(cancelled))
+    finally:
+        _common.request_all = send
+    assert batches == [4]
+    assert cancelled.cancelled()
+    assert [type(r) for r in first][1] is nats.errors.NoRespondersError
+    assert not isinstance(first[0], Exception) and f'"KV_{kv.bucket}"'.encode() in first[0].data
+    assert not isinstance(second[0], Exception) and f'"KV_{kv.state_bucket}"'.encode() in second[0].data
+
+
+async def _cancel_soon(task: asyncio.Future[Any]) -> None:
+    await asyncio.sleep(0)
+    task.cancel()
 
 
 def _count_requests(kv: NatsKVBackend) -> list[str]:

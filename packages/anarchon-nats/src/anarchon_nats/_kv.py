@@ -63,7 +63,7 @@ from ._common import (
     get_request,
     per_key,
     publish_request,
-    request_all,
+    request_joined,
     stream_get,
 )
 
@@ -204,12 +204,9 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
     # -- the primitives --------------------------------------------------------------------------
 
     async def _get(self, bucket: str, key: str) -> _Entry:
-        try:
-            msg = await stream_get(self.client, f"KV_{bucket}", subject=f"$KV.{bucket}.{key}",
-                                   within=self._timeout)
-        except nats.js.errors.NotFoundError:
-            return _Entry(None, 0, 0)
-        return self._entry_of(msg)
+        (reply,) = await request_joined(self.client, [get_request(f"KV_{bucket}", f"$KV.{bucket}.{key}")],
+                                        self._timeout)
+        return self._read(reply)
 
     @staticmethod
     def _entry_of(msg: Stored) -> _Entry:
@@ -232,7 +229,7 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         for key in keys:
             requests.append(get_request(f"KV_{self.state_bucket}", f"$KV.{self.state_bucket}.{key}"))
             requests.append(get_request(f"KV_{self.bucket}", f"$KV.{self.bucket}.{key}"))
-        replies = [self._read(reply) for reply in await request_all(self.client, requests, self._timeout)]
+        replies = [self._read(reply) for reply in await request_joined(self.client, requests, self._timeout)]
         return {key: (replies[2 * i], replies[2 * i + 1]) for i, key in enumerate(keys)}
 
     def _read(self, reply: Any) -> _Entry:
@@ -266,7 +263,7 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
 
     async def _put(self, bucket: str, key: str, value: dict[str, Any] | None, last: int) -> int:
         """Write `value` (None: a delete marker) only if the key's last revision is `last`."""
-        (reply,) = await request_all(self.client, [self._put_request(bucket, key, value, last)],
+        (reply,) = await request_joined(self.client, [self._put_request(bucket, key, value, last)],
                                      self._timeout)
         return self._written(reply)
 
@@ -278,7 +275,7 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         revision, the write's own revision is read afterwards. Only a read of that revision gives
         the time, so the order of the two answers never matters to what is decided.
         """
-        put, get = await request_all(self.client, [
+        put, get = await request_joined(self.client, [
             self._put_request(bucket, key, value, last),
             get_request(f"KV_{bucket}", f"$KV.{bucket}.{key}")], self._timeout)
         read = as_stored(get)
