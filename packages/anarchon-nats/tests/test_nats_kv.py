@@ -125,6 +125,25 @@ async def test_requests_asked_in_one_turn_go_in_one_batch_each_caller_its_replie
     assert not isinstance(second[0], Exception) and f'"KV_{kv.state_bucket}"'.encode() in second[0].data
 
 
+async def test_the_claims_of_a_batch_take_each_step_together(kv: NatsKVBackend) -> None:
+    # 20 jobs nobody holds: every job's reads go in one batch, every lease entry's write (with its
+    # read) in the next, every record's write in the last; not three batches per job.
+    batches: list[int] = []
+    send = _common.request_all
+
+    async def counted(client: Any, requests: Any, within: float) -> Any:
+        batches.append(len(requests))
+        return await send(client, requests, within)
+
+    _common.request_all = counted
+    try:
+        results = await kv.claim_many([_req(_now_slot(), "a", f"j{i}") for i in range(20)])
+    finally:
+        _common.request_all = send
+    assert all(r.won for r in results)
+    assert batches == [40, 40, 20]
+
+
 async def _cancel_soon(task: asyncio.Future[Any]) -> None:
     await asyncio.sleep(0)
     task.cancel()
