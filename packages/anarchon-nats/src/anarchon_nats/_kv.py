@@ -12,9 +12,10 @@ Two buckets, both plain JetStream streams in the Key-Value layout (`KV_<bucket>`
   Its `token` is the fencing token: 1 for a job's first claim, +1 on each claim after.
 
 A claim reads both, applies the claim table (`anarchon.backends.decide`), then wins only if (1) it
-creates the lease entry (or replaces the live one it read, for `overlap="replace"`) and (2) it
-replaces the record it read. Both are compare-and-set, so a decision made on stale reads fails and
-is made again.
+creates the lease entry (or replaces the live one it read, for `overlap="replace"`, or one left by
+a release) and (2) it replaces the record it read. Both are compare-and-set, so a decision made on
+stale reads fails and is made again. A lease entry equal to an ended record's is what a release
+left: it is no lease.
 
 A winner keeps the revisions it wrote (the record's and the lease entry's). Renewals and releases of
 that lease write against them without reading: a write that succeeds proves nothing changed since,
@@ -669,8 +670,13 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         return renewed
 
     async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
-        """Record each run's end, then delete its lease entry (see `LeaseBackend.release`); one job's
-        releases in order, different jobs concurrently."""
+        """Record each run's end (see `LeaseBackend.release`); one job's releases in order, different
+        jobs concurrently.
+
+        A release of a lease this backend won writes only the record, and leaves the lease entry to
+        age out (a claim replaces an entry that matches an ended record); any other release reads
+        both entries first, and deletes the lease entry after the record.
+        """
         return await per_key(releases, lambda item: (item[0].namespace, item[0].job),
                              lambda item: self._release(*item))
 
