@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import nats.errors
 import pytest
 
 from anarchon import ConfigError, Scheduler, SchemaMismatch
@@ -27,7 +28,8 @@ from anarchon.backends import (
 )
 from anarchon.testing import require_service
 from anarchon.testing.cluster import Cluster
-from anarchon_nats import NatsKVBackend
+from anarchon_nats import NatsKVBackend, _common
+from anarchon_nats._common import request_joined
 
 URL = os.environ.get("ANARCHON_NATS_URL", "nats://127.0.0.1:4222")
 LEASE_MS = 1000
@@ -95,6 +97,58 @@ async def test_a_batch_runs_one_jobs_items_in_order_and_jobs_side_by_side(kv: Na
     assert released == [True] * len(leases) + [False]
 
 
+async def test_requests_asked_in_one_turn_go_in_one_batch_each_caller_its_replies(kv: NatsKVBackend) -> None:
+    # Three tasks ask at once: one batch carries them (one reply wait), each gets its own answers,
+    # and a caller cancelled while waiting leaves the others their replies.
+    batches: list[int] = []
+    send = _common.request_all
+
+    async def counted(client: Any, requests: Any, within: float) -> Any:
+        batches.append(len(requests))
+        return await send(client, requests, within)
+
+    info = (f"$JS.API.STREAM.INFO.KV_{kv.bucket}", b"", None)
+    state = (f"$JS.API.STREAM.INFO.KV_{kv.state_bucket}", b"", None)
+    nobody = ("nobody.listens.here", b"", None)
+    _common.request_all = counted
+    try:
+        cancelled = asyncio.ensure_future(request_joined(kv.client, [info], 5.0))
+        first, second, _ = await asyncio.gather(
+            request_joined(kv.client, [info, nobody], 5.0), request_joined(kv.client, [state], 5.0),
+            _cancel_soon(cancelled))
+    finally:
+        _common.request_all = send
+    assert batches == [4]
+    assert cancelled.cancelled()
+    assert [type(r) for r in first][1] is nats.errors.NoRespondersError
+    assert not isinstance(first[0], Exception) and f'"KV_{kv.bucket}"'.encode() in first[0].data
+    assert not isinstance(second[0], Exception) and f'"KV_{kv.state_bucket}"'.encode() in second[0].data
+
+
+async def test_the_claims_of_a_batch_take_each_step_together(kv: NatsKVBackend) -> None:
+    # 20 jobs nobody holds: every job's reads go in one batch, every lease entry's write (with its
+    # read) in the next, every record's write in the last; not three batches per job.
+    batches: list[int] = []
+    send = _common.request_all
+
+    async def counted(client: Any, requests: Any, within: float) -> Any:
+        batches.append(len(requests))
+        return await send(client, requests, within)
+
+    _common.request_all = counted
+    try:
+        results = await kv.claim_many([_req(_now_slot(), "a", f"j{i}") for i in range(20)])
+    finally:
+        _common.request_all = send
+    assert all(r.won for r in results)
+    assert batches == [40, 40, 20]
+
+
+async def _cancel_soon(task: asyncio.Future[Any]) -> None:
+    await asyncio.sleep(0)
+    task.cancel()
+
+
 def _count_requests(kv: NatsKVBackend) -> list[str]:
     """Record the subject of every request `kv` sends from now on (each is one publish)."""
     sent: list[str] = []
@@ -117,8 +171,10 @@ async def test_its_own_lease_is_renewed_and_released_without_reading_first(kv: N
     assert sent[0].startswith("$KV."), f"a renewal of its own lease must write first, not read: {sent}"
     sent.clear()
     assert await kv.release(renewed, ReleaseOutcome.DONE)
-    assert [s.split(".")[1] for s in sent] == [f"{kv.bucket}_state", kv.bucket], (
-        f"a release of its own lease is two writes (the record, then the lease entry); sent {sent}")
+    assert [s.split(".")[1] for s in sent] == [f"{kv.bucket}_state"], (
+        f"a release of its own lease is one write (the record); sent {sent}")
+    # The lease entry it left matches a record that has ended: the next claim replaces it at once.
+    assert (await kv.claim(_req(renewed.slot + 1000, "b"))).won
 
 
 async def test_a_lease_replaced_since_its_claim_is_decided_on_fresh_reads(kv: NatsKVBackend) -> None:

@@ -27,8 +27,8 @@ from anarchon.backends import BackendBase, redact_url
 
 __all__ = ["NatsConnection", "Stored", "WRONG_LAST_SEQUENCE", "as_ack", "as_stored", "check_name",
            "check_replicas", "describe", "encode_token", "get_request", "per_key", "publish_request",
-           "request_all", "split_servers", "stream_get", "stream_get_many", "stream_publish",
-           "stream_publish_many"]
+           "request_all", "request_joined", "split_servers", "stream_get", "stream_get_many",
+           "stream_publish", "stream_publish_many"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -236,6 +236,61 @@ async def request_all(client: Client, requests: Sequence[tuple[str, bytes, dict[
         replies = _REPLIES[client] = _Replies(client)
     await replies.ready(client)
     return await replies.send(client, requests, within)
+
+
+class _Joined:
+    """Requests asked for in one turn of the event loop, sent as one batch: each caller's slice of it."""
+
+    __slots__ = ("callers", "requests", "within")
+
+    def __init__(self, within: float) -> None:
+        self.requests: list[tuple[str, bytes, dict[str, str] | None]] = []
+        self.callers: list[tuple[int, int, asyncio.Future[list[Msg | Exception]]]] = []
+        self.within = within
+
+
+_JOINING: weakref.WeakKeyDictionary[Client, _Joined] = weakref.WeakKeyDictionary()
+
+
+async def request_joined(client: Client, requests: Sequence[tuple[str, bytes, dict[str, str] | None]],
+                         within: float) -> list[Msg | Exception]:
+    """`request_all`, sent in one batch with every request that other tasks ask for in the same
+    turn of the event loop (to the same client).
+
+    Tasks woken together (the claims of many jobs, each at the same step) then cost one flush, one
+    timer and one wake-up of the reply batch, not one each. The batch is sent by a task of its own,
+    so a caller that is cancelled only stops waiting for its replies.
+    """
+    joined = _JOINING.get(client)
+    if joined is None:
+        joined = _JOINING[client] = _Joined(within)
+        asyncio.get_running_loop().call_soon(_send_joined, client, joined)
+    mine: asyncio.Future[list[Msg | Exception]] = asyncio.get_running_loop().create_future()
+    start = len(joined.requests)
+    joined.requests.extend(requests)
+    joined.callers.append((start, len(joined.requests), mine))
+    return await mine
+
+
+def _send_joined(client: Client, joined: _Joined) -> None:
+    """Send a joined batch (no more requests join it) and hand each caller its replies."""
+    if _JOINING.get(client) is joined:
+        del _JOINING[client]
+
+    def answer(task: asyncio.Task[list[Msg | Exception]]) -> None:
+        failed = None if task.cancelled() else task.exception()
+        for start, end, mine in joined.callers:
+            if mine.done():
+                continue
+            if task.cancelled():
+                mine.cancel()
+            elif failed is not None:
+                mine.set_exception(failed)
+            else:
+                mine.set_result(task.result()[start:end])
+
+    task = asyncio.get_running_loop().create_task(request_all(client, joined.requests, joined.within))
+    task.add_done_callback(answer)
 
 
 _API_ERRORS: dict[int, type[nats.js.errors.APIError]] = {

@@ -12,9 +12,10 @@ Two buckets, both plain JetStream streams in the Key-Value layout (`KV_<bucket>`
   Its `token` is the fencing token: 1 for a job's first claim, +1 on each claim after.
 
 A claim reads both, applies the claim table (`anarchon.backends.decide`), then wins only if (1) it
-creates the lease entry (or replaces the live one it read, for `overlap="replace"`) and (2) it
-replaces the record it read. Both are compare-and-set, so a decision made on stale reads fails and
-is made again.
+creates the lease entry (or replaces the live one it read, for `overlap="replace"`, or one left by
+a release) and (2) it replaces the record it read. Both are compare-and-set, so a decision made on
+stale reads fails and is made again. A lease entry equal to an ended record's is what a release
+left: it is no lease.
 
 A winner keeps the revisions it wrote (the record's and the lease entry's). Renewals and releases of
 that lease write against them without reading: a write that succeeds proves nothing changed since,
@@ -63,7 +64,7 @@ from ._common import (
     get_request,
     per_key,
     publish_request,
-    request_all,
+    request_joined,
     stream_get,
 )
 
@@ -109,6 +110,27 @@ class _Entry:
     value: dict[str, Any] | None
     last: int
     time_ms: int
+
+
+@dataclass(slots=True, eq=False)
+class _Claim:
+    """One claim of a wave, as its rounds go: what was read and written, and its answer."""
+
+    r: ClaimRequest
+    key: str
+    read: tuple[_Entry, _Entry] | None = None
+    """The job's record and lease entry, read for this round."""
+    result: ClaimResult | None = None
+    error: Exception | None = None
+    head: LeaseRecord | None = None
+    token: int = 0
+    first: LeaseRecord | None = None
+    """The record the first decision would write."""
+    entry_rev: int = 0
+    """The revision of the lease entry this round wrote (0: none)."""
+    entry_ms: int = 0
+    record: dict[str, Any] | None = None
+    won: ClaimResult | None = None
 
 
 class NatsKVBackend(NatsConnection, LeaseBackendBase):
@@ -203,13 +225,15 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
 
     # -- the primitives --------------------------------------------------------------------------
 
+    @staticmethod
+    def _get_request(bucket: str, key: str) -> tuple[str, bytes, None]:
+        """The request that reads the key's latest message in `bucket`."""
+        return get_request(f"KV_{bucket}", f"$KV.{bucket}.{key}")
+
     async def _get(self, bucket: str, key: str) -> _Entry:
-        try:
-            msg = await stream_get(self.client, f"KV_{bucket}", subject=f"$KV.{bucket}.{key}",
-                                   within=self._timeout)
-        except nats.js.errors.NotFoundError:
-            return _Entry(None, 0, 0)
-        return self._entry_of(msg)
+        (reply,) = await request_joined(self.client, [get_request(f"KV_{bucket}", f"$KV.{bucket}.{key}")],
+                                        self._timeout)
+        return self._read(reply)
 
     @staticmethod
     def _entry_of(msg: Stored) -> _Entry:
@@ -232,7 +256,7 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         for key in keys:
             requests.append(get_request(f"KV_{self.state_bucket}", f"$KV.{self.state_bucket}.{key}"))
             requests.append(get_request(f"KV_{self.bucket}", f"$KV.{self.bucket}.{key}"))
-        replies = [self._read(reply) for reply in await request_all(self.client, requests, self._timeout)]
+        replies = [self._read(reply) for reply in await request_joined(self.client, requests, self._timeout)]
         return {key: (replies[2 * i], replies[2 * i + 1]) for i, key in enumerate(keys)}
 
     def _read(self, reply: Any) -> _Entry:
@@ -266,7 +290,7 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
 
     async def _put(self, bucket: str, key: str, value: dict[str, Any] | None, last: int) -> int:
         """Write `value` (None: a delete marker) only if the key's last revision is `last`."""
-        (reply,) = await request_all(self.client, [self._put_request(bucket, key, value, last)],
+        (reply,) = await request_joined(self.client, [self._put_request(bucket, key, value, last)],
                                      self._timeout)
         return self._written(reply)
 
@@ -278,7 +302,7 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         revision, the write's own revision is read afterwards. Only a read of that revision gives
         the time, so the order of the two answers never matters to what is decided.
         """
-        put, get = await request_all(self.client, [
+        put, get = await request_joined(self.client, [
             self._put_request(bucket, key, value, last),
             get_request(f"KV_{bucket}", f"$KV.{bucket}.{key}")], self._timeout)
         read = as_stored(get)
@@ -300,22 +324,30 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
         """Claim each slot by the claim table (see `LeaseBackend.claim`), with compare-and-set writes:
-        one job's slots in order, different jobs concurrently.
+        one job's slots in order, different jobs in step with each other.
 
-        The first round's reads of every job are sent at once; each job's first claim decides on them.
+        A job's first request in the batch goes in the first wave, its second in the second, and so
+        on. Within a wave every job's claim takes the same steps at once, each step one batch of
+        requests: the reads of every job, then every lease entry's write, then every record's.
         """
         for r in requests:
             self._check_claim(r)
-        if not requests:
-            return []
-        keys = list(dict.fromkeys(self.key(r.namespace, r.job) for r in requests))
-        with self._errors(f"claim {requests[0].job!r} slot {requests[0].slot}"):
-            reads = await self._read_keys(keys)
-
-        async def claim(r: ClaimRequest) -> ClaimResult:
-            return await self._claim(r, reads.pop(self.key(r.namespace, r.job), None))
-
-        return await per_key(requests, lambda r: (r.namespace, r.job), claim)
+        waves: list[list[int]] = []
+        seen: dict[str, int] = {}
+        for i, r in enumerate(requests):
+            key = self.key(r.namespace, r.job)
+            n = seen[key] = seen.get(key, -1) + 1
+            if n == len(waves):
+                waves.append([])
+            waves[n].append(i)
+        results: list[ClaimResult | None] = [None] * len(requests)
+        for wave in waves:
+            claims = [_Claim(requests[i], self.key(requests[i].namespace, requests[i].job)) for i in wave]
+            with self._errors(f"claim {claims[0].r.job!r} slot {claims[0].r.slot}"):
+                await self._claim_wave(claims)
+            for i, c in zip(wave, claims, strict=True):
+                results[i] = c.result
+        return [r for r in results if r is not None]
 
     def _check_claim(self, r: ClaimRequest) -> None:
         self._check_lease(r.lease_ms, r.job)
@@ -325,17 +357,6 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
                 "overlap='allow' is not supported; use 'skip', 'buffer_one' or 'replace'"
             )
 
-    async def _claim(self, r: ClaimRequest, read: tuple[_Entry, _Entry] | None = None) -> ClaimResult:
-        with self._errors(f"claim {r.job!r} slot {r.slot}"):
-            for _ in range(_ROUNDS):
-                result = await self._claim_round(r, read)
-                read = None
-                if result is not None:
-                    return result
-            holder = await self._get(self.bucket, self.key(r.namespace, r.job))
-        owner = holder.value.get("owner") if holder.value else None
-        return ClaimResult(ClaimOutcome.TAKEN, r.job, r.slot, holder=owner)
-
     def _check_lease(self, lease_ms: int, job: str) -> None:
         if lease_ms != self.lease_ms:
             raise ConfigError(
@@ -344,59 +365,201 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
                 f"lease='{self.lease_ms}ms', or use another bucket with NatsKVBackend(lease=...)"
             )
 
-    async def _claim_round(self, r: ClaimRequest, read: tuple[_Entry, _Entry] | None) -> ClaimResult | None:
-        """One read-decide-write round; None when a compare-and-set lost and the round must be redone.
+    async def _claim_wave(self, claims: list[_Claim]) -> None:
+        """Answer claims of different jobs, each in read-decide-write rounds, all rounds in step.
 
         NATS tells the time only of a message it stored, so the table (`decide`) is applied twice:
         on the latest store time read, to learn whether to write at all, then, after the lease entry
         is written, on that entry's time, which also judges EARLY. The record is then written
-        compare-and-set against the one read, so no two wins can take the same token. `read`: the
-        key's record and lease entry read already (for the first round), else they are read here.
+        compare-and-set against the one read, so no two wins can take the same token. A claim whose
+        compare-and-set lost reads again in the next round; after `_ROUNDS` it answers TAKEN.
+
+        A request that fails (a timeout) fails its claim only; the others go on to their answers (so
+        no other claim is left between its two writes), then the first failure is raised.
         """
-        key = self.key(r.namespace, r.job)
-        rec_entry, live = read if read is not None else await self._get_both(key)
+        for _ in range(_ROUNDS):
+            open_ = [c for c in claims if c.result is None and c.error is None]
+            if not open_:
+                break
+            await self._claim_reads([c for c in open_ if c.read is None])
+            writing = [c for c in open_ if c.error is None and self._plan(c)]
+            if writing:
+                await self._write_entries(writing)
+                written = [c for c in writing if c.entry_rev]
+                if written:
+                    await self._write_records(written)
+            for c in open_:
+                c.read = None
+        left = [c for c in claims if c.result is None and c.error is None]
+        if left:
+            replies = await request_joined(self.client, [self._get_request(self.bucket, c.key) for c in left],
+                                           self._timeout)
+            for c, reply in zip(left, replies, strict=True):
+                try:
+                    held = self._read(reply).value
+                except Exception as exc:
+                    c.error = exc
+                    continue
+                c.result = ClaimResult(ClaimOutcome.TAKEN, c.r.job, c.r.slot,
+                                       holder=held.get("owner") if held else None)
+        for c in claims:
+            if c.error is not None:
+                with self._errors(f"claim {c.r.job!r} slot {c.r.slot}"):
+                    raise c.error
+
+    async def _claim_reads(self, claims: list[_Claim]) -> None:
+        """Read the record and the lease entry of each claim's job, all in one batch."""
+        if not claims:
+            return
+        requests = []
+        for c in claims:
+            requests.append(self._get_request(self.state_bucket, c.key))
+            requests.append(self._get_request(self.bucket, c.key))
+        replies = await request_joined(self.client, requests, self._timeout)
+        for i, c in enumerate(claims):
+            try:
+                c.read = (self._read(replies[2 * i]), self._read(replies[2 * i + 1]))
+            except Exception as exc:
+                c.error = exc
+
+    def _plan(self, c: _Claim) -> bool:
+        """Decide on the reads (the table on the latest store time read); True if the lease entry is to
+        be written, else the claim is answered."""
+        assert c.read is not None
+        rec_entry, live = c.read
         held = live.value
         head = self._record(rec_entry, live)
-        if held and (head is None or head.expires_at == 0):
+        c.head, c.entry_rev, c.record = head, 0, None
+        if held and (head is None or head.expires_at == 0) and not self._ended(head, held):
             # A lease entry that does not match the record belongs to a claim still in flight (or one
             # that died between its two writes): it blocks every claim until it is gone or ages out.
-            return self._in_flight(r, live, held)
-        token = 0 if head is None else head.token
-        seen = max(rec_entry.time_ms, live.time_ms)
-        first = decide(head, r, seen, token=token, check_early=False)
+            c.result = self._in_flight(c.r, live, held)
+            return False
+        c.token = 0 if head is None else head.token
+        first = decide(head, c.r, max(rec_entry.time_ms, live.time_ms), token=c.token, check_early=False)
         if first.write is None:
-            return replace(first.result, now=None)  # `seen` is a past store time, not the store's now
-        # Create the lease entry: last=0 (never written or aged out) or the delete marker's revision.
-        # For overlap="replace", overwrite the live entry read above, which revokes its lease.
+            c.result = replace(first.result, now=None)  # a past store time, not the store's now
+            return False
+        c.first = first.write
+        return True
+
+    async def _write_entries(self, claims: list[_Claim]) -> None:
+        """Write each claim's lease entry, each with a read of the key's latest message (the entry's
+        store time when it is that revision, else the holder when another claim wrote first)."""
+        requests: list[tuple[str, bytes, dict[str, str] | None]] = []
+        for c in claims:
+            assert c.read is not None and c.first is not None
+            # Create the entry: last=0 (never written or aged out) or the revision read (a delete
+            # marker, an entry a release left, or for overlap="replace" the live entry it revokes).
+            requests.append(self._put_request(self.bucket, c.key, self._entry(c.first), c.read[1].last))
+            requests.append(self._get_request(self.bucket, c.key))
+        replies = await request_joined(self.client, requests, self._timeout)
+        timeless: list[_Claim] = []
+        for i, c in enumerate(claims):
+            try:
+                self._entry_written(c, replies[2 * i], replies[2 * i + 1], timeless)
+            except Exception as exc:
+                c.error = exc
+        if timeless:
+            # The read was answered before the write was stored: read the write's own revision.
+            got = await request_joined(self.client, [get_request(f"KV_{self.bucket}", c.entry_rev)
+                                                     for c in timeless], self._timeout)
+            for c, reply in zip(timeless, got, strict=True):
+                try:
+                    c.entry_ms = self._stored(reply).time_ms
+                except Exception as exc:
+                    c.error = exc
+
+    def _entry_written(self, c: _Claim, put: Any, get: Any, timeless: list[_Claim]) -> None:
+        read = as_stored(get)
         try:
-            entry = self._entry(first.write)
-            revision, written_ms = await self._put_timed(self.bucket, key, entry, live.last)
-        except _Conflict as exc:
-            # Most often another claim of this slot has just created the entry: its entry alone
-            # answers, as while that claim is in flight. Anything else is decided on both entries.
-            now_live = (self._entry_of(exc.latest) if exc.latest is not None and exc.latest.seq != live.last
-                        else await self._get(self.bucket, key))
-            theirs = now_live.value
-            if theirs and theirs.get("owner") != r.owner and int(theirs.get("slot", 0)) >= r.slot:
-                return self._in_flight(r, now_live, theirs)
-            return None
-        decision = decide(head, r, written_ms, token=token)
-        w = decision.write
-        if w is None or (w.slot, w.attempt, w.token) != (first.write.slot, first.write.attempt,
-                                                         first.write.token):
-            await self._drop(key, revision)
-            return decision.result if w is None else None
-        record = {"slot": w.slot, "attempt": w.attempt, "token": w.token, "owner": w.owner,
-                  "status": w.status.value, "fingerprint": w.fingerprint}
-        try:
-            record_rev = await self._put(self.state_bucket, key, record, rec_entry.last)
+            c.entry_rev = self._written(put)
         except _Conflict:
-            await self._drop(key, revision)
-            return None
-        won = decision.result.lease
+            assert c.read is not None
+            # Most often another claim of this slot has just created the entry: its entry alone
+            # answers, as while that claim is in flight. Anything else is decided on fresh reads.
+            if isinstance(read, Stored) and read.seq != c.read[1].last:
+                theirs = self._entry_of(read).value
+                if (theirs and theirs.get("owner") != c.r.owner and int(theirs.get("slot", 0)) >= c.r.slot
+                        and not self._ended(c.head, theirs)):
+                    c.result = self._in_flight(c.r, self._entry_of(read), theirs)
+            return
+        if isinstance(read, Stored) and read.seq == c.entry_rev:
+            c.entry_ms = read.time_ms
+        else:
+            timeless.append(c)
+
+    async def _write_records(self, claims: list[_Claim]) -> None:
+        """Decide each claim again on its lease entry's store time, then write its record (or delete
+        the entry again), all in one batch; delete the entries of claims whose record lost."""
+        requests: list[tuple[str, bytes, dict[str, str]]] = []
+        recording: list[tuple[_Claim, bool]] = []  # per request, its claim and whether it writes the record
+        for c in claims:
+            if c.error is not None:
+                continue
+            assert c.first is not None
+            decision = decide(c.head, c.r, c.entry_ms, token=c.token)
+            w = decision.write
+            if w is None or (w.slot, w.attempt, w.token) != (c.first.slot, c.first.attempt, c.first.token):
+                requests.append(self._put_request(self.bucket, c.key, None, c.entry_rev))
+                recording.append((c, False))
+                if w is None:
+                    c.result = decision.result
+                continue
+            assert c.read is not None
+            c.record = {"slot": w.slot, "attempt": w.attempt, "token": w.token, "owner": w.owner,
+                        "status": w.status.value, "fingerprint": w.fingerprint}
+            c.won = decision.result
+            requests.append(self._put_request(self.state_bucket, c.key, c.record, c.read[0].last))
+            recording.append((c, True))
+        if not requests:
+            return
+        replies = await request_joined(self.client, requests, self._timeout)
+        drops: list[tuple[str, bytes, dict[str, str]]] = []
+        dropping: list[_Claim] = []
+        for (c, is_record), reply in zip(recording, replies, strict=True):
+            try:
+                if is_record:
+                    if not self._recorded(c, reply):
+                        drops.append(self._put_request(self.bucket, c.key, None, c.entry_rev))
+                        dropping.append(c)
+                else:
+                    self._dropped(reply)
+            except Exception as exc:
+                c.error = exc
+        if drops:
+            dropped = await request_joined(self.client, drops, self._timeout)
+            for c, reply in zip(dropping, dropped, strict=True):
+                try:
+                    self._dropped(reply)
+                except Exception as exc:
+                    c.error = exc
+
+    def _recorded(self, c: _Claim, reply: Any) -> bool:
+        """A record's write: the claim won, or (False) another wrote the record first."""
+        try:
+            record_rev = self._written(reply)
+        except _Conflict:
+            return False
+        assert c.won is not None and c.record is not None
+        won = c.won.lease
         if won is not None:
-            self._held[key] = _Held(won, record, record_rev, revision, won.expires_at - self.lease_ms)
-        return decision.result
+            self._held[c.key] = _Held(won, c.record, record_rev, c.entry_rev, won.expires_at - self.lease_ms)
+        c.result = c.won
+        return True
+
+    def _dropped(self, reply: Any) -> None:
+        """A drop's reply: another revision means something replaced the entry, which is left."""
+        try:
+            self._written(reply)
+        except _Conflict:
+            pass
+
+    def _stored(self, reply: Any) -> Stored:
+        got = as_stored(reply)
+        if isinstance(got, Exception):
+            raise got
+        return got
 
     def _in_flight(self, r: ClaimRequest, live: _Entry, held: dict[str, Any]) -> ClaimResult:
         """The answer while another claim's lease entry `held` blocks the job: STALE behind a newer
@@ -418,6 +581,16 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         if record.status is JobStatus.RUNNING and live.value == self._entry(record):
             record = replace(record, expires_at=live.time_ms + self.lease_ms)
         return record
+
+    @classmethod
+    def _ended(cls, head: LeaseRecord | None, held: dict[str, Any]) -> bool:
+        """True if the lease entry `held` is the one of a run the record `head` says has ended.
+
+        A release of a lease this instance won leaves its entry to age out: the record alone ends
+        the lease. No claim in flight writes such an entry (a claim writes a new slot or attempt),
+        so a claim replaces it as if it were gone.
+        """
+        return head is not None and head.status is not JobStatus.RUNNING and held == cls._entry(head)
 
     @staticmethod
     def _entry(rec: LeaseRecord | Lease) -> dict[str, Any]:
@@ -497,8 +670,13 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         return renewed
 
     async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
-        """Record each run's end, then delete its lease entry (see `LeaseBackend.release`); one job's
-        releases in order, different jobs concurrently."""
+        """Record each run's end (see `LeaseBackend.release`); one job's releases in order, different
+        jobs concurrently.
+
+        A release of a lease this backend won writes only the record, and leaves the lease entry to
+        age out (a claim replaces an entry that matches an ended record); any other release reads
+        both entries first, and deletes the lease entry after the record.
+        """
         return await per_key(releases, lambda item: (item[0].namespace, item[0].job),
                              lambda item: self._release(*item))
 
@@ -510,13 +688,13 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
                 del self._held[key]
                 try:
                     # The record is still the one this lease's claim wrote, so `decide_release`
-                    # allows it (running, same token and owner).
+                    # allows it (running, same token and owner). The lease entry is left to age
+                    # out: it matches a record that has ended, so the next claim replaces it.
                     await self._put(self.state_bucket, key, {**held.record, "status": outcome.status.value},
                                     held.record_rev)
                 except _Conflict:
                     pass  # changed since: decide on fresh reads
                 else:
-                    await self._end_entry(key, lease, held.entry_rev)
                     return True
             entry, live = await self._get_both(key)
             decision = decide_release(self._record(entry, live), lease, outcome,
