@@ -97,27 +97,32 @@ async def test_a_batch_runs_one_jobs_items_in_order_and_jobs_side_by_side(kv: Na
     assert released == [True] * len(leases) + [False]
 
 
-async def test_requests_asked_in_one_turn_go_in_one_batch_each_caller_its_replies(kv: NatsKVBackend) -> None:
-    # Three tasks ask at once: one batch carries them (one reply wait), each gets its own answers,
-    # and a caller cancelled while waiting leaves the others their replies.
-    batches: list[int] = []
+@pytest.fixture
+def batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of every batch of requests sent (`_common.request_all`) while the test runs."""
+    sizes: list[int] = []
     send = _common.request_all
 
     async def counted(client: Any, requests: Any, within: float) -> Any:
-        batches.append(len(requests))
+        sizes.append(len(requests))
         return await send(client, requests, within)
 
+    monkeypatch.setattr(_common, "request_all", counted)
+    return sizes
+
+
+async def test_requests_asked_in_one_turn_go_in_one_batch_each_caller_its_replies(
+    kv: NatsKVBackend, batches: list[int],
+) -> None:
+    # Three tasks ask at once: one batch carries them (one reply wait), each gets its own answers,
+    # and a caller cancelled while waiting leaves the others their replies.
     info = (f"$JS.API.STREAM.INFO.KV_{kv.bucket}", b"", None)
     state = (f"$JS.API.STREAM.INFO.KV_{kv.state_bucket}", b"", None)
     nobody = ("nobody.listens.here", b"", None)
-    _common.request_all = counted
-    try:
-        cancelled = asyncio.ensure_future(request_joined(kv.client, [info], 5.0))
-        first, second, _ = await asyncio.gather(
-            request_joined(kv.client, [info, nobody], 5.0), request_joined(kv.client, [state], 5.0),
-            _cancel_soon(cancelled))
-    finally:
-        _common.request_all = send
+    cancelled = asyncio.ensure_future(request_joined(kv.client, [info], 5.0))
+    first, second, _ = await asyncio.gather(
+        request_joined(kv.client, [info, nobody], 5.0), request_joined(kv.client, [state], 5.0),
+        _cancel_soon(cancelled))
     assert batches == [4]
     assert cancelled.cancelled()
     assert [type(r) for r in first][1] is nats.errors.NoRespondersError
@@ -125,21 +130,10 @@ async def test_requests_asked_in_one_turn_go_in_one_batch_each_caller_its_replie
     assert not isinstance(second[0], Exception) and f'"KV_{kv.state_bucket}"'.encode() in second[0].data
 
 
-async def test_the_claims_of_a_batch_take_each_step_together(kv: NatsKVBackend) -> None:
+async def test_the_claims_of_a_batch_take_each_step_together(kv: NatsKVBackend, batches: list[int]) -> None:
     # 20 jobs nobody holds: every job's reads go in one batch, every lease entry's write (with its
     # read) in the next, every record's write in the last; not three batches per job.
-    batches: list[int] = []
-    send = _common.request_all
-
-    async def counted(client: Any, requests: Any, within: float) -> Any:
-        batches.append(len(requests))
-        return await send(client, requests, within)
-
-    _common.request_all = counted
-    try:
-        results = await kv.claim_many([_req(_now_slot(), "a", f"j{i}") for i in range(20)])
-    finally:
-        _common.request_all = send
+    results = await kv.claim_many([_req(_now_slot(), "a", f"j{i}") for i in range(20)])
     assert all(r.won for r in results)
     assert batches == [40, 40, 20]
 
