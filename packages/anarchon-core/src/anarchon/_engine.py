@@ -244,7 +244,7 @@ class Engine:
         if entry.kind != "watch":  # a watch re-claims a slot already reported
             extra = fields(job.name, entry.slot, self._config.instance_id, outcome="paused")
             self._log.info("%s slot=%s skipped (paused)", job.name, fmt_slot(entry.slot), extra=extra)
-            request = self._request(entry)
+            (request,) = self._requests([entry])
             result = ClaimResult(ClaimOutcome.SKIPPED, job.name, entry.slot)
             self._hook("anarchon_slot_skipped", request=request, result=result, reason="paused")
         return True
@@ -259,14 +259,8 @@ class Engine:
         if self.controls is None or not self.controls.handed_over(job, slot):
             self.planner.watch(job, slot)
 
-    def _request(self, entry: Due) -> ClaimRequest:
-        o, c = entry.plan.job.options, self._config
-        return ClaimRequest(c.namespace, entry.plan.job.name, entry.slot, c.instance_id, o.lease_ms,
-                            o.max_attempts, o.overlap, entry.plan.fingerprint, c.max_skew_ms,
-                            stale_after(entry))
-
-    async def _claim_batch(self, batch: list[Due]) -> None:
-        # (`_request` inline: this loop runs once per claim attempt.)
+    def _requests(self, batch: list[Due]) -> list[ClaimRequest]:
+        """The claim request of each entry (one loop for the batch: it runs once per claim attempt)."""
         c = self._config
         namespace, owner, max_skew_ms = c.namespace, c.instance_id, c.max_skew_ms
         requests: list[ClaimRequest] = []
@@ -276,6 +270,10 @@ class Engine:
             o = job.options
             requests.append(ClaimRequest(namespace, job.name, e.slot, owner, o.lease_ms, o.max_attempts,
                                          o.overlap, plan.fingerprint, max_skew_ms, stale_after(e)))
+        return requests
+
+    async def _claim_batch(self, batch: list[Due]) -> None:
+        requests = self._requests(batch)
         backend = self._backend
         sent = self.keeper.now()
         try:
