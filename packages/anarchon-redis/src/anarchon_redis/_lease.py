@@ -58,9 +58,9 @@ _REISSUED = b"reissued"
 _OVERLAPS: dict[Any, str] = {o: o.value for o in Overlap}
 """An overlap (member or its string) to its value, without an Enum call per claim."""
 _WON = ClaimOutcome.WON
+"""Bound once: on Python 3.11 an Enum class's attribute lookup goes through EnumType.__getattr__."""
 _RELEASED_AS: dict[ReleaseOutcome, str] = {o: o.status.value for o in ReleaseOutcome}
 """The status each release outcome stores (`.value` of an Enum is a Python-level property on 3.11)."""
-"""Bound once: on Python 3.11 an Enum class's attribute lookup goes through EnumType.__getattr__."""
 
 
 class Script:

@@ -19,6 +19,7 @@ from .._duration import Duration, parse_duration
 from ._base import BackendBase, LeaseBackendBase
 from ._decide import decide, decide_release, decide_renew
 from ._protocols import (
+    _RUNNING,  # JobStatus.RUNNING, bound once (read per claim)
     CONTROLS_CHANGED,
     ERROR_LIMIT,
     Capability,
@@ -28,7 +29,6 @@ from ._protocols import (
     ClaimResult,
     JobControl,
     JobState,
-    JobStatus,
     Lease,
     LeaseRecord,
     ReleaseCallback,
@@ -37,10 +37,6 @@ from ._protocols import (
 )
 
 __all__ = ["MemoryBackend", "MemoryClaimBackend", "MemoryStore"]
-
-_RUNNING = JobStatus.RUNNING
-"""Bound once (read per claim): on Python 3.11 an Enum class's attribute lookup goes through
-EnumType.__getattr__."""
 
 
 @dataclass(slots=True)
