@@ -102,12 +102,6 @@ class Spec:
     bench_dir: Path = BENCH  # where the replica script lives (another checkout's, for a baseline)
 
 
-def have_sqlite() -> bool:
-    """True when the anarchon SQLite driver is installed in anarchon's benchmark venv."""
-    probe = "import importlib.util,sys; sys.exit(importlib.util.find_spec('anarchon_sqlite') is None)"
-    return subprocess.run([str(PY["anarchon"]), "-c", probe], check=False).returncode == 0
-
-
 def anarchon_venv(checkout: Path) -> Path:
     """The Python of `checkout`'s anarchon benchmark venv (bench/.venv-anarchon): its core and drivers
     installed from its own source tree, editable, and nothing else; made on first use."""
@@ -128,10 +122,8 @@ def anarchon_venv(checkout: Path) -> Path:
 
 def specs(workdir: Path) -> list[Spec]:
     """Every scheduler in the comparison, anarchon's drivers first."""
-    out = []
-    if have_sqlite():
-        out.append(Spec("anarchon-sqlite", "anarchon", "anarchon_replica.py", (), f"sqlite:///{workdir}/anarchon.db"))
-    out += [
+    return [
+        Spec("anarchon-sqlite", "anarchon", "anarchon_replica.py", (), f"sqlite:///{workdir}/anarchon.db"),
         Spec("anarchon-redis", "anarchon", "anarchon_replica.py", ("redis-server",),
              f"redis://127.0.0.1:6379/{REDIS_DB['anarchon-redis']}", redis_db=REDIS_DB["anarchon-redis"]),
         Spec("anarchon-postgresql", "anarchon", "anarchon_replica.py", ("postgres",),
@@ -153,7 +145,6 @@ def specs(workdir: Path) -> list[Spec]:
         Spec("procrastinate-postgresql", "peers", "procrastinate_replica.py", ("postgres",),
              f"{PG}/bench_procrastinate", database="bench_procrastinate"),
     ]
-    return out
 
 
 # -- the store ---------------------------------------------------------------------------------
