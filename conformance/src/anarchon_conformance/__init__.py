@@ -60,7 +60,7 @@ Tiers follow the capabilities the backend declares (`anarchon.Capability`):
   release (only by the owner, once, atomic against a takeover), `renew_many` and `release_many`,
   `max_attempts`, increasing tokens, stored fingerprints, ended records kept, and the model-based
   comparison with `MemoryBackend`;
-- `inspect`, `notify`, `control`, `history`: their own contracts.
+- `inspect`, `notify`, `announce`, `control`, `history`: their own contracts.
 
 A backend that does not declare a capability is skipped for that tier, with a reason saying it
 "does not declare" the capability; a declared capability that fails is a failure.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -26,6 +27,7 @@ from anarchon.backends import (
 from ._kit import LONG_LEASE_MS, SHORT_LEASE_MS, Kit, expire
 
 __all__ = [
+    "TestAnnounceContract",
     "TestClaimContract",
     "TestClaimManyContract",
     "TestControlContract",
@@ -944,6 +946,67 @@ class TestNotifyContract:
         here = await anarchon_kit.won("job", "a")
         assert await anarchon_kit.release(here, ReleaseOutcome.HANDOVER)
         assert await asyncio.wait_for(got.get(), timeout=5) == ("job", here.slot)
+
+
+async def _heard(got: asyncio.Queue[tuple[str, list[tuple[str, int]]]], owner: str,
+                 wanted: set[tuple[str, int]]) -> set[tuple[str, int]]:
+    """The (job, slot) pairs pushed as won by `owner` until `wanted` have all come, or 5 s passed."""
+    seen: set[tuple[str, int]] = set()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(5):
+            while not wanted <= seen:
+                who, wins = await got.get()
+                if who == owner:
+                    seen.update(wins)
+    return seen
+
+
+class TestAnnounceContract:
+    """`announce`: won claims are pushed to `subscribe_wins` subscribers, so other replicas skip
+    claims already decided."""
+
+    pytestmark = tier("announce")
+
+    async def _subscribe(self, kit: Kit) -> asyncio.Queue[tuple[str, list[tuple[str, int]]]]:
+        listener = await kit.client()
+        got: asyncio.Queue[tuple[str, list[tuple[str, int]]]] = asyncio.Queue()
+        await listener.subscribe_wins(kit.namespace, lambda owner, wins: got.put_nowait((owner, list(wins))))
+        await asyncio.sleep(0.1)  # let a subscription settle on stores that confirm it asynchronously
+        return got
+
+    async def test_a_batch_of_wins_is_pushed_with_its_owner(self, anarchon_kit: Kit) -> None:
+        got = await self._subscribe(anarchon_kit)
+        # Names as the engine accepts them: any text without control characters.
+        names = ["job", *(n for n in ODD_NAMES if "\t" not in n)]
+        results = await anarchon_kit.backend.claim_many([anarchon_kit.req(n, "a") for n in names])
+        assert all(r.outcome is ClaimOutcome.WON for r in results), results
+        wanted = {(n, anarchon_kit.slot) for n in names}
+        seen = await _heard(got, "a", wanted)
+        assert seen == wanted, f"pushed {sorted(seen)}, expected {sorted(wanted)}"
+
+    async def test_a_takeover_is_pushed(self, anarchon_kit: Kit) -> None:
+        got = await self._subscribe(anarchon_kit)
+        lease = await anarchon_kit.won("job", "a")
+        assert await anarchon_kit.release(lease, ReleaseOutcome.HANDOVER)
+        taken = await anarchon_kit.won("job", "b")
+        assert taken.attempt == 2
+        assert await _heard(got, "b", {("job", lease.slot)}) == {("job", lease.slot)}
+
+    async def test_only_wins_in_the_namespace_are_pushed(self, anarchon_kit: Kit) -> None:
+        got = await self._subscribe(anarchon_kit)
+        await anarchon_kit.won("elsewhere", "x", namespace=anarchon_kit.namespace + "-other")
+        await anarchon_kit.won("held", "a")
+        lost = await anarchon_kit.claim("held", "b")
+        assert lost.outcome is ClaimOutcome.TAKEN, lost
+        await anarchon_kit.won("last", "c")
+        pushed: list[tuple[str, list[tuple[str, int]]]] = []
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(5):
+                while not any(owner == "c" for owner, _ in pushed):
+                    pushed.append(await got.get())
+        slot = anarchon_kit.slot
+        assert pushed == [("a", [("held", slot)]), ("c", [("last", slot)])], (
+            "pushes must carry only this namespace's wins, never a lost claim: got " + repr(pushed))
 
 
 class TestControlContract:

@@ -4,6 +4,7 @@ The module must provide (or get from `--anarchon-backend`) the `anarchon_backend
 """
 
 from ._contract import (
+    TestAnnounceContract,
     TestClaimContract,
     TestClaimManyContract,
     TestControlContract,
@@ -18,6 +19,7 @@ from ._model import TestModel
 from ._races import TestExactCount, TestRaces
 
 __all__ = [
+    "TestAnnounceContract",
     "TestClaimContract",
     "TestClaimManyContract",
     "TestControlContract",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from unittest import mock
@@ -15,6 +15,7 @@ import pytest
 from anarchon import (
     BackendUnavailable,
     ClaimRequest,
+    ClaimResult,
     ConfigError,
     DuplicateJobError,
     JobContext,
@@ -40,18 +41,31 @@ def run(clock: VirtualClock, coro: Coroutine[Any, Any, None]) -> None:
     clock.run(coro)
 
 
+class CountingBackend(MemoryBackend):
+    """A memory backend that counts the claims sent through it."""
+
+    def __init__(self, store: MemoryStore, **options: Any) -> None:
+        super().__init__(store, **options)
+        self.claims = 0
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        self.claims += len(requests)
+        return await super().claim_many(requests)
+
+
 class Cluster:
     """Several schedulers in one process over one in-memory store, on one virtual clock."""
 
-    def __init__(self, clock: VirtualClock, n: int, *, notify: bool = True, **settings: Any) -> None:
+    def __init__(self, clock: VirtualClock, n: int, *, notify: bool = True, announce: bool = True,
+                 **settings: Any) -> None:
         self.clock = clock
         self.store = MemoryStore(clock)
         self.starts: list[tuple[str, int, int, str]] = []  # job, slot, attempt, instance
         self.stamps: list[int] = []  # virtual wall time of each start
+        self.backends = [CountingBackend(self.store, notify=notify, announce=announce) for _ in range(n)]
         self.schedulers = [
-            Scheduler(FaultyBackend(MemoryBackend(self.store, notify=notify)), instance_id=f"i{k}",
-                      clock=clock, **settings)
-            for k in range(n)
+            Scheduler(FaultyBackend(backend), instance_id=f"i{k}", clock=clock, **settings)
+            for k, backend in enumerate(self.backends)
         ]
 
     def record(self, ctx: JobContext) -> None:
@@ -168,9 +182,72 @@ def test_timeout_cancels_and_fails_the_run(clock: VirtualClock) -> None:
     assert reasons == ["timeout"]
 
 
+@pytest.mark.parametrize("announce", [True, False])
+def test_pushed_wins_spare_the_other_replicas_their_claims(clock: VirtualClock, announce: bool) -> None:
+    c = Cluster(clock, 3, announce=announce, lease="6s", heartbeat="1s")
+    for s in c.schedulers:
+        async def handler(ctx: JobContext) -> None:
+            c.record(ctx)
+            await ctx.sleep(0.2)
+
+        for i in range(20):
+            s.every(f"job{i}", "1s", handler, catch_up=0)
+
+    async def main() -> None:
+        for s in c.schedulers:
+            await s.start()
+        await asyncio.sleep(30.5)
+        for s in c.schedulers:
+            await s.stop()
+
+    run(clock, main())
+    assert len(c.starts) == 20 * 30
+    assert not c.duplicates()
+    assert len({inst for *_, inst in c.starts}) == 3
+    claims = sum(b.claims for b in c.backends)
+    if announce:
+        # The first claim of each jitter group wins it and the store pushes its wins: the other
+        # replicas' claims, due later within the jitter, are not sent (ties in the same ms are).
+        assert claims <= 1.2 * len(c.starts), claims
+    else:
+        assert claims == 3 * len(c.starts)
+
+
+def test_a_slot_handed_over_before_a_pushed_claim_was_due_is_taken_over(clock: VirtualClock) -> None:
+    """B learns from a push that A won, then A hands the slot over before B's own claim is due: B
+    claims it after all (a pushed win does not hide a pushed handover)."""
+    store = MemoryStore(clock)
+    starts: list[tuple[int, str, int]] = []
+    schedulers = [Scheduler(MemoryBackend(store), instance_id=name, clock=clock, jitter=jitter)
+                  for name, jitter in (("a", 0), ("b", "50ms"))]
+    for s in schedulers:
+        async def long(ctx: JobContext) -> None:
+            starts.append((ctx.attempt, ctx.instance_id, clock.now_ms()))
+            await ctx.sleep(30)
+
+        s.every("report", "1m", long, catch_up=0)
+
+    async def main() -> None:
+        for s in schedulers:
+            await s.start()
+        await asyncio.sleep(60.001)  # a (no jitter) won at the slot; b's claim is due within 50 ms
+        assert [(attempt, who) for attempt, who, _ in starts] == [(1, "a")]
+        stopped_at = clock.now_ms()
+        await schedulers[0].stop()
+        await asyncio.sleep(1)
+        assert [(attempt, who) for attempt, who, _ in starts] == [(1, "a"), (2, "b")]
+        assert starts[1][2] - stopped_at <= 100
+        await schedulers[1].stop()
+
+    run(clock, main())
+
+
+@pytest.mark.parametrize("announce", [True, False])
 @pytest.mark.parametrize("notify", [True, False])
-def test_graceful_stop_hands_over_within_two_heartbeats(clock: VirtualClock, notify: bool) -> None:
-    c = Cluster(clock, 2, notify=notify, lease="6s", heartbeat="1s")
+def test_graceful_stop_hands_over_within_two_heartbeats(
+    clock: VirtualClock, notify: bool, announce: bool
+) -> None:
+    c = Cluster(clock, 2, notify=notify, announce=announce, lease="6s", heartbeat="1s")
     for s in c.schedulers:
         async def long(ctx: JobContext) -> None:
             c.record(ctx)
@@ -197,8 +274,9 @@ def test_graceful_stop_hands_over_within_two_heartbeats(clock: VirtualClock, not
     run(clock, main())
 
 
-def test_crash_is_taken_over_within_lease_heartbeat_jitter(clock: VirtualClock) -> None:
-    c = Cluster(clock, 3, lease="6s", heartbeat="1s")
+@pytest.mark.parametrize("announce", [True, False])
+def test_crash_is_taken_over_within_lease_heartbeat_jitter(clock: VirtualClock, announce: bool) -> None:
+    c = Cluster(clock, 3, announce=announce, lease="6s", heartbeat="1s")
     stamps: list[int] = []
     for s in c.schedulers:
         async def long(ctx: JobContext) -> None:

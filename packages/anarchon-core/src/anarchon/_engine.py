@@ -12,7 +12,7 @@ import logging
 import math
 import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -29,6 +29,7 @@ from ._runs import Hook, Runs
 from ._tasks import Tasks
 from .backends import (
     CONTROLS_CHANGED,
+    AnnounceBackend,
     Capability,
     ClaimBackend,
     ClaimOutcome,
@@ -49,7 +50,8 @@ _RECOVERY_S = 15.0
 
 # Members bound once: on Python 3.11 an Enum class's attribute lookup goes through
 # EnumType.__getattr__, several times the cost of a global, and these are read per claim.
-_SKIPPED, _RUN, _HAND_BACK, _ALLOW = ClaimOutcome.SKIPPED, Step.RUN, Step.HAND_BACK, Overlap.ALLOW
+_SKIPPED, _TAKEN, _RUN, _HAND_BACK, _ALLOW = (ClaimOutcome.SKIPPED, ClaimOutcome.TAKEN, Step.RUN,
+                                              Step.HAND_BACK, Overlap.ALLOW)
 
 
 
@@ -165,6 +167,8 @@ class Engine:
             engine = cls(backend, config, keeper, hook=hook, owner=owner)
             if Capability.NOTIFY in backend.capabilities:
                 await cast(LeaseBackend, backend).subscribe(config.namespace, engine._pushed)
+            if Capability.ANNOUNCE in backend.capabilities:
+                await cast(AnnounceBackend, backend).subscribe_wins(config.namespace, engine._won)
         except BaseException:
             await keeper.crash()  # nothing is held yet: its thread, if any, just ends
             raise
@@ -175,7 +179,7 @@ class Engine:
             engine.tasks.spawn(engine._poll_controls(), "ticks", name="anarchon-controls")
         for job in jobs:
             engine.planner.add(job)
-        engine.tasks.spawn(engine.planner.run(engine._claim), "ticks", name="anarchon-ticks")
+        engine.tasks.spawn(engine.planner.run(engine._claim, engine._decided), "ticks", name="anarchon-ticks")
         if engine.history is not None:
             engine.tasks.spawn(engine.history.run(), "history", name="anarchon-history")
         return engine
@@ -234,6 +238,28 @@ class Engine:
             self.planner.on_release(job, slot)
         elif self.controls is not None and not self._stopping:
             self.tasks.spawn(self.controls.poll(), "ticks", name="anarchon-controls-pushed")
+
+    def _won(self, owner: str, wins: Sequence[tuple[str, int]]) -> None:
+        """The store pushed claims that `owner` won: this instance need not claim those slots."""
+        if owner == self._config.instance_id or self._stopping:
+            return
+        decided = self.planner.decided
+        for job, slot in wins:
+            decided(job, slot, owner)
+
+    def _decided(self, batch: list[Due]) -> None:
+        """Boundaries whose slots the store pushed as won by another instance: each is settled as a
+        claim answered `taken` would be (watched as a backup), with no claim sent."""
+        facts, stopping, log = self._facts, self._stopping, self._log
+        for entry in batch:
+            plan = entry.plan
+            job = plan.job
+            result = ClaimResult(_TAKEN, job.name, entry.slot, None, plan.decided_by)
+            action = react(job, result, watching=False, stopping=stopping, facts=facts)
+            if log.isEnabledFor(action.level):
+                extra = fields(job.name, entry.slot, self._config.instance_id, outcome="taken")
+                log.log(action.level, action.message + " (pushed)", *action.args, extra=extra)
+            self.planner.settle(plan, action)
 
     def _skip_paused(self, entry: Due) -> bool:
         """Skip `entry` when its job is paused: a due slot is logged and reported as skipped."""

@@ -29,9 +29,13 @@ from .backends import Overlap
 __all__ = ["Due", "Plan", "Planner"]
 
 _BATCH_WINDOW_MS = 5
-# Jobs due at one moment are claimed in this many batches per instance, each with its own random
-# delay: few round trips, yet each replica wins about its share of every boundary.
+# Jobs due at one moment are claimed in batches per instance, each with its own random delay: at least
+# this many batches, so that each replica wins about its share of every boundary; ...
 _JITTER_GROUPS = 4
+# ... and batches of about this many jobs, up to `_MAX_GROUPS`: a store answers such a batch within a few
+# ms, so the wins it announces reach the other replicas before their own claims of those jobs are due.
+_GROUP_SIZE = 100
+_MAX_GROUPS = 128
 # A missed slot is caught up when the next slot is at least half an interval away, or this far.
 _CATCH_UP_ROOM_MS = 300_000
 
@@ -46,8 +50,8 @@ class Plan:
 
     job: Job
     jitter_ms: int
-    group: int
-    """Which of the jitter groups the job's claims are batched in."""
+    name_hash: int
+    """A stable hash of the job's name: picks the jitter group its claims are batched in."""
     fingerprint: str
     """The schedule's fingerprint, computed once."""
     # The slots this instance watches as a backup (taken or buffered), each with the generation
@@ -61,6 +65,10 @@ class Plan:
     """The newest slot claimed from a boundary or a catch-up."""
     next_due: int | None = None
     """When the job's next boundary entry is due (its slot plus jitter)."""
+    decided: int | None = None
+    """A slot the store pushed as won by another instance (`Planner.decided`), not yet claimed here."""
+    decided_by: str = ""
+    """The instance that won `decided`."""
 
 
 @dataclass(slots=True)
@@ -98,6 +106,7 @@ class Planner:
         self._slot_draws: dict[tuple[int, int], float] = {}
         self._plans: dict[str, Plan] = {}
         self._by_index: list[Plan] = []
+        self._groups = _JITTER_GROUPS
         self._closed = False
 
     def add(self, job: Job) -> None:
@@ -108,10 +117,11 @@ class Planner:
         if jitter is None:
             interval = job.schedule.min_interval_ms
             jitter = 50 if interval is None else min(50, interval // 10)
-        plan = Plan(job, jitter, zlib.crc32(job.name.encode()) % _JITTER_GROUPS, job.schedule.fingerprint,
+        plan = Plan(job, jitter, zlib.crc32(job.name.encode()), job.schedule.fingerprint,
                     index=len(self._by_index))
         self._plans[job.name] = plan
         self._by_index.append(plan)
+        self._groups = max(_JITTER_GROUPS, min(_MAX_GROUPS, -(-len(self._by_index) // _GROUP_SIZE)))
         self._plan_first(plan, self._clock.now_ms())
 
     def close(self) -> None:
@@ -119,10 +129,14 @@ class Planner:
         self._closed = True
         self._heap.clear()
 
-    async def run(self, claim: Callable[[list[Due]], None]) -> None:
-        """Hand every claim to `claim` when it is due, those due within a few ms in one batch."""
+    async def run(self, claim: Callable[[list[Due]], None],
+                  decided: Callable[[list[Due]], None] | None = None) -> None:
+        """Hand every claim to `claim` when it is due, those due within a few ms in one batch; a
+        boundary whose slot the store pushed as won elsewhere (`Planner.decided`) goes to `decided`
+        instead, unclaimed."""
         heap = self._heap
         plans = self._by_index
+        yielded = False
         while True:
             if not heap:
                 self._wake.clear()
@@ -136,13 +150,27 @@ class Planner:
                     async with asyncio.timeout(delay / 1000):
                         await self._wake.wait()
                 continue
+            if decided is not None and not yielded:
+                # One turn of the loop first: wins that other replicas announced while this one was
+                # busy are read before the batch is taken (a claim decided already is not sent).
+                yielded = True
+                await asyncio.sleep(0)
+                continue
+            yielded = False
             batch: list[Due] = []
+            known: list[Due] = []
             limit = now + _BATCH_WINDOW_MS
             while heap and (heap[0][0] <= now or (heap[0][0] <= limit and heap[0][2] <= now)):
                 due, _seq, slot, kind, gen, index, tries = heapq.heappop(heap)
-                entry = Due(due, plans[index], slot, kind, gen, tries)
+                plan = plans[index]
+                entry = Due(due, plan, slot, kind, gen, tries)
                 if self._accept(entry, now):
-                    batch.append(entry)
+                    if plan.decided == slot and kind == "slot" and decided is not None:
+                        known.append(entry)
+                    else:
+                        batch.append(entry)
+            if known and decided is not None:
+                decided(known)
             if batch:
                 claim(batch)
 
@@ -190,12 +218,25 @@ class Planner:
     def on_release(self, job_name: str, slot: int) -> None:
         """A pushed handover: a backup watching that job re-claims at once."""
         plan = self._plans.get(job_name)
-        if plan is None or not plan.watches or self._closed:
+        if plan is None or self._closed:
+            return
+        if plan.decided == slot:
+            # Won elsewhere and handed over before this instance's claim was due: claim it after all.
+            plan.decided = None
+        if not plan.watches:
             return
         if slot in plan.watches:
             self._watch(plan, slot, self.jitter(plan))
         elif plan.job.options.overlap is _BUFFER_ONE:
             self._watch(plan, max(plan.watches), self.jitter(plan))
+
+    def decided(self, job_name: str, slot: int, owner: str) -> None:
+        """The store pushed that `owner` won `slot` of the job: its boundary claim here is skipped,
+        and the slot watched as a backup as if the claim had been answered `taken`."""
+        plan = self._plans.get(job_name)
+        if plan is not None and (plan.latest_slot is None or plan.latest_slot < slot):
+            plan.decided = slot
+            plan.decided_by = owner
 
     def jitter(self, plan: Plan) -> int:
         """A fresh random delay within the job's jitter."""
@@ -216,11 +257,13 @@ class Planner:
 
         Jobs due together share a draw with the other jobs of their group, so they go in one
         claim_many; the groups (a stable hash of the name) keep a boundary's wins spread over the
-        replicas, so one crashed replica holds about 1/replicas of the jobs in flight, not all.
+        replicas, so one crashed replica holds about 1/replicas of the jobs in flight, not all. With
+        many jobs, groups of about `_GROUP_SIZE`: the first replica to claim a group is answered, and
+        announces its wins, while the others' draws for that group are still ahead.
         """
         if plan.jitter_ms <= 0:
             return 0
-        key = (slot, plan.group)
+        key = (slot, plan.name_hash % self._groups)
         draw = self._slot_draws.get(key)
         if draw is None:
             if len(self._slot_draws) > 4096:

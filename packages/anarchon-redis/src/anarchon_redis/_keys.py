@@ -20,7 +20,7 @@ class Keys:
 
     def job(self, namespace: str, job: str) -> str:
         """The job's hash: its fencing counter and newest record."""
-        return f"{{{self.prefix}:{_escape(namespace)}:{job}}}"
+        return f"{self.job_prefix(namespace)}{job}}}"
 
     def others(self, namespace: str, job: str) -> str:
         """Older slots still running under overlap='allow'."""
@@ -45,6 +45,14 @@ class Keys:
     def controls(self, namespace: str) -> str:
         """The hash of the namespace's controls: job name -> "paused:trigger" (capability `control`)."""
         return f"{{{self.prefix}:{_escape(namespace)}}}:controls"
+
+    def job_prefix(self, namespace: str) -> str:
+        """What every job key of `namespace` starts with (the job's name and `}` follow)."""
+        return f"{{{self.prefix}:{_escape(namespace)}:"
+
+    def wins(self, namespace: str) -> str:
+        """The pub/sub channel on which won claims are announced."""
+        return f"{self.prefix}:{_escape(namespace)}:won"
 
     def channel(self, namespace: str) -> str:
         """The pub/sub channel on which releases are announced."""

@@ -32,6 +32,7 @@ from anarchon.backends import (
     ReleaseCallback,
     ReleaseOutcome,
     RunRecord,
+    WinsCallback,
     redact_url,
 )
 
@@ -278,7 +279,7 @@ class RedisBackend(RedisStore, LeaseBackendBase):
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT, Capability.CONTROL,
-         Capability.HISTORY}
+         Capability.HISTORY, Capability.ANNOUNCE}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster",
                                               "redis+sentinel", "rediss+sentinel")
@@ -299,6 +300,10 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         self._indexed: set[tuple[str, str]] = set()
         self._indexed_at = time.monotonic()
         self._callbacks: dict[str, list[ReleaseCallback]] = {}
+        self._win_callbacks: dict[str, list[WinsCallback]] = {}
+        """Each namespace's wins channel, and who hears its pushes."""
+        self._announce: dict[str, list[Any]] = {}
+        """Each namespace's trailing claim-script arguments: its wins channel and job-key prefix length."""
         self._key_cache: dict[tuple[str, str], list[str]] = {}
         self._channels: dict[str, str] = {}
         """Each namespace's release channel (named once, not per release)."""
@@ -318,6 +323,9 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         self._closed = False
         # A Cluster client routes each script call by its keys: there, one call per job.
         self._cluster = hasattr(self.client, "get_nodes")
+        if self._cluster:
+            # One script call per job there: a PUBLISH per won job would cost more than it saves.
+            self.capabilities = frozenset(type(self).capabilities - {Capability.ANNOUNCE})  # type: ignore[misc]
         async with self._op("connecting"):
             await self.client.ping()
             for script in (_CLAIM, _CLAIM_BATCH, _RENEW, _RENEW_BATCH, _RELEASE, _RELEASE_BATCH, _INSPECT,
@@ -333,6 +341,7 @@ class RedisBackend(RedisStore, LeaseBackendBase):
                 await self._listener
             self._listener = None
         self._callbacks.clear()
+        self._win_callbacks.clear()
 
     # -- claims --------------------------------------------------------------------------------
 
@@ -368,7 +377,7 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         wait = self.wait_timeout_ms if self.wait_replicas and not self._cluster else 0
         waited: list[int] = []
         replies = await self._eval_calls(_CLAIM, _CLAIM_BATCH, calls, "claiming", extra=index, wait=wait,
-                                         waited=waited)
+                                         waited=waited, tail=self._announced(requests))
         results = [self._result(r, reply) for r, reply in zip(requests, replies, strict=True)]
         if self.wait_replicas:
             won = [r for r, result in zip(requests, results, strict=True) if result.lease is not None]
@@ -417,6 +426,20 @@ class RedisBackend(RedisStore, LeaseBackendBase):
             f"(INFO replication), raise wait_timeout, or lower wait_replicas"
         )
 
+    def _announced(self, requests: Sequence[ClaimRequest]) -> list[Any]:
+        """The claim script's trailing arguments: where it announces the batch's wins (capability
+        `announce`), or nowhere for a batch that spans namespaces."""
+        namespace = requests[0].namespace
+        tail = self._announce.get(namespace)
+        if tail is None:
+            if len(self._announce) > 1000:
+                self._announce.clear()
+            tail = self._announce[namespace] = [self.keys.wins(namespace),
+                                                len(self.keys.job_prefix(namespace))]
+        if any(r.namespace != namespace for r in requests):
+            return ["", 0]
+        return tail
+
     def _unindexed(self, requests: Sequence[ClaimRequest]) -> dict[str, set[str]]:
         """The job names this backend has not added to their namespace's index lately.
 
@@ -438,18 +461,23 @@ class RedisBackend(RedisStore, LeaseBackendBase):
     async def _eval_calls(
         self, script: Script, batch_script: Script, calls: Sequence[tuple[list[str], list[Any]]], doing: str,
         extra: Callable[[Any], None] | None = None, wait: int = 0, waited: list[int] | None = None,
+        tail: list[Any] | None = None,
     ) -> list[Any]:
         """One reply per call, in one round trip: `script` once per call on a Cluster client (each
-        call routed by its keys), else `batch_script` (the same body in a loop) per chunk of calls."""
+        call routed by its keys), else `batch_script` (the same body in a loop) per chunk of calls,
+        each chunk's arguments followed by `tail`."""
         if self._cluster:
             return await self._eval_many(script, calls, doing, extra=extra)
-        return await self._eval_batched(batch_script, calls, doing, extra=extra, wait=wait, waited=waited)
+        return await self._eval_batched(batch_script, calls, doing, extra=extra, wait=wait, waited=waited,
+                                        tail=tail)
 
     async def _eval_batched(
         self, script: Script, calls: Sequence[tuple[list[str], list[Any]]], doing: str,
         extra: Callable[[Any], None] | None = None, wait: int = 0, waited: list[int] | None = None,
+        tail: list[Any] | None = None,
     ) -> list[Any]:
-        """Run a batch script (`_scripts._batch`) over `calls`, `BATCH` at a time, in one pipeline."""
+        """Run a batch script (`_scripts._batch`) over `calls`, `BATCH` at a time, in one pipeline;
+        each chunk's arguments are followed by `tail`."""
         chunks = []
         for start in range(0, len(calls), BATCH):
             keys: list[str] = []
@@ -457,6 +485,8 @@ class RedisBackend(RedisStore, LeaseBackendBase):
             for k, a in calls[start:start + BATCH]:
                 keys += k
                 args += a
+            if tail:
+                args += tail
             chunks.append((keys, args))
         replies = await self._eval_many(script, chunks, doing, extra=extra, wait=wait, waited=waited)
         out = [reply for chunk in replies for reply in chunk]
@@ -646,7 +676,16 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         """Call `callback(job, slot)` on this event loop for every release in `namespace`."""
         channel = self.keys.channel(namespace)
         self._callbacks.setdefault(channel, []).append(callback)
-        # (Re)start the listener so it subscribes to every channel; it reconnects by itself.
+        await self._restart_listener()
+
+    async def subscribe_wins(self, namespace: str, callback: WinsCallback) -> None:
+        """Call `callback(owner, [(job, slot), ...])` on this event loop for the claims won in `namespace`
+        (one push per claim script call, sent by the script itself)."""
+        self._win_callbacks.setdefault(self.keys.wins(namespace), []).append(callback)
+        await self._restart_listener()
+
+    async def _restart_listener(self) -> None:
+        """(Re)start the listener so it subscribes to every channel; it reconnects by itself."""
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -664,7 +703,7 @@ class RedisBackend(RedisStore, LeaseBackendBase):
             try:
                 node_client = self._pubsub_client()
                 pubsub = (node_client or self.client).pubsub()
-                await pubsub.subscribe(*self._callbacks)
+                await pubsub.subscribe(*self._callbacks, *self._win_callbacks)
                 while not self._closed:
                     msg = await pubsub.get_message(ignore_subscribe_messages=False, timeout=1.0)
                     if msg is None:
@@ -702,6 +741,10 @@ class RedisBackend(RedisStore, LeaseBackendBase):
             ssl=bool(kw.get("ssl", False)), socket_connect_timeout=kw.get("socket_connect_timeout", 5.0))
 
     def _dispatch(self, channel: str, payload: str) -> None:
+        hearers = self._win_callbacks.get(channel)
+        if hearers is not None:
+            self._dispatch_wins(channel, payload, hearers)
+            return
         slot_text, _, job = payload.partition(":")
         try:
             slot = int(slot_text)
@@ -713,6 +756,21 @@ class RedisBackend(RedisStore, LeaseBackendBase):
                 callback(job, slot)
             except Exception:
                 log.exception("release callback failed for %s slot=%d", job, slot)
+
+
+    @staticmethod
+    def _dispatch_wins(channel: str, payload: str, hearers: list[WinsCallback]) -> None:
+        owner, _, body = payload.partition("\n")
+        try:
+            wins = [(job, int(slot)) for slot, _, job in (line.partition("\t") for line in body.split("\n"))]
+        except ValueError:
+            log.warning("ignored a malformed wins message on %s", channel)
+            return
+        for callback in list(hearers):
+            try:
+                callback(owner, wins)
+            except Exception:
+                log.exception("wins callback failed for %d job(s) won by %s", len(wins), owner)
 
 
 class ValkeyBackend(RedisBackend):

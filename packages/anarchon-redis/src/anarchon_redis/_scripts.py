@@ -188,11 +188,12 @@ return 1
 RELEASE = _COMMON + _RELEASE
 
 
-def _batch(body: str, argc: int) -> str:
+def _batch(body: str, argc: int, tail: str = "") -> str:
     """`body` run once per job in one script: KEYS in pairs, `argc` ARGV per job; replies in order.
 
     For a server that holds every job's keys (not a Cluster, whose slots differ per job): one script
-    call answers a whole batch, so the client packs one command and parses one reply.
+    call answers a whole batch, so the client packs one command and parses one reply. `tail` runs
+    after the last job, with the replies in `out`.
     """
     common = _COMMON.replace("KEYS[1]", "K1").replace("KEYS[2]", "K2")
     return (
@@ -204,12 +205,31 @@ for i = 0, #KEYS / 2 - 1 do
   A = {{unpack(ARGV, {argc} * i + 1, {argc} * i + {argc})}}
   out[i + 1] = one()
 end
-return out
+{tail}return out
 """
     )
 
 
-CLAIM_BATCH = _batch(_CLAIM, 8)
+_ANNOUNCE = r"""
+-- After the jobs' ARGV: the wins channel ('' for none) and the length of the job keys' prefix
+-- '{prefix:namespace:'. One PUBLISH for the batch: "owner\nslot\tjob\nslot\tjob…", the first
+-- attempts and takeovers won by the first request's owner (job names hold no control characters).
+local n = #KEYS / 2
+local channel = ARGV[8 * n + 1]
+if channel and channel ~= '' then
+  local cut = tonumber(ARGV[8 * n + 2])
+  local owner = ARGV[2]
+  local won = {}
+  for i = 1, n do
+    if out[i][1] == 'won' and ARGV[8 * (i - 1) + 2] == owner then
+      won[#won + 1] = ARGV[8 * (i - 1) + 1] .. '\t' .. string.sub(KEYS[2 * i - 1], cut + 1, -2)
+    end
+  end
+  if #won > 0 then redis.call('PUBLISH', channel, owner .. '\n' .. table.concat(won, '\n')) end
+end
+"""
+
+CLAIM_BATCH = _batch(_CLAIM, 8, _ANNOUNCE)
 RELEASE_BATCH = _batch(_RELEASE, 6)
 RENEW_BATCH = _batch(_RENEW, 4)
 

@@ -7,6 +7,7 @@ from ._protocols import (
     CONTROLS_CHANGED,
     DEFAULT_HISTORY,
     ERROR_LIMIT,
+    AnnounceBackend,
     Capability,
     CatalogueEntry,
     ClaimBackend,
@@ -26,11 +27,13 @@ from ._protocols import (
     ReleaseCallback,
     ReleaseOutcome,
     RunRecord,
+    WinsCallback,
 )
 
 __all__ = [
     "DEFAULT_HISTORY",
     "ERROR_LIMIT",
+    "AnnounceBackend",
     "BackendBase",
     "Capability",
     "CatalogueEntry",
@@ -59,6 +62,7 @@ __all__ = [
     "ReleaseOutcome",
     "RenewDecision",
     "RunRecord",
+    "WinsCallback",
     "decide",
     "decide_release",
     "decide_renew",

@@ -34,6 +34,7 @@ from ._protocols import (
     ReleaseCallback,
     ReleaseOutcome,
     RunRecord,
+    WinsCallback,
 )
 
 __all__ = ["MemoryBackend", "MemoryClaimBackend", "MemoryStore"]
@@ -69,6 +70,14 @@ class _Subscription:
     backend: object
 
 
+@dataclass(slots=True)
+class _WinSubscription:
+    namespace: str
+    callback: WinsCallback
+    loop: asyncio.AbstractEventLoop
+    backend: object
+
+
 class MemoryStore:
     """The shared state behind one or more in-process backends."""
 
@@ -78,6 +87,7 @@ class MemoryStore:
         self.jobs: dict[tuple[str, str], _Job] = {}
         self.gates: dict[tuple[str, str, int], tuple[str, int]] = {}
         self.subscriptions: list[_Subscription] = []
+        self.win_subscriptions: list[_WinSubscription] = []
         self.controls: dict[tuple[str, str], JobControl] = {}
         self.catalogue: dict[tuple[str, str, str], tuple[CatalogueEntry, int]] = {}
         """(namespace, job, instance) -> (entry, expires_at in store time)."""
@@ -90,24 +100,28 @@ class MemoryStore:
 class MemoryBackend(LeaseBackendBase):
     """The lease state machine in process memory: the reference model.
 
-    `notify=False` makes it behave like a backend without push, so backups poll.
+    `notify=False` makes it behave like a backend without push, so backups poll; `announce=False`
+    like one that does not push wins, so every replica claims every slot.
     """
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT, Capability.CONTROL,
-         Capability.HISTORY}
+         Capability.HISTORY, Capability.ANNOUNCE}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("memory",)
 
     def __init__(
-        self, store: MemoryStore | None = None, *, clock: Clock | None = None, notify: bool = True
+        self, store: MemoryStore | None = None, *, clock: Clock | None = None, notify: bool = True,
+        announce: bool = True,
     ) -> None:
         self.store = store if store is not None else MemoryStore(clock)
         if clock is not None and store is not None and store.clock is not clock:
             raise ValueError("pass the clock to MemoryStore(clock=...) when sharing a store")
         self.notify = notify
-        if not notify:
-            self.capabilities = frozenset(self.capabilities - {Capability.NOTIFY})  # type: ignore[misc]
+        self.announce = announce
+        off = {c for c, on in ((Capability.NOTIFY, notify), (Capability.ANNOUNCE, announce)) if not on}
+        if off:
+            self.capabilities = frozenset(self.capabilities - off)  # type: ignore[misc]
 
     @classmethod
     def from_url(cls, url: str) -> MemoryBackend:
@@ -116,7 +130,7 @@ class MemoryBackend(LeaseBackendBase):
 
     def sibling(self) -> MemoryBackend:
         """A new backend on the same store: a second connection, for a lease keeper in another thread."""
-        return MemoryBackend(self.store, notify=self.notify)
+        return MemoryBackend(self.store, notify=self.notify, announce=self.announce)
 
     @property
     def url(self) -> str:
@@ -157,7 +171,19 @@ class MemoryBackend(LeaseBackendBase):
         """Claim a batch under one lock acquisition: one 'round trip' (see `LeaseBackend.claim`)."""
         with self.store.lock:
             self.store.calls += 1 - len(requests)
-            return [self._claim(r) for r in requests]
+            results = [self._claim(r) for r in requests]
+            subscriptions = list(self.store.win_subscriptions) if self.announce else []
+        if subscriptions:
+            # One push per (namespace, owner) of the batch, as a store pushes a batch's wins.
+            wins: dict[tuple[str, str], list[tuple[str, int]]] = {}
+            for r, result in zip(requests, results, strict=True):
+                if result.lease is not None and not result.reissued:
+                    wins.setdefault((r.namespace, r.owner), []).append((r.job, r.slot))
+            for (namespace, owner), won in wins.items():
+                for sub in subscriptions:
+                    if sub.namespace == namespace and not sub.loop.is_closed():
+                        sub.loop.call_soon_threadsafe(sub.callback, owner, won)
+        return results
 
     async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
         """Renew a batch of leases in one call (see `LeaseBackend.renew`)."""
@@ -300,10 +326,18 @@ class MemoryBackend(LeaseBackendBase):
                 _Subscription(namespace, callback, asyncio.get_running_loop(), self)
             )
 
+    async def subscribe_wins(self, namespace: str, callback: WinsCallback) -> None:
+        """Push the claims won in `namespace` to `callback` (only when `announce` is on)."""
+        with self.store.lock:
+            self.store.win_subscriptions.append(
+                _WinSubscription(namespace, callback, asyncio.get_running_loop(), self)
+            )
+
     async def close(self) -> None:
         """Drop this connection's subscriptions."""
         with self.store.lock:
             self.store.subscriptions = [s for s in self.store.subscriptions if s.backend is not self]
+            self.store.win_subscriptions = [s for s in self.store.win_subscriptions if s.backend is not self]
 
 
 class MemoryClaimBackend(BackendBase):

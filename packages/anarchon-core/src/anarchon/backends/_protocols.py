@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Final, Protocol, TypeVar, runtime_checkable
 __all__ = [
     "DEFAULT_HISTORY",
     "ERROR_LIMIT",
+    "AnnounceBackend",
     "Capability",
     "CatalogueEntry",
     "ClaimBackend",
@@ -36,6 +37,7 @@ __all__ = [
     "ReleaseCallback",
     "ReleaseOutcome",
     "RunRecord",
+    "WinsCallback",
 ]
 
 ERROR_LIMIT = 2000
@@ -60,6 +62,9 @@ class Capability(enum.StrEnum):
     """Cluster-wide pause, resume and trigger are stored: `set_control` and `controls` (`ControlBackend`)."""
     HISTORY = "history"
     """The store keeps a job catalogue and a bounded history of ended runs (`HistoryBackend`)."""
+    ANNOUNCE = "announce"
+    """Won claims are pushed to `subscribe_wins` subscribers, who then skip claims already decided
+    (`AnnounceBackend`)."""
 
 
 class ClaimOutcome(enum.StrEnum):
@@ -334,6 +339,9 @@ ReleaseCallback = Callable[[str, int], None]
 """Called with (job, slot) when a handover of that slot is pushed by the store, or with
 (job, `CONTROLS_CHANGED`) when the job's controls changed."""
 
+WinsCallback = Callable[[str, Sequence[tuple[str, int]]], None]
+"""Called with (owner, [(job, slot), ...]) when the store pushes claims that `owner` has won."""
+
 CONTROLS_CHANGED: Final = -1
 """The slot a backend with `notify` and `control` pushes to say that a job's controls changed."""
 
@@ -490,6 +498,27 @@ class InspectBackend(Protocol):
         """Read the newest record of every job in a namespace, sorted by job name (code point order)."""
         ...
 
+
+
+@runtime_checkable
+class AnnounceBackend(LeaseBackend, Protocol):
+    """A lease backend that pushes won claims (capability `announce`).
+
+    The engine uses the push to skip its own claim of a slot that another replica has won, when the
+    push arrives before that claim is due: the claim would only have been answered `taken`. The store
+    stays the judge; a lost or late push costs the claim it would have saved, nothing else.
+    """
+
+    async def subscribe_wins(self, namespace: str, callback: WinsCallback) -> None:
+        """Call `callback(owner, [(job, slot), ...])` on this event loop for claims won in `namespace`.
+
+        - Only first attempts and takeovers that the store decided as won are pushed (not a reissued
+          lease); the pushes of one batch may come in one call or in several.
+        - A push may be lost (a subscriber reconnecting) or late; it is never sent for a claim the
+          store did not decide as won.
+        - The subscriber's own wins may be pushed to it too: `owner` tells them apart.
+        """
+        ...
 
 
 @runtime_checkable

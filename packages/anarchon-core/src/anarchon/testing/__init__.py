@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from .._schedules import to_ms
 from ..backends import (
+    AnnounceBackend,
     Capability,
     CatalogueEntry,
     ClaimBackend,
@@ -34,6 +35,7 @@ from ..backends import (
     ReleaseCallback,
     ReleaseOutcome,
     RunRecord,
+    WinsCallback,
 )
 
 if TYPE_CHECKING:
@@ -357,6 +359,16 @@ class FaultyBackend:
                 callback(job, slot)
 
         await self.inner.subscribe(namespace, relay)
+
+    async def subscribe_wins(self, namespace: str, callback: WinsCallback) -> None:
+        """Subscribe to won claims (when the wrapped backend declares `announce`); a crashed instance
+        hears nothing more."""
+
+        def relay(owner: str, wins: Sequence[tuple[str, int]]) -> None:
+            if not self.crashed:
+                callback(owner, wins)
+
+        await cast(AnnounceBackend, self.inner).subscribe_wins(namespace, relay)
 
 
 async def crash(scheduler: Scheduler[Any]) -> None:
