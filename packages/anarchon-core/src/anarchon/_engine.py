@@ -179,7 +179,9 @@ class Engine:
             engine.tasks.spawn(engine._poll_controls(), "ticks", name="anarchon-controls")
         for job in jobs:
             engine.planner.add(job)
-        engine.tasks.spawn(engine.planner.run(engine._claim, engine._decided), "ticks", name="anarchon-ticks")
+        announced = Capability.ANNOUNCE in backend.capabilities
+        engine.tasks.spawn(engine.planner.run(engine._claim, engine._decided if announced else None), "ticks",
+                           name="anarchon-ticks")
         if engine.history is not None:
             engine.tasks.spawn(engine.history.run(), "history", name="anarchon-history")
         return engine

@@ -29,13 +29,9 @@ from .backends import Overlap
 __all__ = ["Due", "Plan", "Planner"]
 
 _BATCH_WINDOW_MS = 5
-# Jobs due at one moment are claimed in batches per instance, each with its own random delay: at least
-# this many batches, so that each replica wins about its share of every boundary; ...
+# Jobs due at one moment are claimed in this many batches per instance, each with its own random
+# delay: few round trips, yet each replica wins about its share of every boundary.
 _JITTER_GROUPS = 4
-# ... and batches of about this many jobs, up to `_MAX_GROUPS`: a store answers such a batch within a few
-# ms, so the wins it announces reach the other replicas before their own claims of those jobs are due.
-_GROUP_SIZE = 100
-_MAX_GROUPS = 128
 # A missed slot is caught up when the next slot is at least half an interval away, or this far.
 _CATCH_UP_ROOM_MS = 300_000
 
@@ -50,8 +46,8 @@ class Plan:
 
     job: Job
     jitter_ms: int
-    name_hash: int
-    """A stable hash of the job's name: picks the jitter group its claims are batched in."""
+    group: int
+    """Which of the jitter groups the job's claims are batched in."""
     fingerprint: str
     """The schedule's fingerprint, computed once."""
     # The slots this instance watches as a backup (taken or buffered), each with the generation
@@ -106,7 +102,6 @@ class Planner:
         self._slot_draws: dict[tuple[int, int], float] = {}
         self._plans: dict[str, Plan] = {}
         self._by_index: list[Plan] = []
-        self._groups = _JITTER_GROUPS
         self._closed = False
 
     def add(self, job: Job) -> None:
@@ -117,11 +112,10 @@ class Planner:
         if jitter is None:
             interval = job.schedule.min_interval_ms
             jitter = 50 if interval is None else min(50, interval // 10)
-        plan = Plan(job, jitter, zlib.crc32(job.name.encode()), job.schedule.fingerprint,
+        plan = Plan(job, jitter, zlib.crc32(job.name.encode()) % _JITTER_GROUPS, job.schedule.fingerprint,
                     index=len(self._by_index))
         self._plans[job.name] = plan
         self._by_index.append(plan)
-        self._groups = max(_JITTER_GROUPS, min(_MAX_GROUPS, -(-len(self._by_index) // _GROUP_SIZE)))
         self._plan_first(plan, self._clock.now_ms())
 
     def close(self) -> None:
@@ -257,13 +251,11 @@ class Planner:
 
         Jobs due together share a draw with the other jobs of their group, so they go in one
         claim_many; the groups (a stable hash of the name) keep a boundary's wins spread over the
-        replicas, so one crashed replica holds about 1/replicas of the jobs in flight, not all. With
-        many jobs, groups of about `_GROUP_SIZE`: the first replica to claim a group is answered, and
-        announces its wins, while the others' draws for that group are still ahead.
+        replicas, so one crashed replica holds about 1/replicas of the jobs in flight, not all.
         """
         if plan.jitter_ms <= 0:
             return 0
-        key = (slot, plan.name_hash % self._groups)
+        key = (slot, plan.group)
         draw = self._slot_draws.get(key)
         if draw is None:
             if len(self._slot_draws) > 4096:
