@@ -250,7 +250,7 @@ async def test_a_claim_that_loses_a_race_learns_the_holder_in_one_statement(pg: 
             # Replica b wins slot `base` in a transaction that is still open.
             row = await conn.fetchrow(
                 pg.sql.claim, "{ns}", "{j}", f"{{{base}}}", "{b}", "{30000}", "{3}", "{skip}", '{""}',
-                "{1000}", "{NULL}")
+                "{1000}", "{NULL}", pg.sql.channel)
             assert row is not None and row["won"]
             # Replica c claims the same slot: its snapshot says won; it waits for b's row lock.
             racing = asyncio.create_task(pg.claim(ClaimRequest("ns", "j", base, "c")))
@@ -617,6 +617,93 @@ async def test_release_is_pushed_on_the_loop_and_listener_reconnects(schema: str
     finally:
         await holder.close()
         await backup.close()
+
+
+async def _announced(backend: PostgresBackend, namespace: str) -> list[tuple[str, list[tuple[str, int]]]]:
+    """Subscribe to the wins in `namespace`; the list fills as they are pushed."""
+    got: list[tuple[str, list[tuple[str, int]]]] = []
+    await backend.subscribe_wins(namespace, lambda owner, wins: got.append((owner, list(wins))))
+    return got
+
+
+async def test_a_large_batch_of_wins_is_announced_in_chunks_and_completely(schema: str) -> None:
+    """300 wins with 200-character names, quotes, backslashes and emoji (about 120 KB of JSON) need
+    many notifications of under 8000 bytes: every win arrives once, and a reissued lease, which writes
+    nothing, is not announced again."""
+    claimer = PostgresBackend(URL, schema=schema)
+    hearer = PostgresBackend(URL, schema=schema)
+    await claimer.open()
+    await hearer.open()
+    try:
+        got = await _announced(hearer, "ns")
+        base = (now_ms() // 10_000 - 3) * 10_000
+        names = [f"{i:03d}" + ('"\\é🙂-' * 40)[:197] for i in range(300)]
+        assert all(len(n) == 200 for n in names)
+        results = await claimer.claim_many([ClaimRequest("ns", n, base, "a", 60_000) for n in names])
+        assert all(r.outcome is ClaimOutcome.WON for r in results)
+        wanted = sorted((n, base) for n in names)
+        await _wait(lambda: sum(len(wins) for _, wins in got) >= len(names))
+        assert sorted(w for _, wins in got for w in wins) == wanted
+        assert {owner for owner, _ in got} == {"a"}
+        assert len(got) > 1, "one notification cannot hold them all"
+
+        again = await claimer.claim_many([ClaimRequest("ns", n, base, "a", 60_000) for n in names])
+        assert all(r.reissued for r in again)
+        marker = await claimer.claim(ClaimRequest("ns", "marker", base, "a", 60_000))
+        assert marker.outcome is ClaimOutcome.WON
+        await _wait(lambda: got[-1][1] == [("marker", base)])
+        assert sum(len(wins) for _, wins in got) == len(names) + 1, "a reissued lease was announced"
+    finally:
+        await claimer.close()
+        await hearer.close()
+
+
+async def test_releases_and_wins_share_one_listener_and_a_malformed_announcement_is_ignored(
+    pg: PostgresBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    released: list[tuple[str, int]] = []
+    won: list[tuple[str, list[tuple[str, int]]]] = []
+    await pg.subscribe("ns", lambda job, slot: released.append((job, slot)))
+    listener = pg.listener
+    await pg.subscribe_wins("ns", lambda owner, wins: won.append((owner, list(wins))))
+    assert pg.listener is listener is not None
+    async with pg.pool.acquire() as conn:
+        for payload in ('{"owner": "a", "namespace": "ns", "wins": [["j", "x"]]}', '{"owner": "a"}',
+                        '{"owner": 1, "namespace": "ns", "wins": []}',
+                        '{"owner": "a", "namespace": "other", "wins": [["j", 1]]}',
+                        '{"owner": "a", "namespace": "ns", "wins": [["j", 1], ["k", 2]]}',
+                        '["ns", "j", 3]'):
+            await conn.execute("SELECT pg_notify($1, $2)", pg.channel, payload)
+    await _wait(lambda: bool(released))
+    assert won == [("a", [("j", 1), ("k", 2)])]
+    assert released == [("j", 3)]
+    assert sum("malformed notification of won claims" in r.getMessage() for r in caplog.records) == 3
+
+
+async def test_a_claim_with_wins_too_long_to_announce_still_wins(schema: str) -> None:
+    """A chunk whose payload would reach 8000 bytes (here an owner of 8000 characters) is not sent,
+    so pg_notify cannot fail the claim; the batch's other owners are announced."""
+    claimer = PostgresBackend(URL, schema=schema)
+    hearer = PostgresBackend(URL, schema=schema)
+    await claimer.open()
+    await hearer.open()
+    try:
+        got = await _announced(hearer, "ns")
+        base = (now_ms() // 10_000 - 3) * 10_000
+        huge = "o" * 8000
+        requests = [ClaimRequest("ns", f"big-{i}", base, huge, 60_000) for i in range(5)]
+        requests += [ClaimRequest("ns", f"small-{i}", base, "b", 60_000) for i in range(5)]
+        results = await claimer.claim_many(requests)
+        assert all(r.outcome is ClaimOutcome.WON for r in results), results
+        [one] = await claimer.claim_many([ClaimRequest("ns", "alone", base, huge, 60_000)])
+        assert one.outcome is ClaimOutcome.WON
+        marker = await claimer.claim(ClaimRequest("ns", "marker", base, "b", 60_000))
+        assert marker.outcome is ClaimOutcome.WON
+        await _wait(lambda: any(("marker", base) in wins for _, wins in got))
+        assert got == [("b", [(f"small-{i}", base) for i in range(5)]), ("b", [("marker", base)])]
+    finally:
+        await claimer.close()
+        await hearer.close()
 
 
 # -- fenced transactions --------------------------------------------------------------------------

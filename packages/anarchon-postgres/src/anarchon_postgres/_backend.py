@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -33,6 +33,7 @@ from anarchon.backends import (
     LeaseRecord,
     ReleaseCallback,
     RunRecord,
+    WinsCallback,
     redact_url,
 )
 
@@ -118,11 +119,12 @@ class FenceContext(Protocol):
 
 
 class PostgresBackend(LeaseBackendBase):
-    """A lease backend on PostgreSQL: one-statement claims, LISTEN/NOTIFY handover, fenced writes."""
+    """A lease backend on PostgreSQL: one-statement claims, LISTEN/NOTIFY handover and announced wins,
+    fenced writes."""
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT, Capability.CONTROL,
-         Capability.HISTORY}
+         Capability.HISTORY, Capability.ANNOUNCE}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
 
@@ -151,6 +153,8 @@ class PostgresBackend(LeaseBackendBase):
         self._min_size, self._max_size = min_size, max_size
         self._listen_dsn = listen_url
         self._listener: Listener | None = None
+        self._unpushed = False
+        """The start-up check found that NOTIFY does not reach LISTEN: later subscriptions do not try."""
         self._releasing: set[asyncio.Task[None]] = set()
         self._use(connection, asyncpg.Pool, {
             "schema": schema, "table": table, "statement_cache_size": statement_cache_size,
@@ -236,6 +240,7 @@ class PostgresBackend(LeaseBackendBase):
         if self._releasing:
             await asyncio.wait(list(self._releasing), timeout=OP_TIMEOUT_S)
         listener, self._listener = self._listener, None
+        self._unpushed = False
         if listener is not None:
             await listener.close()
 
@@ -342,7 +347,7 @@ class PostgresBackend(LeaseBackendBase):
             texts([r.owner for r in reqs]), numbers([r.lease_ms for r in reqs]),
             numbers([r.max_attempts for r in reqs]), texts([str(r.overlap) for r in reqs]),
             texts([r.fingerprint for r in reqs]), numbers([r.max_skew_ms for r in reqs]),
-            numbers([r.stale_after for r in reqs]),
+            numbers([r.stale_after for r in reqs]), self.sql.channel,
             rows=len(reqs),
         )
         return [self._result(r, row) for r, row in zip(reqs, rows, strict=True)]
@@ -564,18 +569,29 @@ class PostgresBackend(LeaseBackendBase):
 
     async def subscribe(self, namespace: str, callback: ReleaseCallback) -> None:
         """Call `callback(job, slot)` on this event loop whenever a run in `namespace` is released."""
+        await self._listen(lambda listener: listener.add(namespace, callback))
+
+    async def subscribe_wins(self, namespace: str, callback: WinsCallback) -> None:
+        """Call `callback(owner, [(job, slot), ...])` on this event loop for the claims won in
+        `namespace` (announced by each claim statement at commit; see `Statements.claim`)."""
+        await self._listen(lambda listener: listener.add_wins(namespace, callback))
+
+    async def _listen(self, add: Callable[[Listener], None]) -> None:
+        """Add a subscriber to the one listener, started (and its push checked) on first use."""
+        if self._unpushed:
+            return  # the check said why (once): the subscriber polls, or claims every slot
         if self._listener is None:
             where = redact_url(self._listen_dsn) if self._listen_dsn else self.url
             self._listener = Listener(self._listen_connect, self._listen_disconnect, self.sql.channel, where)
-            self._listener.add(namespace, callback)
+            add(self._listener)
             await self._listener.start()
             await self._check_push(where)
         else:
-            self._listener.add(namespace, callback)
+            add(self._listener)
 
     async def _check_push(self, where: str) -> None:
         """Send one NOTIFY through the pool and wait for it on the LISTEN connection; say in the log
-        whether releases are pushed, or (behind PgBouncer in transaction mode, whose server
+        whether releases (and won claims) are pushed, or (behind PgBouncer in transaction mode, whose server
         connections change between transactions) why they are not and that backups poll instead."""
         listener = self._listener
         if listener is None or not listener.connected.is_set():
@@ -591,11 +607,14 @@ class PostgresBackend(LeaseBackendBase):
         except (TimeoutError, BackendError) as exc:
             reason = "no answer" if isinstance(exc, TimeoutError) else str(exc)
             log.warning(
-                "releases are not pushed: a NOTIFY sent through %s did not reach the LISTEN connection "
-                "to %s within %g s (%s; PgBouncer in transaction mode drops LISTEN). Backups poll "
-                "instead, taking over at lease expiry; for push, set listen_url to a direct "
-                "connection to the server", self.url, where, _PUSH_CHECK_S, reason)
+                "releases are not pushed, nor won claims announced: a NOTIFY sent through %s did not "
+                "reach the LISTEN connection to %s within %g s (%s; PgBouncer in transaction mode "
+                "drops LISTEN). Backups poll instead, taking over at lease expiry, and each replica "
+                "claims every slot; for push, set listen_url to a direct connection to the server",
+                self.url, where, _PUSH_CHECK_S, reason)
             self._listener = None
+            # A later subscription would wait as long for the same answer; after an error it tries.
+            self._unpushed = isinstance(exc, TimeoutError)
             await listener.close()
             return
         finally:
@@ -604,5 +623,5 @@ class PostgresBackend(LeaseBackendBase):
 
     @property
     def listener(self) -> Listener | None:
-        """The LISTEN connection's supervisor, once `subscribe` was called."""
+        """The LISTEN connection's supervisor, once `subscribe` or `subscribe_wins` was called."""
         return self._listener

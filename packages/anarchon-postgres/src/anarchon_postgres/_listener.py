@@ -11,12 +11,13 @@ from typing import Any
 
 import asyncpg
 
-from anarchon.backends import ReleaseCallback
+from anarchon.backends import ReleaseCallback, WinsCallback
 
 __all__ = ["PROBE", "Listener"]
 
 PROBE = "anarchon-probe-"
-"""How the payload of a start-up check's NOTIFY begins (a release's payload is a JSON array)."""
+"""How the payload of a start-up check's NOTIFY begins (a release's payload is a JSON array, an
+announcement of won claims a JSON object)."""
 
 log = logging.getLogger("anarchon.postgres")
 
@@ -25,12 +26,14 @@ Disconnect = Callable[[asyncpg.Connection], Awaitable[None]]
 
 
 class Listener:
-    """LISTENs on one channel and calls back subscribers of the notified namespace, on the loop.
+    """LISTENs on one channel and calls back subscribers of the notified namespace, on the loop: of
+    releases (`add`) and of won claims (`add_wins`).
 
     asyncpg's pool resets connections with `UNLISTEN *`, and PgBouncer in transaction mode drops
     LISTEN between transactions, so the listener holds one connection for as long as it listens.
     When it drops (server restart, `pg_terminate_backend`), the listener reconnects with backoff;
-    releases pushed while it was away are missed, and backups fall back to the holder's lease expiry.
+    releases pushed while it was away are missed, and backups fall back to the holder's lease expiry;
+    wins announced meanwhile are missed too, and cost the other replicas a claim each.
     """
 
     def __init__(self, connect: Connect, disconnect: Disconnect, channel: str, where: str) -> None:
@@ -39,6 +42,7 @@ class Listener:
         self._channel = channel
         self._where = where
         self._subs: list[tuple[str, ReleaseCallback]] = []
+        self._win_subs: list[tuple[str, WinsCallback]] = []
         self._conn: asyncpg.Connection | None = None
         self._lost = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -58,6 +62,10 @@ class Listener:
     def add(self, namespace: str, callback: ReleaseCallback) -> None:
         """Call `callback(job, slot)` for releases in `namespace`."""
         self._subs.append((namespace, callback))
+
+    def add_wins(self, namespace: str, callback: WinsCallback) -> None:
+        """Call `callback(owner, [(job, slot), ...])` for the claims won in `namespace`."""
+        self._win_subs.append((namespace, callback))
 
     async def start(self) -> None:
         """Connect once (logging a failure) and keep the connection up in the background."""
@@ -120,7 +128,14 @@ class Listener:
                 self._probe[1].set()
             return
         try:
-            namespace, job, slot = json.loads(payload)
+            message = json.loads(payload)
+        except ValueError:
+            message = None
+        if isinstance(message, dict):
+            self._dispatch_wins(message, payload)
+            return
+        try:
+            namespace, job, slot = message
         except (ValueError, TypeError):
             log.warning("ignoring a malformed release notification: %r", payload[:200])
             return
@@ -130,6 +145,23 @@ class Listener:
                     callback(job, int(slot))
                 except Exception:
                     log.exception("release callback for %s failed", job)
+
+    def _dispatch_wins(self, message: dict[str, Any], payload: str) -> None:
+        """Call the subscribers of an announcement's namespace with its owner and wins."""
+        try:
+            namespace, owner = message["namespace"], message["owner"]
+            wins = [(str(job), int(slot)) for job, slot in message["wins"]]
+            if not isinstance(namespace, str) or not isinstance(owner, str):
+                raise TypeError(namespace, owner)
+        except (KeyError, ValueError, TypeError):
+            log.warning("ignoring a malformed notification of won claims: %r", payload[:200])
+            return
+        for ns, callback in list(self._win_subs):
+            if ns == namespace:
+                try:
+                    callback(owner, wins)
+                except Exception:
+                    log.exception("wins callback failed for %d job(s) won by %s", len(wins), owner)
 
     async def close(self) -> None:
         """Stop listening and close the connection; idempotent."""

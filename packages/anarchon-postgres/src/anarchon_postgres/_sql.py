@@ -11,7 +11,14 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Statements", "array_literal", "numbers_literal", "quote_ident", "validate_identifier"]
+__all__ = [
+    "ANNOUNCE_CHUNK_BYTES",
+    "Statements",
+    "array_literal",
+    "numbers_literal",
+    "quote_ident",
+    "validate_identifier",
+]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MAX_IDENT = 50  # leaves room for the suffixes of the helper tables within PostgreSQL's 63 bytes
@@ -54,6 +61,9 @@ def quote_ident(value: str) -> str:
     return '"' + value.replace('"', '""') + '"'
 
 
+ANNOUNCE_CHUNK_BYTES = 4000
+"""The bytes of `[job, slot]` items a notification of won claims holds before its last item (see
+`Statements.claim`): with that item, the owner and the namespace, well under NOTIFY's 8000 bytes."""
 NOW_MS = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 # How a batch statement locks the rows (alias `c`) of its jobs: in code-point (namespace, job) order,
 # whatever the database's collation, the order `claim_many` sends its batches in. Every batch that
@@ -179,6 +189,15 @@ class Statements:
         at the snapshot. `up` updates the won rows; `ins` inserts a job's first row, and a first
         row inserted by a concurrent claim after the snapshot leaves this request with "would have
         won": the caller asks again.
+
+        $11 is the NOTIFY channel on which the batch's wins are announced at commit (capability
+        `announce`): the rows `up` and `ins` wrote, never a loser nor a lease reissued to its holder
+        (which writes nothing). One notification per (namespace, owner) and chunk of wins, its
+        payload `{"owner": …, "namespace": …, "wins": [[job, slot], …]}` (a JSON object, where a
+        release's is an array). A new chunk begins every `ANNOUNCE_CHUNK_BYTES` of wins, so a payload
+        stays under PostgreSQL's 8000 bytes unless an owner or job name is nearly as long; such a
+        chunk is not sent (pg_notify would fail the claim), and its wins cost the other replicas a
+        claim each.
         """
         t = self.qualified
         ex = "x"  # the request, as `cur` gives it: the columns of the row it would write
@@ -272,7 +291,8 @@ up AS (
     WHERE {ex}.locked AND {ex}.outcome = 'won' AND t.namespace = {ex}.namespace AND t.job = {ex}.job
       AND ({won}) = 'won'
     RETURNING {ex}.ord, t.slot, t.attempt, t.token, t.expires_at, t.others, t.prev_slot, t.prev_status,
-              t.prev_fingerprint
+              t.prev_fingerprint, {ex}.namespace AS w_namespace, {ex}.job AS w_job, {ex}.owner AS w_owner,
+              {ex}.slot AS w_slot
 ),
 -- A job's first row. One inserted by a concurrent claim after the snapshot is left alone: this
 -- request then "would have won", and the caller asks again.
@@ -291,15 +311,39 @@ w AS (
     SELECT * FROM up
     UNION ALL
     SELECT x.ord, i.slot, i.attempt, i.token, i.expires_at, i.others, i.prev_slot, i.prev_status,
-           i.prev_fingerprint
+           i.prev_fingerprint, x.namespace, x.job, x.owner, x.slot
     FROM ins i JOIN cur x ON x.namespace = i.namespace AND x.job = i.job
+),
+-- The wins, announced at commit: one NOTIFY per (namespace, owner) and chunk, a chunk beginning every
+-- {ANNOUNCE_CHUNK_BYTES} bytes of the batch's [job, slot] items in request order. (A running sum over
+-- the whole batch: a batch is one owner's, and a window per (namespace, owner) cost a sort by text.)
+-- A payload of 8000 bytes or more (an owner or job name nearly that long) is not sent: pg_notify
+-- would raise, and fail the claims with it.
+ann AS MATERIALIZED (
+    SELECT pg_notify($11, p.payload)
+    FROM (
+        SELECT json_build_object('owner', k.w_owner, 'namespace', k.w_namespace,
+                                 'wins', json_agg(k.item ORDER BY k.ord))::text AS payload
+        FROM (
+            SELECT i.w_namespace, i.w_owner, i.ord, i.item,
+                   (sum(i.size) OVER (ORDER BY i.ord ROWS UNBOUNDED PRECEDING) - i.size)
+                       / {ANNOUNCE_CHUNK_BYTES} AS chunk
+            FROM (SELECT w.w_namespace, w.w_owner, w.ord, j.item, octet_length(j.item::text) + 2 AS size
+                  FROM w CROSS JOIN LATERAL (SELECT json_build_array(w.w_job, w.w_slot) AS item) j) i
+        ) k
+        GROUP BY k.w_namespace, k.w_owner, k.chunk
+    ) p
+    WHERE octet_length(p.payload) < 8000
 )
 SELECT x.outcome, x.c_slot, x.c_owner, x.c_attempt, x.c_token, x.c_status, x.c_expires_at,
        x.c_fingerprint, x.c_other, n.now, w.ord IS NOT NULL AS won,
        {won_("attempt", "int")} AS w_attempt, {won_("token", "bigint")} AS w_token,
        {won_("expires_at", "bigint")} AS w_expires_at,
        w.prev_slot, w.prev_status, w.prev_fingerprint
-FROM cur x CROSS JOIN n LEFT JOIN w ON w.ord = x.ord
+FROM cur x CROSS JOIN n
+    -- Read here, or the announcements would never be sent (a SELECT in WITH runs only when read).
+    CROSS JOIN (SELECT count(*) AS announced FROM ann) a
+    LEFT JOIN w ON w.ord = x.ord
 ORDER BY x.ord
 """
 
