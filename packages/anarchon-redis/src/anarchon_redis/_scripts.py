@@ -59,99 +59,141 @@ local function find(slot, token, owner)
 end
 """
 
-_CLAIM = r"""
--- ARGV: slot owner lease_ms max_attempts overlap fingerprint max_skew_ms stale_after ('' for none)
-local slot = tonumber(ARGV[1])
-local owner = ARGV[2]
-local lease_ms = tonumber(ARGV[3])
-local max_attempts = tonumber(ARGV[4])
-local overlap = ARGV[5]
-local fp = ARGV[6]
-local max_skew = tonumber(ARGV[7])
-local stale_after = tonumber(ARGV[8])
+_CLAIM_HEAD = r"""
+-- Once per script call: the claim of one job is `claim()`, on the job's keys K1 K2 and its arguments,
+-- which are set before each call (no closure, table or argument copy is made per job).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local fmt = string.format
+local now_s = fmt('%d', now)
+local K1, K2
+-- ARGV per job: slot owner lease_ms max_attempts overlap fingerprint max_skew_ms stale_after ('' for none)
+-- (lease_ms and max_attempts stay strings until a path needs them: tonumber is a strtod each.)
+local slot, owner, lease_ms, max_attempts, overlap, fp, max_skew, stale_after
+-- The strings slot, max_skew and stale_after were read from: Lua strings are interned, so an equal
+-- string is the same number without parsing it again (the same skew and staleness run through a batch).
+local slot_s, skew_s, stale_s
+-- The job's hash: the newest record's fields that most claims answer with, then seq (read here so a
+-- win writes it in one HSET rather than a HINCRBY and an HSET). Each numeric field read costs a few
+-- percent of a claim, so token and updated_at are read only on the rare paths that need them.
+local v
+
+-- Older records that ended are forgotten; running ones stay so they can renew or be taken over.
+local function forget_ended()
+  local others = redis.call('HGETALL', K2)
+  for i = 1, #others, 2 do
+    if cjson.decode(others[i + 1]).status ~= 'running' then redis.call('HDEL', K2, others[i]) end
+  end
+end
 
 -- Reply: outcome holder attempt expires_at now previous_status fingerprint record_slot token
-local function reply(outcome, r, expires, prev_status, fingerprint, record_slot, token)
-  return {outcome, r and r.owner or false, r and r.attempt or 0, expires or false, now,
-          prev_status or false, fingerprint or false, record_slot or false, token or false}
+local function win_new(prev_fp, prev_slot)
+  local seq = (tonumber(v[7]) or 0) + 1
+  forget_ended()
+  local expires_at = now + tonumber(lease_ms)
+  redis.call('HSET', K1, 'slot', fmt('%d', slot), 'attempt', 1, 'token', seq, 'owner', owner,
+    'status', 'running', 'expires_at', fmt('%d', expires_at), 'fingerprint', fp, 'updated_at', now_s,
+    'seq', fmt('%d', seq))
+  return {'won', owner, 1, expires_at, now, false, prev_fp or false, prev_slot or false, seq}
 end
 
-local function live(r)
-  return r.status == 'running' and r.expires_at > now
-end
-
-local function win_new(prev)
-  local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
-  -- Older records that ended are forgotten; running ones stay so they can renew or be taken over.
-  local others = redis.call('HGETALL', KEYS[2])
-  for i = 1, #others, 2 do
-    if cjson.decode(others[i + 1]).status ~= 'running' then redis.call('HDEL', KEYS[2], others[i]) end
-  end
-  local r = {slot = slot, attempt = 1, token = seq, owner = owner, status = 'running',
-             expires_at = now + lease_ms, fingerprint = fp, updated_at = now, other = false}
-  save(r)
-  return reply('won', r, r.expires_at, nil, prev and prev.fingerprint, prev and prev.slot, seq)
-end
-
-local function same_slot(r)
-  if live(r) then
+-- A record of the claimed slot: the newest (`other` false; its token is read when needed) or an older
+-- one still kept (its JSON).
+local function same_slot(rs, attempt, token, holder, status, expires_at, rfp, other)
+  if status == 'running' and expires_at > now then
     -- Held by the claimer already (a claim whose answer was lost): its own lease again, nothing written.
-    if r.owner == owner then
-      return reply('reissued', r, r.expires_at, nil, r.fingerprint, r.slot, r.token)
+    if holder == owner then
+      if not other then token = redis.call('HGET', K1, 'token') end
+      return {'reissued', holder or false, attempt or 0, expires_at, now, false, rfp or false, rs,
+              tonumber(token) or false}
     end
-    return reply('taken', r, r.expires_at, nil, r.fingerprint, r.slot)
+    return {'taken', holder or false, attempt or 0, expires_at, now, false, rfp or false, rs, false}
   end
-  if r.status == 'done' or r.status == 'failed' then
-    return reply('done', r, nil, nil, r.fingerprint, r.slot)
+  if status == 'done' or status == 'failed' then
+    return {'done', holder or false, attempt or 0, false, now, false, rfp or false, rs, false}
   end
   -- Released, or running with an expired lease (expiry is inclusive): a takeover, if attempts remain.
-  if r.attempt >= max_attempts then
-    return reply('exhausted', r, nil, r.status, r.fingerprint, r.slot)
+  if attempt >= tonumber(max_attempts) then
+    return {'exhausted', holder or false, attempt or 0, false, now, status or false, rfp or false, rs, false}
   end
-  local prev_status, prev_fp = r.status, r.fingerprint
-  local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
-  r.attempt = r.attempt + 1
-  r.token = seq
-  r.owner = owner
-  r.status = 'running'
-  r.expires_at = now + lease_ms
-  r.fingerprint = fp
-  r.updated_at = now
-  save(r)
-  return reply('won', r, r.expires_at, prev_status, prev_fp, r.slot, seq)
+  attempt = attempt + 1
+  local expires = now + tonumber(lease_ms)
+  local seq
+  if other then
+    seq = redis.call('HINCRBY', K1, 'seq', 1)
+    redis.call('HSET', K2, fmt('%d', rs), cjson.encode({
+      slot = rs, attempt = attempt, token = seq, owner = owner, status = 'running',
+      expires_at = expires, fingerprint = fp, updated_at = now}))
+  else
+    seq = (tonumber(v[7]) or 0) + 1
+    redis.call('HSET', K1, 'slot', fmt('%d', rs), 'attempt', attempt, 'token', seq, 'owner', owner,
+      'status', 'running', 'expires_at', fmt('%d', expires), 'fingerprint', fp, 'updated_at', now_s,
+      'seq', fmt('%d', seq))
+  end
+  return {'won', owner, attempt, expires, now, status or false, rfp or false, rs, seq}
 end
 
-if slot > now + max_skew then
-  return reply('early', nil)
-end
-local cur = current()
-if stale_after and now > stale_after then
-  -- Delivered too late to be worth running: it never revives a past slot.
-  if not cur then return reply('stale', nil) end
-  return reply('stale', cur, nil, nil, cur.fingerprint, cur.slot)
-end
-if not cur then return win_new(nil) end
-if slot == cur.slot then return same_slot(cur) end
-if slot < cur.slot then
-  if overlap == 'allow' then
-    local o = other(slot)
-    if o then return same_slot(o) end
+local function claim()
+  if slot > now + max_skew then
+    return {'early', false, 0, false, now, false, false, false, false}
   end
-  return reply('stale', cur, nil, nil, cur.fingerprint, cur.slot)
-end
--- A newer slot than the record's.
-if live(cur) then
-  if overlap == 'skip' or overlap == 'buffer_one' then
-    return reply('skipped', cur, cur.expires_at, nil, cur.fingerprint, cur.slot)
+  v = redis.call('HMGET', K1, 'slot', 'attempt', 'owner', 'status', 'expires_at', 'fingerprint', 'seq')
+  local cs = v[1]
+  if cs == slot_s then cs = slot elseif cs then cs = tonumber(cs) end
+  if stale_after and now > stale_after then
+    -- Delivered too late to be worth running: it never revives a past slot.
+    if not cs then return {'stale', false, 0, false, now, false, false, false, false} end
+    return {'stale', v[3] or false, tonumber(v[2]) or 0, false, now, false, v[6] or '', cs, false}
   end
-  if overlap == 'allow' then
-    cur.other = true
-    save(cur)
+  if not cs then return win_new(nil, nil) end
+  if slot == cs then
+    return same_slot(cs, tonumber(v[2]), nil, v[3], v[4], tonumber(v[5]), v[6] or '', false)
   end
+  if slot < cs then
+    if overlap == 'allow' then
+      local raw = redis.call('HGET', K2, fmt('%d', slot))
+      if raw then
+        local o = cjson.decode(raw)
+        return same_slot(o.slot, o.attempt, o.token, o.owner, o.status, o.expires_at, o.fingerprint, true)
+      end
+    end
+    return {'stale', v[3] or false, tonumber(v[2]) or 0, false, now, false, v[6] or '', cs, false}
+  end
+  -- A newer slot than the record's.
+  local expires_at = tonumber(v[5])
+  if v[4] == 'running' and expires_at > now then
+    if overlap == 'skip' or overlap == 'buffer_one' then
+      return {'skipped', v[3] or false, tonumber(v[2]) or 0, expires_at, now, false, v[6] or '', cs, false}
+    end
+    if overlap == 'allow' then
+      local more = redis.call('HMGET', K1, 'token', 'updated_at')
+      redis.call('HSET', K2, fmt('%d', cs), cjson.encode({
+        slot = cs, attempt = tonumber(v[2]), token = tonumber(more[1]), owner = v[3], status = v[4],
+        expires_at = expires_at, fingerprint = v[6] or '', updated_at = tonumber(more[2])}))
+    end
+  end
+  return win_new(v[6] or '', cs)
 end
-return win_new(cur)
+
+local function args(o)
+  slot_s = ARGV[o + 1]
+  slot = tonumber(slot_s)
+  owner = ARGV[o + 2]
+  lease_ms = ARGV[o + 3]
+  max_attempts = ARGV[o + 4]
+  overlap = ARGV[o + 5]
+  fp = ARGV[o + 6]
+  local s = ARGV[o + 7]
+  if s ~= skew_s then skew_s, max_skew = s, tonumber(s) end
+  s = ARGV[o + 8]
+  if s ~= stale_s then stale_s, stale_after = s, tonumber(s) end
+end
 """
-CLAIM = _COMMON + _CLAIM
+CLAIM = _CLAIM_HEAD + r"""
+K1, K2 = KEYS[1], KEYS[2]
+args(0)
+return claim()
+"""
 
 _RENEW = r"""
 -- ARGV: slot token owner lease_ms. Reply: the new expires_at, or false when the lease is lost.
@@ -229,7 +271,15 @@ if channel and channel ~= '' then
 end
 """
 
-CLAIM_BATCH = _batch(_CLAIM, 8, _ANNOUNCE)
+CLAIM_BATCH = _CLAIM_HEAD + r"""
+-- KEYS in pairs, 8 ARGV per job, then the announcement's arguments; replies in order.
+local out = {}
+for i = 0, #KEYS / 2 - 1 do
+  K1, K2 = KEYS[2 * i + 1], KEYS[2 * i + 2]
+  args(8 * i)
+  out[i + 1] = claim()
+end
+""" + _ANNOUNCE + "return out\n"
 RELEASE_BATCH = _batch(_RELEASE, 6)
 RENEW_BATCH = _batch(_RENEW, 4)
 
