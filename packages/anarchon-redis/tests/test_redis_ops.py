@@ -62,6 +62,30 @@ async def test_keys_are_hash_tagged_per_job(redis_url: str, prefix: str, raw: re
         await backend.close()
 
 
+async def test_wins_are_announced_with_exact_names_under_any_prefix_and_namespace(
+    redis_url: str, prefix: str, raw: redis.asyncio.Redis
+) -> None:
+    """The claim script cuts each job's name out of its key by the key prefix's length in bytes:
+    a prefix and a namespace beyond ASCII must not shift the cut."""
+    backend = RedisBackend(redis_url, prefix=prefix + "-é")
+    listener = RedisBackend(redis_url, prefix=prefix + "-é")
+    await backend.open()
+    await listener.open()
+    try:
+        heard: asyncio.Queue[tuple[str, list[tuple[str, int]]]] = asyncio.Queue()
+        namespace = "ns:ü-😀"
+        await listener.subscribe_wins(namespace, lambda owner, wins: heard.put_nowait((owner, list(wins))))
+        now = await _store_now(raw)
+        names = ["a", "ジョブ-😀", "x}y{z", "b:c"]
+        await backend.claim_many([ClaimRequest(namespace, name, now, "A") for name in names])
+        owner, wins = await asyncio.wait_for(heard.get(), 5)
+        assert owner == "A"
+        assert sorted(wins) == sorted((name, now) for name in names)
+    finally:
+        await listener.close()
+        await backend.close()
+
+
 async def test_password_never_in_messages_or_logs(
     redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -435,7 +435,7 @@ class RedisBackend(RedisStore, LeaseBackendBase):
             if len(self._announce) > 1000:
                 self._announce.clear()
             tail = self._announce[namespace] = [self.keys.wins(namespace),
-                                                len(self.keys.job_prefix(namespace))]
+                                                len(self.keys.job_prefix(namespace).encode())]
         if any(r.namespace != namespace for r in requests):
             return ["", 0]
         return tail
@@ -756,7 +756,6 @@ class RedisBackend(RedisStore, LeaseBackendBase):
                 callback(job, slot)
             except Exception:
                 log.exception("release callback failed for %s slot=%d", job, slot)
-
 
     @staticmethod
     def _dispatch_wins(channel: str, payload: str, hearers: list[WinsCallback]) -> None:
