@@ -51,6 +51,15 @@ async def pg(schema: str) -> AsyncIterator[PostgresBackend]:
     await backend.close()
 
 
+@pytest.fixture
+async def hearer(schema: str) -> AsyncIterator[PostgresBackend]:
+    """A second backend on the same schema: another replica, listening."""
+    backend = PostgresBackend(URL, schema=schema)
+    await backend.open()
+    yield backend
+    await backend.close()
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -626,36 +635,30 @@ async def _announced(backend: PostgresBackend, namespace: str) -> list[tuple[str
     return got
 
 
-async def test_a_large_batch_of_wins_is_announced_in_chunks_and_completely(schema: str) -> None:
+async def test_a_large_batch_of_wins_is_announced_in_chunks_and_completely(
+    pg: PostgresBackend, hearer: PostgresBackend
+) -> None:
     """300 wins with 200-character names, quotes, backslashes and emoji (about 120 KB of JSON) need
     many notifications of under 8000 bytes: every win arrives once, and a reissued lease, which writes
     nothing, is not announced again."""
-    claimer = PostgresBackend(URL, schema=schema)
-    hearer = PostgresBackend(URL, schema=schema)
-    await claimer.open()
-    await hearer.open()
-    try:
-        got = await _announced(hearer, "ns")
-        base = (now_ms() // 10_000 - 3) * 10_000
-        names = [f"{i:03d}" + ('"\\é🙂-' * 40)[:197] for i in range(300)]
-        assert all(len(n) == 200 for n in names)
-        results = await claimer.claim_many([ClaimRequest("ns", n, base, "a", 60_000) for n in names])
-        assert all(r.outcome is ClaimOutcome.WON for r in results)
-        wanted = sorted((n, base) for n in names)
-        await _wait(lambda: sum(len(wins) for _, wins in got) >= len(names))
-        assert sorted(w for _, wins in got for w in wins) == wanted
-        assert {owner for owner, _ in got} == {"a"}
-        assert len(got) > 1, "one notification cannot hold them all"
+    got = await _announced(hearer, "ns")
+    base = (now_ms() // 10_000 - 3) * 10_000
+    names = [f"{i:03d}" + ('"\\é🙂-' * 40)[:197] for i in range(300)]
+    assert all(len(n) == 200 for n in names)
+    results = await pg.claim_many([ClaimRequest("ns", n, base, "a", 60_000) for n in names])
+    assert all(r.outcome is ClaimOutcome.WON for r in results)
+    wanted = sorted((n, base) for n in names)
+    await _wait(lambda: sum(len(wins) for _, wins in got) >= len(names))
+    assert sorted(w for _, wins in got for w in wins) == wanted
+    assert {owner for owner, _ in got} == {"a"}
+    assert len(got) > 1, "one notification cannot hold them all"
 
-        again = await claimer.claim_many([ClaimRequest("ns", n, base, "a", 60_000) for n in names])
-        assert all(r.reissued for r in again)
-        marker = await claimer.claim(ClaimRequest("ns", "marker", base, "a", 60_000))
-        assert marker.outcome is ClaimOutcome.WON
-        await _wait(lambda: got[-1][1] == [("marker", base)])
-        assert sum(len(wins) for _, wins in got) == len(names) + 1, "a reissued lease was announced"
-    finally:
-        await claimer.close()
-        await hearer.close()
+    again = await pg.claim_many([ClaimRequest("ns", n, base, "a", 60_000) for n in names])
+    assert all(r.reissued for r in again)
+    marker = await pg.claim(ClaimRequest("ns", "marker", base, "a", 60_000))
+    assert marker.outcome is ClaimOutcome.WON
+    await _wait(lambda: got[-1][1] == [("marker", base)])
+    assert sum(len(wins) for _, wins in got) == len(names) + 1, "a reissued lease was announced"
 
 
 async def test_releases_and_wins_share_one_listener_and_a_malformed_announcement_is_ignored(
@@ -680,30 +683,24 @@ async def test_releases_and_wins_share_one_listener_and_a_malformed_announcement
     assert sum("malformed notification of won claims" in r.getMessage() for r in caplog.records) == 3
 
 
-async def test_a_claim_with_wins_too_long_to_announce_still_wins(schema: str) -> None:
+async def test_a_claim_with_wins_too_long_to_announce_still_wins(
+    pg: PostgresBackend, hearer: PostgresBackend
+) -> None:
     """A chunk whose payload would reach 8000 bytes (here an owner of 8000 characters) is not sent,
     so pg_notify cannot fail the claim; the batch's other owners are announced."""
-    claimer = PostgresBackend(URL, schema=schema)
-    hearer = PostgresBackend(URL, schema=schema)
-    await claimer.open()
-    await hearer.open()
-    try:
-        got = await _announced(hearer, "ns")
-        base = (now_ms() // 10_000 - 3) * 10_000
-        huge = "o" * 8000
-        requests = [ClaimRequest("ns", f"big-{i}", base, huge, 60_000) for i in range(5)]
-        requests += [ClaimRequest("ns", f"small-{i}", base, "b", 60_000) for i in range(5)]
-        results = await claimer.claim_many(requests)
-        assert all(r.outcome is ClaimOutcome.WON for r in results), results
-        [one] = await claimer.claim_many([ClaimRequest("ns", "alone", base, huge, 60_000)])
-        assert one.outcome is ClaimOutcome.WON
-        marker = await claimer.claim(ClaimRequest("ns", "marker", base, "b", 60_000))
-        assert marker.outcome is ClaimOutcome.WON
-        await _wait(lambda: any(("marker", base) in wins for _, wins in got))
-        assert got == [("b", [(f"small-{i}", base) for i in range(5)]), ("b", [("marker", base)])]
-    finally:
-        await claimer.close()
-        await hearer.close()
+    got = await _announced(hearer, "ns")
+    base = (now_ms() // 10_000 - 3) * 10_000
+    huge = "o" * 8000
+    requests = [ClaimRequest("ns", f"big-{i}", base, huge, 60_000) for i in range(5)]
+    requests += [ClaimRequest("ns", f"small-{i}", base, "b", 60_000) for i in range(5)]
+    results = await pg.claim_many(requests)
+    assert all(r.outcome is ClaimOutcome.WON for r in results), results
+    [one] = await pg.claim_many([ClaimRequest("ns", "alone", base, huge, 60_000)])
+    assert one.outcome is ClaimOutcome.WON
+    marker = await pg.claim(ClaimRequest("ns", "marker", base, "b", 60_000))
+    assert marker.outcome is ClaimOutcome.WON
+    await _wait(lambda: any(("marker", base) in wins for _, wins in got))
+    assert got == [("b", [(f"small-{i}", base) for i in range(5)]), ("b", [("marker", base)])]
 
 
 # -- fenced transactions --------------------------------------------------------------------------

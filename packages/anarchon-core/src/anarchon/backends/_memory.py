@@ -12,7 +12,7 @@ import asyncio
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import ClassVar
+from typing import ClassVar, Generic, TypeVar
 
 from .._clock import Clock, SystemClock
 from .._duration import Duration, parse_duration
@@ -62,18 +62,13 @@ class _Job:
         return self.others.get(slot)
 
 
-@dataclass(slots=True)
-class _Subscription:
-    namespace: str
-    callback: ReleaseCallback
-    loop: asyncio.AbstractEventLoop
-    backend: object
+_C = TypeVar("_C", ReleaseCallback, WinsCallback)
 
 
 @dataclass(slots=True)
-class _WinSubscription:
+class _Subscription(Generic[_C]):
     namespace: str
-    callback: WinsCallback
+    callback: _C
     loop: asyncio.AbstractEventLoop
     backend: object
 
@@ -86,8 +81,8 @@ class MemoryStore:
         self.lock = threading.Lock()
         self.jobs: dict[tuple[str, str], _Job] = {}
         self.gates: dict[tuple[str, str, int], tuple[str, int]] = {}
-        self.subscriptions: list[_Subscription] = []
-        self.win_subscriptions: list[_WinSubscription] = []
+        self.subscriptions: list[_Subscription[ReleaseCallback]] = []
+        self.win_subscriptions: list[_Subscription[WinsCallback]] = []
         self.controls: dict[tuple[str, str], JobControl] = {}
         self.catalogue: dict[tuple[str, str, str], tuple[CatalogueEntry, int]] = {}
         """(namespace, job, instance) -> (entry, expires_at in store time)."""
@@ -330,7 +325,7 @@ class MemoryBackend(LeaseBackendBase):
         """Push the claims won in `namespace` to `callback` (only when `announce` is on)."""
         with self.store.lock:
             self.store.win_subscriptions.append(
-                _WinSubscription(namespace, callback, asyncio.get_running_loop(), self)
+                _Subscription(namespace, callback, asyncio.get_running_loop(), self)
             )
 
     async def close(self) -> None:
