@@ -306,15 +306,17 @@ def test_store_text_is_shown_as_text_with_schedules_next_and_recent_runs(browser
         expect(digest.locator("td").nth(3)).to_have_text("never run")
         assert digest.locator("td").nth(7).inner_text() == "web-2"
         due = digest.locator("td").nth(2).locator(".countdown")
-        expect(due).to_have_text(re.compile(r"^in 1 m 2\d s$"))
+        # Due 90 s after the seed by the store's clock, which runs on in real time while the page loads
+        # (seconds on a loaded machine): over a minute away, by the store's clock.
+        expect(due).to_have_text(re.compile(r"^in 1 m [0-5]\d s$"))
         sync = page.locator('tr[data-job="sync"]').locator("td").nth(2)
         expect(sync.locator(".countdown")).to_have_text(re.compile(r"^in (\d+\.\d s|1 m 00 s)$"))
         first = sync.locator(".sub").inner_text()
         page.clock.run_for(61_000)  # the interval job's next run moves on by itself, one period
         expect(sync.locator(".countdown")).to_have_text(re.compile(r"^in (\d+\.\d s|1 m 00 s)$"))
         assert sync.locator(".sub").inner_text() == utc(first, 60_000), first
-        expect(due).to_have_text(re.compile(r"^in 2\d\.\d s$"))
+        expect(due).to_have_text(re.compile(r"^in [1-5]?\d\.\d s$"))  # the page's fake minute counted
         # The cron job's slot comes due: the page reads again at once, not at its next poll (an hour).
         with page.expect_request("**/api/state"):
             page.clock.run_for(35_000)
-        expect(due).to_have_text(re.compile(r"^in 1 m 2\d s$"))  # fake time moved on, the store's did not
+        expect(due).to_have_text(re.compile(r"^in 1 m [0-5]\d s$"))  # fake time moved on, the store's did not
