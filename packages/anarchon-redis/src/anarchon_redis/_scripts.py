@@ -16,9 +16,12 @@ __all__ = ["CLAIM", "CLAIM_BATCH", "INSPECT", "RELEASE", "RELEASE_BATCH", "RENEW
            "CATALOGUE", "PUBLISH_CATALOGUE", "RECORD_RUNS", "RECORD_RUNS_BATCH", "SET_CONTROL",
            "STREAM_CLAIM"]
 
-_COMMON = r"""
-local t = redis.call('TIME')
+_NOW = r"""local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+"""The store's clock in ms, `now`: read once, at the top of each script."""
+
+_COMMON = "\n" + _NOW + r"""
 local FIELDS = {'slot', 'attempt', 'token', 'owner', 'status', 'expires_at', 'fingerprint', 'updated_at'}
 
 local function current()
@@ -62,9 +65,7 @@ end
 _CLAIM_HEAD = r"""
 -- Once per script call: the claim of one job is `claim()`, on the job's keys K1 K2 and its arguments,
 -- which are set before each call (no closure, table or argument copy is made per job).
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local fmt = string.format
+""" + _NOW + r"""local fmt = string.format
 local now_s = fmt('%d', now)
 local K1, K2
 -- ARGV per job: slot owner lease_ms max_attempts overlap fingerprint max_skew_ms stale_after ('' for none)
@@ -230,12 +231,11 @@ return 1
 RELEASE = _COMMON + _RELEASE
 
 
-def _batch(body: str, argc: int, tail: str = "") -> str:
+def _batch(body: str, argc: int) -> str:
     """`body` run once per job in one script: KEYS in pairs, `argc` ARGV per job; replies in order.
 
     For a server that holds every job's keys (not a Cluster, whose slots differ per job): one script
-    call answers a whole batch, so the client packs one command and parses one reply. `tail` runs
-    after the last job, with the replies in `out`.
+    call answers a whole batch, so the client packs one command and parses one reply.
     """
     common = _COMMON.replace("KEYS[1]", "K1").replace("KEYS[2]", "K2")
     return (
@@ -247,7 +247,7 @@ for i = 0, #KEYS / 2 - 1 do
   A = {{unpack(ARGV, {argc} * i + 1, {argc} * i + {argc})}}
   out[i + 1] = one()
 end
-{tail}return out
+return out
 """
     )
 
@@ -314,9 +314,7 @@ return {1, ARGV[2]}
 SET_CONTROL = r"""
 -- KEYS[1]: the namespace's controls hash; ARGV: job, paused ('' to leave it, '0', '1'), trigger ('0', '1'),
 -- the namespace's release channel (the change is pushed there as slot -1, CONTROLS_CHANGED).
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local paused, trigger = 0, 0
+""" + _NOW + r"""local paused, trigger = 0, 0
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if raw then
   local sep = string.find(raw, ':', 1, true)
@@ -363,9 +361,7 @@ PUBLISH_CATALOGUE = r"""
 -- KEYS[1]: the namespace's catalogue hash: JSON [job, instance] -> 'expires_at|seen_at|' .. JSON entry.
 -- ARGV: ttl_ms, then (field, entry) pairs. Expired entries are dropped; the hash lives as long as its
 -- longest-lived entry.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ttl = tonumber(ARGV[1])
+""" + _NOW + r"""local ttl = tonumber(ARGV[1])
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
   local expires = tonumber(string.match(all[i + 1], '^(%d+)|'))
@@ -381,7 +377,5 @@ return now
 
 CATALOGUE = r"""
 -- KEYS[1]: the namespace's catalogue hash. Returns {now, HGETALL}: the caller keeps the live entries.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-return {now, redis.call('HGETALL', KEYS[1])}
+""" + _NOW + r"""return {now, redis.call('HGETALL', KEYS[1])}
 """
