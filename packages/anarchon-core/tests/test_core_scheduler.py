@@ -213,6 +213,73 @@ def test_pushed_wins_spare_the_other_replicas_their_claims(clock: VirtualClock, 
         assert claims == 3 * len(c.starts)
 
 
+def test_replicas_share_each_boundary_and_claim_only_their_own_share(clock: VirtualClock) -> None:
+    """Where wins are announced, each group of jobs has one leader per slot, the same on every replica:
+    the others claim it two jitters later, by when the leader's wins are pushed, so once the replicas
+    have heard of each other every slot costs one claim, and the runs spread evenly."""
+    c = Cluster(clock, 3, lease="6s", heartbeat="1s")
+    for s in c.schedulers:
+        async def handler(ctx: JobContext) -> None:
+            c.record(ctx)
+
+        for i in range(60):
+            s.every(f"job{i}", "1s", handler, catch_up=0)
+    sent: list[int] = []
+
+    async def main() -> None:
+        for s in c.schedulers:
+            await s.start()
+        await asyncio.sleep(3.5)  # the first boundaries: every replica claims every slot
+        sent.append(sum(b.claims for b in c.backends))
+        await asyncio.sleep(20)
+        sent.append(sum(b.claims for b in c.backends))
+        for s in c.schedulers:
+            await s.stop()
+
+    run(clock, main())
+    assert not c.duplicates()
+    later = [(job, slot, inst) for (job, slot, _, inst), at in zip(c.starts, c.stamps, strict=True)
+             if slot > T0 + 3500]
+    assert len(later) == 60 * 20
+    assert sent[1] - sent[0] == len(later)  # not one claim more than the runs
+    share = Counter(inst for *_, inst in later)
+    assert min(share.values()) >= 0.2 * len(later), share
+    late = [at - slot for (_, slot, _, _), at in zip(c.starts, c.stamps, strict=True) if slot > T0 + 3500]
+    assert max(late) <= 50  # every run within the jitter: each leader claims its own at once
+
+
+def test_a_crashed_leaders_share_is_claimed_late_for_one_boundary(clock: VirtualClock) -> None:
+    """A replica that crashes leads some groups in the others' view: those slots are claimed two
+    jitters late, won, and the winner stops counting it, so the next boundaries run on time."""
+    c = Cluster(clock, 3, lease="6s", heartbeat="1s")
+    for s in c.schedulers:
+        async def handler(ctx: JobContext) -> None:
+            c.record(ctx)
+
+        for i in range(60):
+            s.every(f"job{i}", "1s", handler, catch_up=0)
+
+    async def main() -> None:
+        for s in c.schedulers:
+            await s.start()
+        await asyncio.sleep(10.5)
+        await crash(c.schedulers[2])
+        await asyncio.sleep(10)
+        for s in c.schedulers[:2]:
+            await s.stop()
+
+    run(clock, main())
+    crashed = T0 + 10_500
+    after = [(slot, at - slot) for (_, slot, _, inst), at in zip(c.starts, c.stamps, strict=True)
+             if slot > crashed]
+    slots = sorted({slot for slot, _ in after})
+    assert len(after) == 60 * len(slots) and len(slots) >= 9  # nothing missed
+    late = [(slot, late) for slot, late in after if late > 50]
+    assert late  # the crashed leader's groups waited for the others
+    assert max(ms for _, ms in late) <= 150 + 5  # two jitters, and a claim's own jitter
+    assert len({slot for slot, _ in late}) == 1  # the first late win tells every replica
+
+
 def test_a_slot_handed_over_before_a_pushed_claim_was_due_is_taken_over(clock: VirtualClock) -> None:
     """B learns from a push that A won, then A hands the slot over before B's own claim is due: B
     claims it after all (a pushed win does not hide a pushed handover)."""

@@ -111,9 +111,11 @@ class Engine:
         self._hook = hook
         self.keeper = keeper
         self.tasks = Tasks(config.log)
-        self.planner = Planner(config.clock, config.log, jitter_ms=config.jitter_ms,
-                               horizon_ms=backend.horizon_ms)
         caps = backend.capabilities
+        self._announced = Capability.ANNOUNCE in caps
+        self.planner = Planner(config.clock, config.log, jitter_ms=config.jitter_ms,
+                               horizon_ms=backend.horizon_ms,
+                               shares=config.instance_id if self._announced else None)
         self._jobs: dict[str, Job] = {}
         self.history: HistoryWriter | None = None
         """Writes ended runs and this instance's jobs, on a backend that keeps them (`history`)."""
@@ -167,7 +169,7 @@ class Engine:
             engine = cls(backend, config, keeper, hook=hook, owner=owner)
             if Capability.NOTIFY in backend.capabilities:
                 await cast(LeaseBackend, backend).subscribe(config.namespace, engine._pushed)
-            if Capability.ANNOUNCE in backend.capabilities:
+            if engine._announced:
                 await cast(AnnounceBackend, backend).subscribe_wins(config.namespace, engine._won)
         except BaseException:
             await keeper.crash()  # nothing is held yet: its thread, if any, just ends
@@ -179,9 +181,8 @@ class Engine:
             engine.tasks.spawn(engine._poll_controls(), "ticks", name="anarchon-controls")
         for job in jobs:
             engine.planner.add(job)
-        announced = Capability.ANNOUNCE in backend.capabilities
-        engine.tasks.spawn(engine.planner.run(engine._claim, engine._decided if announced else None), "ticks",
-                           name="anarchon-ticks")
+        engine.tasks.spawn(engine.planner.run(engine._claim, engine._decided if engine._announced else None),
+                           "ticks", name="anarchon-ticks")
         if engine.history is not None:
             engine.tasks.spawn(engine.history.run(), "history", name="anarchon-history")
         return engine
@@ -245,6 +246,7 @@ class Engine:
         """The store pushed claims that `owner` won: this instance need not claim those slots."""
         if owner == self._config.instance_id or self._stopping:
             return
+        self.planner.saw(owner)
         decided = self.planner.decided
         for job, slot in wins:
             decided(job, slot, owner)
@@ -389,6 +391,8 @@ class Engine:
             if action.step is _RUN and self._too_late(job, result.lease):
                 return
             if action.step is _RUN:
+                if self._announced and entry.kind == "slot":
+                    self.planner.won(entry.plan, entry.slot, self._config.instance_id)
                 if is_takeover(result):
                     self._hook("anarchon_takeover", request=request, result=result)
                 if result.reissued:

@@ -5,13 +5,15 @@ garbage collector stops tracking those, so thousands of entries waiting for the 
 traversed again and again. A boundary entry is due at `slot + jitter`; popping
 it pushes the job's next slot, so no slot is lost while a claim is in flight. A backup's watch is an
 entry too, due when the holder's lease expires (or at once on a pushed handover). Catch-up at start
-is one entry for the latest missed slot, when that slot is worth the run (see `_plan_first`).
+is one entry for the latest missed slot, when that slot is worth the run (see `_plan_first`). Where
+the backend announces wins, the instances share each boundary out (see `_slot_jitter`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import heapq
 import logging
 import random
@@ -32,6 +34,14 @@ _BATCH_WINDOW_MS = 5
 # Jobs due at one moment are claimed in this many batches per instance, each with its own random
 # delay: few round trips, yet each replica wins about its share of every boundary.
 _JITTER_GROUPS = 4
+# An instance claims a group that another instance leads this much later, in jitters: by then the
+# leader's wins have been pushed, and those claims are not sent.
+_FOLLOW_JITTERS = 2
+# An instance that the store has not pushed a win of for this long no longer leads any group (one
+# that is gone is dropped sooner: see `won`).
+_MEMBER_TTL_MS = 120_000
+# How long after the others' claims of a slot were due a win counts as one of theirs (see `won`).
+_FOLLOWED_WITHIN_MS = 1000
 # A missed slot is caught up when the next slot is at least half an interval away, or this far.
 _CATCH_UP_ROOM_MS = 300_000
 
@@ -88,7 +98,9 @@ class Planner:
     """The timer heap of every job's next claim, and the loop that hands due claims over in batches."""
 
     def __init__(self, clock: Clock, log: logging.Logger, *, jitter_ms: int | None,
-                 horizon_ms: int | None) -> None:
+                 horizon_ms: int | None, shares: str | None = None) -> None:
+        """`shares`: this instance's id, where the backend announces wins; the planner then splits
+        each boundary's jitter groups among the instances whose wins it hears (see `_slot_jitter`)."""
         self._clock = clock
         self._log = log
         self._default_jitter_ms = jitter_ms
@@ -99,7 +111,13 @@ class Planner:
         self._seq = 0
         self._wake = asyncio.Event()
         self._rng = random.Random()
-        self._slot_draws: dict[tuple[int, int], float] = {}
+        self._slot_draws: dict[tuple[int, int], tuple[float, str | None]] = {}
+        self._self_id = shares
+        self._seen: dict[str, int] = {}
+        """Other instances whose wins were pushed, and when last (the clock's ms)."""
+        self._members: list[tuple[str, bytes]] = []
+        self._members_at: int | None = None
+        """When `_members` was worked out from `_seen`; None: to be worked out again."""
         self._plans: dict[str, Plan] = {}
         self._by_index: list[Plan] = []
         self._closed = False
@@ -228,9 +246,32 @@ class Planner:
         """The store pushed that `owner` won `slot` of the job: its boundary claim here is skipped,
         and the slot watched as a backup as if the claim had been answered `taken`."""
         plan = self._plans.get(job_name)
-        if plan is not None and (plan.latest_slot is None or plan.latest_slot < slot):
+        if plan is None:
+            return
+        if self._self_id is not None:
+            self.won(plan, slot, owner)
+        if plan.latest_slot is None or plan.latest_slot < slot:
             plan.decided = slot
             plan.decided_by = owner
+
+    def saw(self, owner: str) -> None:
+        """The store pushed a win of `owner`: it is an instance that shares the boundaries."""
+        if owner not in self._seen:
+            self._members_at = None
+        self._seen[owner] = self._clock.now_ms()
+
+    def won(self, plan: Plan, slot: int, owner: str) -> None:
+        """`owner` won `slot` of the job. Where another instance led it here and the win came when the
+        others' claims were due, the leader did not claim in time (it is gone, or far behind): it
+        leads nothing until its next pushed win. (An earlier win by another instance is one that
+        counts itself the leader, as a new one does until it has heard of the others; a much later
+        one is a takeover or a handover.)"""
+        drawn = self._slot_draws.get((slot, plan.group))
+        if drawn is None or drawn[1] is None or drawn[1] == owner:
+            return
+        since = self._clock.now_ms() - slot - _FOLLOW_JITTERS * plan.jitter_ms
+        if 0 <= since <= plan.jitter_ms + _FOLLOWED_WITHIN_MS and self._seen.pop(drawn[1], None) is not None:
+            self._members_at = None
 
     def jitter(self, plan: Plan) -> int:
         """A fresh random delay within the job's jitter."""
@@ -252,16 +293,45 @@ class Planner:
         Jobs due together share a draw with the other jobs of their group, so they go in one
         claim_many; the groups (a stable hash of the name) keep a boundary's wins spread over the
         replicas, so one crashed replica holds about 1/replicas of the jobs in flight, not all.
+
+        With shares, each group of a slot has a leader among this instance and the others whose wins
+        were pushed lately, the same on every instance that knows the same others (rendezvous
+        hashing). This instance claims the groups it leads within the jitter, and the others
+        `_FOLLOW_JITTERS` jitters later: by then the leader's wins are pushed, so those claims are not
+        sent, and a leader that is gone only delays its groups' slots by that much.
         """
-        if plan.jitter_ms <= 0:
+        jitter = plan.jitter_ms
+        if jitter <= 0:
             return 0
         key = (slot, plan.group)
-        draw = self._slot_draws.get(key)
-        if draw is None:
+        drawn = self._slot_draws.get(key)
+        if drawn is None:
             if len(self._slot_draws) > 4096:
                 self._slot_draws.clear()
-            draw = self._slot_draws[key] = self._rng.random()
-        return int(draw * plan.jitter_ms)
+            leader = None if self._self_id is None else self._leader(slot, plan.group)
+            drawn = self._slot_draws[key] = (self._rng.random(), leader)
+        draw, leader = drawn
+        if leader is None:
+            # Only the leader claims within the jitter: as early, on average, as the first of all
+            # the replicas' draws would be.
+            return int(draw * jitter / len(self._members)) if self._members else int(draw * jitter)
+        return int(draw * jitter) + _FOLLOW_JITTERS * jitter
+
+    def _leader(self, slot: int, group: int) -> str | None:
+        """The instance that leads `group` at `slot`: None when it is this one."""
+        now = self._clock.now_ms()
+        if self._members_at is None or now - self._members_at >= 1000:
+            self._members_at = now
+            for owner in [o for o, at in self._seen.items() if now - at > _MEMBER_TTL_MS]:
+                del self._seen[owner]
+            assert self._self_id is not None
+            self._members = [(o, o.encode()) for o in sorted([*self._seen, self._self_id])]
+        members = self._members
+        if len(members) < 2:
+            return None
+        point = f"{slot}/{group}/".encode()
+        best = max(members, key=lambda m: hashlib.blake2b(point + m[1], digest_size=8).digest())[0]
+        return None if best == self._self_id else best
 
     def _plan_first(self, plan: Plan, now: int) -> None:
         """The job's next boundary, and the latest missed slot when catching it up is worth it.
