@@ -6,7 +6,7 @@ import asyncio
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -429,3 +429,58 @@ def test_history_is_refused_and_off_by_default(url: str, bucket: str) -> None:
     assert Scheduler(backend, lease="5s", heartbeat="1s", history=0).history == 0
     with pytest.raises(ConfigError, match=r"'history' needs .*NatsKVBackend.*history=0"):
         Scheduler(backend, lease="5s", heartbeat="1s", history=5)
+
+
+async def test_a_large_batch_of_wins_is_announced_in_several_messages(url: str, bucket: str,
+                                                                       kv: NatsKVBackend) -> None:
+    listener = NatsKVBackend(url, bucket=bucket, lease=f"{LEASE_MS}ms")
+    await listener.open()
+    heard: list[tuple[str, list[tuple[str, int]]]] = []
+    names = [f"{i:03d}-" + "é" * 195 for i in range(400)]  # about 80,000 characters of names
+    all_heard = asyncio.Event()
+
+    def hear(owner: str, wins: Sequence[tuple[str, int]]) -> None:
+        heard.append((owner, list(wins)))
+        if sum(len(w) for _, w in heard) >= len(names):
+            all_heard.set()
+
+    try:
+        await listener.subscribe_wins("ns", hear)
+        await listener.subscribe_wins("other", lambda owner, wins: heard.append(("other", list(wins))))
+        slot = _now_slot()
+        results = await kv.claim_many([_req(slot, "a", job) for job in names])
+        assert all(r.outcome is ClaimOutcome.WON for r in results)
+        again = await kv.claim_many([_req(slot, "a", job) for job in names[:3]])
+        assert all(r.reissued for r in again)  # its own lease answered again: not a new win
+        async with asyncio.timeout(5):
+            await all_heard.wait()
+        await asyncio.sleep(0.2)
+        assert len(heard) >= 2, "more than 60,000 characters go in more than one message"
+        assert {owner for owner, _ in heard} == {"a"}
+        assert sorted(win for _, wins in heard for win in wins) == [(job, slot) for job in names]
+    finally:
+        await listener.close()
+
+
+async def test_a_malformed_wins_message_is_ignored(url: str, bucket: str, kv: NatsKVBackend,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    heard: list[tuple[str, list[tuple[str, int]]]] = []
+    any_heard = asyncio.Event()
+
+    def hear(owner: str, wins: Sequence[tuple[str, int]]) -> None:
+        heard.append((owner, list(wins)))
+        any_heard.set()
+
+    await kv.subscribe_wins("ns", hear)
+    nc = await nats.connect(url)
+    try:
+        await nc.publish(f"anarchon.{bucket}.won.ns", b"someone\nnot-a-slot\tjob")
+        await nc.flush()
+        slot = _now_slot()
+        await kv.claim(_req(slot, "a"))
+        async with asyncio.timeout(5):
+            await any_heard.wait()
+    finally:
+        await nc.close()
+    assert heard == [("a", [("job", slot)])]
+    assert "ignored a malformed wins message" in caplog.text

@@ -33,6 +33,7 @@ from anarchon.backends import (
     ReleaseOutcome,
     RunRecord,
     WinsCallback,
+    read_wins,
     redact_url,
 )
 
@@ -759,9 +760,8 @@ class RedisBackend(RedisStore, LeaseBackendBase):
 
     @staticmethod
     def _dispatch_wins(channel: str, payload: str, hearers: list[WinsCallback]) -> None:
-        owner, _, body = payload.partition("\n")
         try:
-            wins = [(job, int(slot)) for slot, _, job in (line.partition("\t") for line in body.split("\n"))]
+            owner, wins = read_wins(payload)
         except ValueError:
             log.warning("ignored a malformed wins message on %s", channel)
             return

@@ -1,6 +1,6 @@
 """Backend interfaces, result types, the claim decision, and the in-process reference backends."""
 
-from ._base import BackendBase, LeaseBackendBase, lazy_exports, redact_url
+from ._base import BackendBase, LeaseBackendBase, lazy_exports, read_wins, redact_url, wins_text
 from ._decide import ClaimDecision, ReleaseDecision, RenewDecision, decide, decide_release, decide_renew
 from ._memory import MemoryBackend, MemoryClaimBackend, MemoryStore
 from ._protocols import (
@@ -67,5 +67,7 @@ __all__ = [
     "decide_release",
     "decide_renew",
     "lazy_exports",
+    "read_wins",
     "redact_url",
+    "wins_text",
 ]

@@ -6,14 +6,27 @@ import asyncio
 import contextlib
 import importlib
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit, urlunsplit
 
 from .._errors import AnarchonError, BackendError, BackendUnavailable
 from ._protocols import Capability, ClaimRequest, ClaimResult, Lease, ReleaseCallback, ReleaseOutcome
 
-__all__ = ["BackendBase", "LeaseBackendBase", "lazy_exports", "redact_url"]
+__all__ = ["BackendBase", "LeaseBackendBase", "lazy_exports", "read_wins", "redact_url", "wins_text"]
+
+
+def wins_text(owner: str, wins: Iterable[tuple[str, int]]) -> str:
+    """An announced batch of wins as text: the owner's line, then one `slot<TAB>job` line per win."""
+    return owner + "".join(f"\n{slot}\t{job}" for job, slot in wins)
+
+
+def read_wins(text: str) -> tuple[str, list[tuple[str, int]]]:
+    """The owner and the (job, slot) wins of `wins_text`; ValueError when it is not such a text."""
+    owner, _, body = text.partition("\n")
+    if not body:
+        return owner, []
+    return owner, [(job, int(slot)) for slot, _, job in (line.partition("\t") for line in body.split("\n"))]
 
 
 def redact_url(url: str) -> str:
