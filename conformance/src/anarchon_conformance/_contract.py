@@ -985,6 +985,8 @@ class TestAnnounceContract:
         assert seen == wanted, f"pushed {sorted(seen)}, expected {sorted(wanted)}"
 
     async def test_a_takeover_is_pushed(self, anarchon_kit: Kit) -> None:
+        if Capability.LEASE not in anarchon_kit.backend.capabilities:
+            pytest.skip(f"{type(anarchon_kit.backend).__name__} is claim-only: no slot is taken over")
         got = await self._subscribe(anarchon_kit)
         lease = await anarchon_kit.won("job", "a")
         assert await anarchon_kit.release(lease, ReleaseOutcome.HANDOVER)

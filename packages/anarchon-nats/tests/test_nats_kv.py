@@ -474,7 +474,7 @@ async def test_a_malformed_wins_message_is_ignored(url: str, bucket: str, kv: Na
     await kv.subscribe_wins("ns", hear)
     nc = await nats.connect(url)
     try:
-        await nc.publish(f"anarchon.{bucket}.won.ns", b"someone\nnot-a-slot\tjob")
+        await nc.publish(f"_anarchon.KV_{bucket}.won.ns", b"someone\nnot-a-slot\tjob")
         await nc.flush()
         slot = _now_slot()
         await kv.claim(_req(slot, "a"))

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import aio_pika
@@ -44,8 +44,14 @@ def url() -> str:
 
 
 @pytest.fixture
-def prefix() -> str:
-    return f"t{uuid.uuid4().hex[:10]}"
+async def prefix(url: str) -> AsyncIterator[str]:
+    """A unique prefix; the exchange its backends announce wins on is deleted afterwards."""
+    name = f"t{uuid.uuid4().hex[:10]}"
+    yield name
+    with contextlib.suppress(Exception):
+        connection = await aio_pika.connect(url)
+        async with connection:
+            await (await connection.channel()).exchange_delete(f"{name}.won")
 
 
 @pytest.fixture
@@ -276,3 +282,55 @@ async def test_a_dropped_connection_reconnects_and_keeps_claiming(url: str, pref
 @pytest.mark.slow
 def test_three_process_cluster_runs_every_slot_once(url: str, prefix: str, tmp_path: Path) -> None:
     check_every_slot_once(url + ("&" if "?" in url else "?") + f"prefix={prefix}&horizon=1m", tmp_path)
+
+
+async def test_wins_are_announced_and_a_malformed_message_is_ignored(
+    url: str, prefix: str, backend: RabbitMQBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    listener = RabbitMQBackend(url, prefix=prefix, horizon="30s")
+    await listener.open()
+    heard: list[tuple[str, list[tuple[str, int]]]] = []
+    got = asyncio.Event()
+
+    def hear(owner: str, wins: Sequence[tuple[str, int]]) -> None:
+        heard.append((owner, list(wins)))
+        got.set()
+
+    try:
+        await listener.subscribe_wins("ns", hear)
+        connection = await aio_pika.connect(url)
+        async with connection:
+            channel = await connection.channel()
+            exchange = await channel.get_exchange(f"{prefix}.won")
+            await exchange.publish(aio_pika.Message(b"someone\nnot-a-slot\tjob"), routing_key="ns")
+        slot = 1_800_000_000_000
+        results = await backend.claim_many([_req(job, slot, "a") for job in ("one", "two")]
+                                           + [_req("one", slot, "b")])
+        assert [r.outcome for r in results] == [ClaimOutcome.WON, ClaimOutcome.WON, ClaimOutcome.TAKEN]
+        async with asyncio.timeout(5):
+            await got.wait()
+        await asyncio.sleep(0.2)
+    finally:
+        await listener.close()
+    assert heard == [("a", [("one", slot), ("two", slot)])]
+    assert "ignored a malformed wins message" in caplog.text
+
+
+async def test_an_exchange_declared_otherwise_is_used_as_it_is(url: str, prefix: str) -> None:
+    connection = await aio_pika.connect(url)
+    async with connection:
+        channel = await connection.channel()
+        await channel.declare_exchange(f"{prefix}.won", aio_pika.ExchangeType.DIRECT, durable=True)
+        try:
+            winner, listener = (RabbitMQBackend(url, prefix=prefix, horizon="30s") for _ in range(2))
+            await winner.open()
+            await listener.open()
+            got: asyncio.Queue[tuple[str, list[tuple[str, int]]]] = asyncio.Queue()
+            await listener.subscribe_wins("ns", lambda owner, wins: got.put_nowait((owner, list(wins))))
+            await winner.claim(_req("job", 1_800_000_000_000, "a"))
+            async with asyncio.timeout(5):
+                assert await got.get() == ("a", [("job", 1_800_000_000_000)])
+            await winner.close()
+            await listener.close()
+        finally:
+            await channel.exchange_delete(f"{prefix}.won")

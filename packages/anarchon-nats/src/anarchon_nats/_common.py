@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import functools
 import hashlib
 import json
+import logging
 import re
 import weakref
 from collections.abc import Awaitable, Callable, Hashable, Sequence
@@ -20,10 +22,20 @@ import nats.js.api
 import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
 from anarchon import BackendError, BackendUnavailable, parse_duration
-from anarchon.backends import BackendBase, redact_url
+from anarchon.backends import (
+    BackendBase,
+    ClaimOutcome,
+    ClaimRequest,
+    ClaimResult,
+    WinsCallback,
+    read_wins,
+    redact_url,
+    wins_text,
+)
 
 __all__ = ["NatsConnection", "Stored", "WRONG_LAST_SEQUENCE", "as_ack", "as_stored", "check_name",
            "check_replicas", "describe", "encode_token", "get_request", "per_key", "publish_request",
@@ -32,6 +44,11 @@ __all__ = ["NatsConnection", "Stored", "WRONG_LAST_SEQUENCE", "as_ack", "as_stor
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+log = logging.getLogger("anarchon.nats")
+
+_WINS_CHUNK = 60_000
+"""The most characters of wins in one announcement (NATS's default largest message is 1 MB)."""
 
 WRONG_LAST_SEQUENCE = (10071, 10164)
 """JetStream's error codes for a failed `Nats-Expected-Last-Subject-Sequence` check (a replicated
@@ -449,6 +466,7 @@ class NatsConnection(BackendBase):
                     )
         self._timeout = parse_duration(timeout, name="timeout") / 1000
         self._js: JetStreamContext | None = None
+        self._wins_subs: list[Subscription] = []
         self._use(servers_or_client, Client, {**settings, "timeout": timeout})
 
     @property
@@ -489,7 +507,59 @@ class NatsConnection(BackendBase):
         await client.close()
 
     async def _shutdown(self) -> None:
+        subs, self._wins_subs = self._wins_subs, []
+        for sub in subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
         self._js = None
+
+    # -- announced wins (capability `announce`) ----------------------------------------------------
+
+    def _wins_subject(self, namespace: str) -> str:
+        """The core NATS subject of `namespace`'s wins: `_anarchon.<stream>.won.<namespace>`, outside
+        any subject a stream of anarchon's binds (NatsBackend's `<prefix>.>`)."""
+        raise NotImplementedError
+
+    async def _announce(self, requests: Sequence[ClaimRequest],
+                        results: Sequence[ClaimResult | None]) -> None:
+        """Publish the batch's wins (not a reissued lease) on the namespace's subject: at most once, so
+        a message lost (while reconnecting, say) only costs the other replicas a claim."""
+        wins: dict[tuple[str, str], list[tuple[str, int]]] = {}
+        for r, result in zip(requests, results, strict=True):
+            if result is not None and result.outcome is ClaimOutcome.WON and not result.reissued:
+                wins.setdefault((r.namespace, r.owner), []).append((r.job, r.slot))
+        for (namespace, owner), won in wins.items():
+            subject, start = self._wins_subject(namespace), 0
+            while start < len(won):
+                end, size = start, len(owner)
+                while end < len(won) and (end == start or size + len(won[end][0]) + 22 <= _WINS_CHUNK):
+                    size += len(won[end][0]) + 22
+                    end += 1
+                try:
+                    await self.client.publish(subject, wins_text(owner, won[start:end]).encode())
+                except Exception as exc:  # the claims are decided: a lost announcement costs a claim
+                    log.debug("could not announce %d win(s) on %s: %s", end - start, self.url, exc)
+                start = end
+
+    async def subscribe_wins(self, namespace: str, callback: WinsCallback) -> None:
+        """Call `callback(owner, [(job, slot), ...])` on this event loop for the claims won in `namespace`
+        (the winners publish them on a core NATS subject, `_anarchon.<stream>.won.<namespace>`)."""
+        subject = self._wins_subject(namespace)
+
+        async def heard(msg: Msg) -> None:
+            try:
+                owner, wins = read_wins(msg.data.decode())
+            except ValueError:  # (UnicodeDecodeError included)
+                log.warning("ignored a malformed wins message on %s", subject)
+                return
+            try:
+                callback(owner, wins)
+            except Exception:
+                log.exception("wins callback failed for %d job(s) won by %s", len(wins), owner)
+
+        with self._errors("subscribe to announced wins"):
+            self._wins_subs.append(await self.client.subscribe(subject, cb=heard))
+            await self.client.flush(self._timeout)  # the server has it before the first claim
 
     def _jetstream(self) -> JetStreamContext:
         """The JetStream context of the open connection."""

@@ -25,9 +25,7 @@ write that finds another revision reads both entries and decides by those rules.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
@@ -35,8 +33,6 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import nats.js.errors
 from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 
 from anarchon import ConfigError, Duration, SchemaMismatch, parse_duration
@@ -51,12 +47,9 @@ from anarchon.backends import (
     LeaseRecord,
     Overlap,
     ReleaseOutcome,
-    WinsCallback,
     decide,
     decide_release,
     decide_renew,
-    read_wins,
-    wins_text,
 )
 
 from ._common import (
@@ -77,13 +70,9 @@ from ._common import (
 
 __all__ = ["NatsKVBackend"]
 
-log = logging.getLogger("anarchon.nats")
-
 _EXPECT = "Nats-Expected-Last-Subject-Sequence"
 _KV_OP = "KV-Operation"
 _ROUNDS = 8
-_WINS_CHUNK = 60_000
-"""The most characters of wins in one announcement (NATS's default largest message is 1 MB)."""
 REPLICATED_EXPIRY_SLACK_MS = 1_000
 """How much later than the TTL the leader of a replicated bucket may age a lease entry out."""
 """Compare-and-set rounds per claim before answering TAKEN (each lost round means another claim won)."""
@@ -177,7 +166,6 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         self._held: dict[str, _Held] = {}
         """Per key, the lease this instance holds there, as it wrote it (one per job: claims of a job's
         next slot replace it, a release removes it)."""
-        self._wins_subs: list[Subscription] = []
 
     @classmethod
     def from_url(cls, url: str) -> NatsKVBackend:
@@ -367,58 +355,8 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
             await self._announce(requests, results)
         return [r for r in results if r is not None]
 
-    # -- announced wins --------------------------------------------------------------------------
-
     def _wins_subject(self, namespace: str) -> str:
-        return f"anarchon.{self.bucket}.won.{encode_token(namespace)}"
-
-    async def _announce(self, requests: Sequence[ClaimRequest],
-                        results: Sequence[ClaimResult | None]) -> None:
-        """Publish the batch's wins (not a reissued lease) on the namespace's subject: at most once, so
-        a message lost (while reconnecting, say) only costs the other replicas a claim."""
-        wins: dict[tuple[str, str], list[tuple[str, int]]] = {}
-        for r, result in zip(requests, results, strict=True):
-            if result is not None and result.outcome is ClaimOutcome.WON and not result.reissued:
-                wins.setdefault((r.namespace, r.owner), []).append((r.job, r.slot))
-        for (namespace, owner), won in wins.items():
-            subject, start = self._wins_subject(namespace), 0
-            while start < len(won):
-                end, size = start, len(owner)
-                while end < len(won) and (end == start or size + len(won[end][0]) + 22 <= _WINS_CHUNK):
-                    size += len(won[end][0]) + 22
-                    end += 1
-                try:
-                    await self.client.publish(subject, wins_text(owner, won[start:end]).encode())
-                except Exception as exc:  # the claims are decided: a lost announcement costs a claim
-                    log.debug("could not announce %d win(s) on %s: %s", end - start, self.url, exc)
-                start = end
-
-    async def subscribe_wins(self, namespace: str, callback: WinsCallback) -> None:
-        """Call `callback(owner, [(job, slot), ...])` on this event loop for the claims won in `namespace`
-        (the winners publish them on a core NATS subject, `anarchon.<bucket>.won.<namespace>`)."""
-        subject = self._wins_subject(namespace)
-
-        async def heard(msg: Msg) -> None:
-            try:
-                owner, wins = read_wins(msg.data.decode())
-            except ValueError:  # (UnicodeDecodeError included)
-                log.warning("ignored a malformed wins message on %s", subject)
-                return
-            try:
-                callback(owner, wins)
-            except Exception:
-                log.exception("wins callback failed for %d job(s) won by %s", len(wins), owner)
-
-        with self._errors("subscribe to announced wins"):
-            self._wins_subs.append(await self.client.subscribe(subject, cb=heard))
-            await self.client.flush(self._timeout)  # the server has it before the first claim
-
-    async def _shutdown(self) -> None:
-        subs, self._wins_subs = self._wins_subs, []
-        for sub in subs:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
-        await super()._shutdown()
+        return f"_anarchon.KV_{self.bucket}.won.{encode_token(namespace)}"
 
     def _check_claim(self, r: ClaimRequest) -> None:
         self._check_lease(r.lease_ms, r.job)

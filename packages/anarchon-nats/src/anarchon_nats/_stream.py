@@ -33,9 +33,10 @@ _IN_PROCESS_WAITS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, None)
 
 
 class NatsBackend(NatsConnection):
-    """A claim-only backend: the first publish of a slot's `Nats-Msg-Id` wins; a duplicate is taken."""
+    """A claim-only backend: the first publish of a slot's `Nats-Msg-Id` wins; a duplicate is taken.
+    Wins are announced on a core NATS subject."""
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.CLAIM})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.CLAIM, Capability.ANNOUNCE})
     url_schemes: ClassVar[tuple[str, ...]] = ("nats", "tls")
 
     def __init__(
@@ -82,6 +83,9 @@ class NatsBackend(NatsConnection):
     def msg_id(namespace: str, job: str, slot: int) -> str:
         """`<namespace>:<job>:<slot>`, with odd names hashed (a hashed token is '=' and hex, no ':')."""
         return f"{encode_token(namespace)}:{encode_token(job)}:{slot}"
+
+    def _wins_subject(self, namespace: str) -> str:
+        return f"_anarchon.{self.stream}.won.{encode_token(namespace)}"
 
     def _expected(self) -> dict[str, Any]:
         window = self._window_ms / 1000
@@ -162,6 +166,7 @@ class NatsBackend(NatsConnection):
             lease = Lease(r.namespace, r.job, r.slot, 1, 0, r.owner, 0)
             results.append(ClaimResult(ClaimOutcome.WON, r.job, r.slot, lease=lease, holder=r.owner,
                                        attempt=1))
+        await self._announce(requests, results)
         return results
 
     async def _publish_again(self, message: tuple[str, bytes, dict[str, str]]) -> tuple[int, bool]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Sequence
@@ -12,7 +13,13 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import aio_pika
 import aiormq
-from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractRobustConnection
+from aio_pika.abc import (
+    AbstractChannel,
+    AbstractConnection,
+    AbstractExchange,
+    AbstractIncomingMessage,
+    AbstractRobustConnection,
+)
 from aiormq.abc import ChannelFrame
 from pamqp import commands as _spec
 from pamqp.body import ContentBody
@@ -26,10 +33,13 @@ from anarchon.backends import (
     ClaimRequest,
     ClaimResult,
     Lease,
+    WinsCallback,
+    read_wins,
     redact_url,
+    wins_text,
 )
 
-from ._names import check_prefix, queue_name
+from ._names import check_prefix, encode_token, queue_name
 
 __all__ = ["RabbitMQBackend"]
 
@@ -37,9 +47,10 @@ _log = logging.getLogger("anarchon.rabbitmq")
 
 
 class RabbitMQBackend(BackendBase):
-    """A claim-only backend: the first confirmed publish into a slot's one-message gate queue wins."""
+    """A claim-only backend: the first confirmed publish into a slot's one-message gate queue wins;
+    wins are announced on a direct exchange."""
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.CLAIM})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.CLAIM, Capability.ANNOUNCE})
     url_schemes: ClassVar[tuple[str, ...]] = ("amqp", "amqps")
 
     def __init__(
@@ -71,6 +82,9 @@ class RabbitMQBackend(BackendBase):
         self._timeout = parse_duration(timeout, name="timeout") / 1000
         self._idle: asyncio.Queue[AbstractChannel] | None = None
         self._created = 0
+        self._announcer: AbstractChannel | None = None
+        """A channel without confirms, for announcing wins and hearing them."""
+        self._exchange: AbstractExchange | None = None
         self._use(url_or_connection, AbstractConnection,
                   {"prefix": prefix, "horizon": horizon, "persistent": persistent, "channels": channels,
                    "timeout": timeout})
@@ -126,14 +140,39 @@ class RabbitMQBackend(BackendBase):
         await client.close()
 
     async def _prepare(self) -> None:
-        """Check that one channel works."""
+        """Check that one channel works; declare the exchange that wins are announced on."""
         self._idle = asyncio.Queue()
         self._created = 0
         async with self._channel():
             pass
+        await self._open_announcer()
+
+    async def _open_announcer(self) -> None:
+        """The channel and exchange for announced wins. The exchange is not durable: a robust channel
+        declares it again after a reconnection (to a restarted broker too), and a prefix no longer
+        used leaves nothing behind. One declared otherwise (durable, by an operator) is used as it is;
+        without one, wins are not announced and every replica claims every slot, as it did before."""
+        assert self._client is not None
+        try:
+            async with asyncio.timeout(self._timeout):
+                self._announcer = await self._client.channel(publisher_confirms=False)
+                try:
+                    self._exchange = await self._announcer.declare_exchange(
+                        self._wins_exchange, aio_pika.ExchangeType.DIRECT, durable=False)
+                except aiormq.exceptions.ChannelPreconditionFailed:
+                    self._announcer = await self._client.channel(publisher_confirms=False)
+                    self._exchange = await self._announcer.get_exchange(self._wins_exchange, ensure=True)
+        except Exception as exc:
+            self._announcer = self._exchange = None
+            _log.warning("wins are not announced on %s: cannot declare the exchange %r: %s", self.url,
+                         self._wins_exchange, _describe(exc))
 
     async def _shutdown(self) -> None:
-        """Close the pooled channels."""
+        """Close the pooled channels and the announcing one."""
+        announcer, self._announcer, self._exchange = self._announcer, None, None
+        if announcer is not None:
+            with contextlib.suppress(Exception):
+                await announcer.close()
         idle, self._idle = self._idle, None
         while idle is not None and not idle.empty():
             ch = idle.get_nowait()
@@ -201,11 +240,63 @@ class RabbitMQBackend(BackendBase):
                     amqp = await ch.get_underlay_channel()
                     if not isinstance(amqp, aiormq.Channel):  # the bookkeeping below is aiormq's
                         raise BackendError(f"unexpected AMQP channel type {type(amqp).__name__}")
-                    return await self._claim_batch(amqp, requests)
+                    results = await self._claim_batch(amqp, requests)
             except BackendError:
                 raise
             except Exception as exc:
                 raise self._translate(exc, f"claim {len(requests)} slot(s)") from exc
+        await self._announce(requests, results)
+        return results
+
+    # -- announced wins --------------------------------------------------------------------------
+
+    @property
+    def _wins_exchange(self) -> str:
+        return f"{self.prefix}.won"
+
+    async def _announce(self, requests: Sequence[ClaimRequest], results: Sequence[ClaimResult]) -> None:
+        """Publish the batch's wins to the exchange, routed by namespace: at most once, unconfirmed,
+        so a message lost (while reconnecting, say) only costs the other replicas a claim."""
+        exchange = self._exchange
+        if exchange is None:
+            return
+        wins: dict[tuple[str, str], list[tuple[str, int]]] = {}
+        for r, result in zip(requests, results, strict=True):
+            if result.outcome is ClaimOutcome.WON:
+                wins.setdefault((r.namespace, r.owner), []).append((r.job, r.slot))
+        try:
+            for (namespace, owner), won in wins.items():
+                await exchange.publish(aio_pika.Message(wins_text(owner, won).encode()),
+                                       routing_key=encode_token(namespace))
+        except Exception as exc:  # the claims are decided: a lost announcement costs a claim
+            _log.debug("could not announce wins on %s: %s", self.url, _describe(exc))
+
+    async def subscribe_wins(self, namespace: str, callback: WinsCallback) -> None:
+        """Call `callback(owner, [(job, slot), ...])` on this event loop for the claims won in `namespace`
+        (the winners publish them to the `<prefix>.won` exchange; each subscriber has a queue of its own,
+        bound by namespace, that goes away with its connection)."""
+        if self._idle is None:
+            raise BackendError(f"{self!r} is not open: call `await backend.open()` (Scheduler.start does)")
+        announcer = self._announcer
+        if announcer is None:  # no exchange (logged at open): nothing will be heard
+            return
+
+        async def heard(message: AbstractIncomingMessage) -> None:
+            try:
+                owner, wins = read_wins(message.body.decode())
+            except ValueError:  # (UnicodeDecodeError included)
+                _log.warning("ignored a malformed wins message on %s", self._wins_exchange)
+                return
+            try:
+                callback(owner, wins)
+            except Exception:
+                _log.exception("wins callback failed for %d job(s) won by %s", len(wins), owner)
+
+        with self._errors("subscribe to announced wins"):
+            async with asyncio.timeout(self._timeout):
+                queue = await announcer.declare_queue(exclusive=True, auto_delete=True)
+                await queue.bind(self._wins_exchange, routing_key=encode_token(namespace))
+                await queue.consume(heard, no_ack=True)
 
     def _arguments(self) -> dict[str, Any]:
         return {"x-queue-type": "classic", "x-max-length": 1, "x-overflow": "reject-publish",

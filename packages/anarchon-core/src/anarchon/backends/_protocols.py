@@ -501,8 +501,8 @@ class InspectBackend(Protocol):
 
 
 @runtime_checkable
-class AnnounceBackend(LeaseBackend, Protocol):
-    """A lease backend that pushes won claims (capability `announce`).
+class AnnounceBackend(ClaimBackend, Protocol):
+    """A backend that pushes won claims (capability `announce`), lease or claim-only.
 
     The engine uses the push to skip its own claim of a slot that another replica has won, when the
     push arrives before that claim is due: the claim would only have been answered `taken`. The store
@@ -512,8 +512,8 @@ class AnnounceBackend(LeaseBackend, Protocol):
     async def subscribe_wins(self, namespace: str, callback: WinsCallback) -> None:
         """Call `callback(owner, [(job, slot), ...])` on this event loop for claims won in `namespace`.
 
-        - Only first attempts and takeovers that the store decided as won are pushed (not a reissued
-          lease); the pushes of one batch may come in one call or in several.
+        - Only first attempts and takeovers (on a lease backend) that the store decided as won are
+          pushed (not a reissued lease); the pushes of one batch may come in one call or in several.
         - A push may be lost (a subscriber reconnecting) or late; it is never sent for a claim the
           store did not decide as won.
         - The subscriber's own wins may be pushed to it too: `owner` tells them apart.
