@@ -248,6 +248,45 @@ def test_replicas_share_each_boundary_and_claim_only_their_own_share(clock: Virt
     assert max(late) <= 50  # every run within the jitter: each leader claims its own at once
 
 
+def test_followers_wait_as_long_as_a_leaders_wins_take_to_be_heard(clock: VirtualClock) -> None:
+    """Claims that take 300 ms to reach the store: the others' claims, two jitters after the slot,
+    would go out before the leader's win is heard. They learn how long that takes and wait for it."""
+
+    class Slow(CountingBackend):
+        async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+            await asyncio.sleep(0.3)
+            return await super().claim_many(requests)
+
+    store = MemoryStore(clock)
+    backends = [Slow(store) for _ in range(3)]
+    starts: list[tuple[str, int, str]] = []
+    schedulers = [Scheduler(b, instance_id=f"i{k}", clock=clock, lease="6s", heartbeat="1s")
+                  for k, b in enumerate(backends)]
+    for s in schedulers:
+        async def handler(ctx: JobContext) -> None:
+            starts.append((ctx.name, ctx.slot, ctx.instance_id))
+
+        for i in range(20):
+            s.every(f"job{i}", "1s", handler, catch_up=0)
+    sent: list[int] = []
+
+    async def main() -> None:
+        for s in schedulers:
+            await s.start()
+        await asyncio.sleep(5.5)
+        sent.append(sum(b.claims for b in backends))
+        await asyncio.sleep(15)
+        sent.append(sum(b.claims for b in backends))
+        for s in schedulers:
+            await s.stop()
+
+    run(clock, main())
+    later = [(job, slot, inst) for job, slot, inst in starts if slot > T0 + 5500]
+    assert len(later) == 20 * 15 and len({(job, slot) for job, slot, _ in later}) == len(later)
+    assert sent[1] - sent[0] <= 1.1 * len(later), (sent, len(later))
+    assert len({inst for *_, inst in later}) == 3
+
+
 def test_a_crashed_leaders_share_is_claimed_late_for_one_boundary(clock: VirtualClock) -> None:
     """A replica that crashes leads some groups in the others' view: those slots are claimed two
     jitters late, won, and the winner stops counting it, so the next boundaries run on time."""

@@ -246,10 +246,7 @@ class Engine:
         """The store pushed claims that `owner` won: this instance need not claim those slots."""
         if owner == self._config.instance_id or self._stopping:
             return
-        self.planner.saw(owner)
-        decided = self.planner.decided
-        for job, slot in wins:
-            decided(job, slot, owner)
+        self.planner.decided(owner, wins)
 
     def _decided(self, batch: list[Due]) -> None:
         """Boundaries whose slots the store pushed as won by another instance: each is settled as a

@@ -18,7 +18,7 @@ import heapq
 import logging
 import random
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ._clock import Clock
@@ -34,9 +34,13 @@ _BATCH_WINDOW_MS = 5
 # Jobs due at one moment are claimed in this many batches per instance, each with its own random
 # delay: few round trips, yet each replica wins about its share of every boundary.
 _JITTER_GROUPS = 4
-# An instance claims a group that another instance leads this much later, in jitters: by then the
+# An instance claims a group that another instance leads at least this much later, in jitters, and
+# later still when the leaders' wins take longer to be heard (see `Planner._follow`): by then the
 # leader's wins have been pushed, and those claims are not sent.
 _FOLLOW_JITTERS = 2
+_FOLLOW_CAP_MS = 1000
+# How long after its slot a leader's win is heard is the longest seen in a window of this length.
+_HEARD_WINDOW_MS = 2000
 # An instance that the store has not pushed a win of for this long no longer leads any group (one
 # that is gone is dropped sooner: see `won`).
 _MEMBER_TTL_MS = 120_000
@@ -75,6 +79,8 @@ class Plan:
     """A slot the store pushed as won by another instance (`Planner.decided`), not yet claimed here."""
     decided_by: str = ""
     """The instance that won `decided`."""
+    follow_cap_ms: int = _FOLLOW_CAP_MS
+    """The latest this instance claims, after its slot, a group another instance leads."""
 
 
 @dataclass(slots=True)
@@ -118,6 +124,10 @@ class Planner:
         self._members: list[tuple[str, bytes]] = []
         self._members_at: int | None = None
         """When `_members` was worked out from `_seen`; None: to be worked out again."""
+        self._heard_ms = 0
+        """How long after their slots leaders' wins were heard at most, in the last whole window."""
+        self._heard_top = 0
+        self._heard_at = 0
         self._plans: dict[str, Plan] = {}
         self._by_index: list[Plan] = []
         self._closed = False
@@ -127,11 +137,12 @@ class Planner:
         jitter = job.options.jitter_ms
         if jitter is None:
             jitter = self._default_jitter_ms
+        interval = job.schedule.min_interval_ms
         if jitter is None:
-            interval = job.schedule.min_interval_ms
             jitter = 50 if interval is None else min(50, interval // 10)
         plan = Plan(job, jitter, zlib.crc32(job.name.encode()) % _JITTER_GROUPS, job.schedule.fingerprint,
-                    index=len(self._by_index))
+                    index=len(self._by_index),
+                    follow_cap_ms=_FOLLOW_CAP_MS if interval is None else min(_FOLLOW_CAP_MS, interval // 2))
         self._plans[job.name] = plan
         self._by_index.append(plan)
         self._plan_first(plan, self._clock.now_ms())
@@ -242,36 +253,62 @@ class Planner:
         elif plan.job.options.overlap is _BUFFER_ONE:
             self._watch(plan, max(plan.watches), self.jitter(plan))
 
-    def decided(self, job_name: str, slot: int, owner: str) -> None:
-        """The store pushed that `owner` won `slot` of the job: its boundary claim here is skipped,
-        and the slot watched as a backup as if the claim had been answered `taken`."""
-        plan = self._plans.get(job_name)
-        if plan is None:
-            return
-        if self._self_id is not None:
-            self.won(plan, slot, owner)
-        if plan.latest_slot is None or plan.latest_slot < slot:
-            plan.decided = slot
-            plan.decided_by = owner
-
-    def saw(self, owner: str) -> None:
-        """The store pushed a win of `owner`: it is an instance that shares the boundaries."""
-        if owner not in self._seen:
-            self._members_at = None
-        self._seen[owner] = self._clock.now_ms()
+    def decided(self, owner: str, wins: Sequence[tuple[str, int]]) -> None:
+        """The store pushed that `owner` won these (job, slot)s: their boundary claims here are
+        skipped, and each slot watched as a backup as if the claim had been answered `taken`. With
+        shares, `owner` is an instance that shares the boundaries."""
+        now = self._clock.now_ms()
+        shares = self._self_id is not None
+        if shares:
+            if owner not in self._seen:
+                self._members_at = None
+            self._seen[owner] = now
+        plans = self._plans
+        for job_name, slot in wins:
+            plan = plans.get(job_name)
+            if plan is None:
+                continue
+            if shares:
+                self._won(plan, slot, owner, now)
+            if plan.latest_slot is None or plan.latest_slot < slot:
+                plan.decided = slot
+                plan.decided_by = owner
 
     def won(self, plan: Plan, slot: int, owner: str) -> None:
-        """`owner` won `slot` of the job. Where another instance led it here and the win came when the
-        others' claims were due, the leader did not claim in time (it is gone, or far behind): it
-        leads nothing until its next pushed win. (An earlier win by another instance is one that
-        counts itself the leader, as a new one does until it has heard of the others; a much later
-        one is a takeover or a handover.)"""
+        """`owner` (this instance) won `slot` of the job (see `_won`)."""
+        self._won(plan, slot, owner, self._clock.now_ms())
+
+    def _won(self, plan: Plan, slot: int, owner: str, now: int) -> None:
+        """`owner` won `slot` of the job, as known at `now`.
+
+        A leader's win tells how long after its slot a win is heard here (`_follow`). A win by
+        another instance, where another led here, that came when the others' claims were due means
+        the leader did not claim in time (it is gone, or far behind): it leads nothing until its next
+        pushed win. (An earlier win by another instance is one that counts itself the leader, as a new
+        one does until it has heard of the others; a much later one is a takeover or a handover.)
+        """
         drawn = self._slot_draws.get((slot, plan.group))
-        if drawn is None or drawn[1] is None or drawn[1] == owner:
+        if drawn is None:
             return
-        since = self._clock.now_ms() - slot - _FOLLOW_JITTERS * plan.jitter_ms
-        if 0 <= since <= plan.jitter_ms + _FOLLOWED_WITHIN_MS and self._seen.pop(drawn[1], None) is not None:
+        leader = drawn[1]
+        if leader == owner:
+            heard = now - slot
+            if heard > self._heard_top:
+                self._heard_top = heard
+            if now - self._heard_at >= _HEARD_WINDOW_MS:
+                self._heard_ms, self._heard_top, self._heard_at = self._heard_top, 0, now
+            return
+        if leader is None:
+            return
+        since = now - slot - self._follow(plan)
+        if 0 <= since <= plan.jitter_ms + _FOLLOWED_WITHIN_MS and self._seen.pop(leader, None) is not None:
             self._members_at = None
+
+    def _follow(self, plan: Plan) -> int:
+        """How long after its slot this instance claims a group another instance leads: once the
+        leader's wins are usually heard (a quarter more than the longest lately), at least two
+        jitters, at most a second or half the job's interval."""
+        return max(_FOLLOW_JITTERS * plan.jitter_ms, min(self._heard_ms * 5 // 4, plan.follow_cap_ms))
 
     def jitter(self, plan: Plan) -> int:
         """A fresh random delay within the job's jitter."""
@@ -315,7 +352,7 @@ class Planner:
             # Only the leader claims within the jitter: as early, on average, as the first of all
             # the replicas' draws would be.
             return int(draw * jitter / len(self._members)) if self._members else int(draw * jitter)
-        return int(draw * jitter) + _FOLLOW_JITTERS * jitter
+        return int(draw * jitter) + self._follow(plan)
 
     def _leader(self, slot: int, group: int) -> str | None:
         """The instance that leads `group` at `slot`: None when it is this one."""
