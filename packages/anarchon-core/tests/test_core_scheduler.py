@@ -72,6 +72,15 @@ class Cluster:
         self.starts.append((ctx.name, ctx.slot, ctx.attempt, ctx.instance_id))
         self.stamps.append(self.clock.now_ms())
 
+    def every_second(self, jobs: int) -> None:
+        """Register `jobs` jobs due every second on every scheduler, each recording its starts."""
+        async def handler(ctx: JobContext) -> None:
+            self.record(ctx)
+
+        for s in self.schedulers:
+            for i in range(jobs):
+                s.every(f"job{i}", "1s", handler, catch_up=0)
+
     def duplicates(self) -> dict[tuple[str, int, int], int]:
         counts = Counter((job, slot, attempt) for job, slot, attempt, _ in self.starts)
         return {k: v for k, v in counts.items() if v > 1}
@@ -218,12 +227,7 @@ def test_replicas_share_each_boundary_and_claim_only_their_own_share(clock: Virt
     the others claim it two jitters later, by when the leader's wins are pushed, so once the replicas
     have heard of each other every slot costs one claim, and the runs spread evenly."""
     c = Cluster(clock, 3, lease="6s", heartbeat="1s")
-    for s in c.schedulers:
-        async def handler(ctx: JobContext) -> None:
-            c.record(ctx)
-
-        for i in range(60):
-            s.every(f"job{i}", "1s", handler, catch_up=0)
+    c.every_second(60)
     sent: list[int] = []
 
     async def main() -> None:
@@ -291,12 +295,7 @@ def test_a_crashed_leaders_share_is_claimed_late_for_one_boundary(clock: Virtual
     """A replica that crashes leads some groups in the others' view: those slots are claimed two
     jitters late, won, and the winner stops counting it, so the next boundaries run on time."""
     c = Cluster(clock, 3, lease="6s", heartbeat="1s")
-    for s in c.schedulers:
-        async def handler(ctx: JobContext) -> None:
-            c.record(ctx)
-
-        for i in range(60):
-            s.every(f"job{i}", "1s", handler, catch_up=0)
+    c.every_second(60)
 
     async def main() -> None:
         for s in c.schedulers:

@@ -32,7 +32,7 @@ from anarchon.backends import (
     ClaimRequest,
     ClaimResult,
     WinsCallback,
-    read_wins,
+    deliver_wins,
     redact_url,
     wins_text,
 )
@@ -547,15 +547,7 @@ class NatsConnection(BackendBase):
         subject = self._wins_subject(namespace)
 
         async def heard(msg: Msg) -> None:
-            try:
-                owner, wins = read_wins(msg.data.decode())
-            except ValueError:  # (UnicodeDecodeError included)
-                log.warning("ignored a malformed wins message on %s", subject)
-                return
-            try:
-                callback(owner, wins)
-            except Exception:
-                log.exception("wins callback failed for %d job(s) won by %s", len(wins), owner)
+            deliver_wins(msg.data.decode(errors="replace"), (callback,), subject, log)
 
         with self._errors("subscribe to announced wins"):
             self._wins_subs.append(await self.client.subscribe(subject, cb=heard))

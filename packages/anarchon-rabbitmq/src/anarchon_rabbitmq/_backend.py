@@ -34,7 +34,7 @@ from anarchon.backends import (
     ClaimResult,
     Lease,
     WinsCallback,
-    read_wins,
+    deliver_wins,
     redact_url,
     wins_text,
 )
@@ -282,15 +282,7 @@ class RabbitMQBackend(BackendBase):
             return
 
         async def heard(message: AbstractIncomingMessage) -> None:
-            try:
-                owner, wins = read_wins(message.body.decode())
-            except ValueError:  # (UnicodeDecodeError included)
-                _log.warning("ignored a malformed wins message on %s", self._wins_exchange)
-                return
-            try:
-                callback(owner, wins)
-            except Exception:
-                _log.exception("wins callback failed for %d job(s) won by %s", len(wins), owner)
+            deliver_wins(message.body.decode(errors="replace"), (callback,), self._wins_exchange, _log)
 
         with self._errors("subscribe to announced wins"):
             async with asyncio.timeout(self._timeout):

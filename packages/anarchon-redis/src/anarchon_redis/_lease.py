@@ -33,7 +33,7 @@ from anarchon.backends import (
     ReleaseOutcome,
     RunRecord,
     WinsCallback,
-    read_wins,
+    deliver_wins,
     redact_url,
 )
 
@@ -744,7 +744,7 @@ class RedisBackend(RedisStore, LeaseBackendBase):
     def _dispatch(self, channel: str, payload: str) -> None:
         hearers = self._win_callbacks.get(channel)
         if hearers is not None:
-            self._dispatch_wins(channel, payload, hearers)
+            deliver_wins(payload, list(hearers), channel, log)
             return
         slot_text, _, job = payload.partition(":")
         try:
@@ -757,19 +757,6 @@ class RedisBackend(RedisStore, LeaseBackendBase):
                 callback(job, slot)
             except Exception:
                 log.exception("release callback failed for %s slot=%d", job, slot)
-
-    @staticmethod
-    def _dispatch_wins(channel: str, payload: str, hearers: list[WinsCallback]) -> None:
-        try:
-            owner, wins = read_wins(payload)
-        except ValueError:
-            log.warning("ignored a malformed wins message on %s", channel)
-            return
-        for callback in list(hearers):
-            try:
-                callback(owner, wins)
-            except Exception:
-                log.exception("wins callback failed for %d job(s) won by %s", len(wins), owner)
 
 
 class ValkeyBackend(RedisBackend):

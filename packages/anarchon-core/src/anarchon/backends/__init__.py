@@ -1,6 +1,6 @@
 """Backend interfaces, result types, the claim decision, and the in-process reference backends."""
 
-from ._base import BackendBase, LeaseBackendBase, lazy_exports, read_wins, redact_url, wins_text
+from ._base import BackendBase, LeaseBackendBase, deliver_wins, lazy_exports, read_wins, redact_url, wins_text
 from ._decide import ClaimDecision, ReleaseDecision, RenewDecision, decide, decide_release, decide_renew
 from ._memory import MemoryBackend, MemoryClaimBackend, MemoryStore
 from ._protocols import (
@@ -66,6 +66,7 @@ __all__ = [
     "decide",
     "decide_release",
     "decide_renew",
+    "deliver_wins",
     "lazy_exports",
     "read_wins",
     "redact_url",

@@ -5,15 +5,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit, urlunsplit
 
 from .._errors import AnarchonError, BackendError, BackendUnavailable
-from ._protocols import Capability, ClaimRequest, ClaimResult, Lease, ReleaseCallback, ReleaseOutcome
+from ._protocols import (
+    Capability,
+    ClaimRequest,
+    ClaimResult,
+    Lease,
+    ReleaseCallback,
+    ReleaseOutcome,
+    WinsCallback,
+)
 
-__all__ = ["BackendBase", "LeaseBackendBase", "lazy_exports", "read_wins", "redact_url", "wins_text"]
+__all__ = ["BackendBase", "LeaseBackendBase", "deliver_wins", "lazy_exports", "read_wins", "redact_url",
+           "wins_text"]
 
 
 def wins_text(owner: str, wins: Iterable[tuple[str, int]]) -> str:
@@ -27,6 +37,22 @@ def read_wins(text: str) -> tuple[str, list[tuple[str, int]]]:
     if not body:
         return owner, []
     return owner, [(job, int(slot)) for slot, _, job in (line.partition("\t") for line in body.split("\n"))]
+
+
+def deliver_wins(text: str, callbacks: Iterable[WinsCallback], where: str, log: logging.Logger) -> None:
+    """Call each of `callbacks` with the owner and wins of `text`, heard on `where`. A malformed text
+    is logged and dropped, and a callback's failure is logged, never raised: a lost announcement
+    costs a claim, nothing more."""
+    try:
+        owner, wins = read_wins(text)
+    except ValueError:
+        log.warning("ignored a malformed wins message on %s", where)
+        return
+    for callback in callbacks:
+        try:
+            callback(owner, wins)
+        except Exception:
+            log.exception("wins callback failed for %d job(s) won by %s", len(wins), owner)
 
 
 def redact_url(url: str) -> str:
