@@ -42,9 +42,9 @@ _FOLLOW_CAP_MS = 1000
 # How long after its slot a leader's win is heard is the longest seen in a window of this length.
 _HEARD_WINDOW_MS = 2000
 # An instance that the store has not pushed a win of for this long no longer leads any group (one
-# that is gone is dropped sooner: see `won`).
+# that is gone is dropped sooner: see `Planner._won`).
 _MEMBER_TTL_MS = 120_000
-# How long after the others' claims of a slot were due a win counts as one of theirs (see `won`).
+# How long after the others' claims of a slot were due a win counts as one of theirs (`Planner._won`).
 _FOLLOWED_WITHIN_MS = 1000
 # A missed slot is caught up when the next slot is at least half an interval away, or this far.
 _CATCH_UP_ROOM_MS = 300_000
@@ -293,7 +293,7 @@ class Planner:
         leader = drawn[1]
         if leader == owner:
             heard = now - slot
-            if heard > self._heard_top:
+            if self._heard_top < heard <= plan.follow_cap_ms + plan.jitter_ms:  # (later: a takeover)
                 self._heard_top = heard
             if now - self._heard_at >= _HEARD_WINDOW_MS:
                 self._heard_ms, self._heard_top, self._heard_at = self._heard_top, 0, now
@@ -333,9 +333,9 @@ class Planner:
 
         With shares, each group of a slot has a leader among this instance and the others whose wins
         were pushed lately, the same on every instance that knows the same others (rendezvous
-        hashing). This instance claims the groups it leads within the jitter, and the others
-        `_FOLLOW_JITTERS` jitters later: by then the leader's wins are pushed, so those claims are not
-        sent, and a leader that is gone only delays its groups' slots by that much.
+        hashing). This instance claims the groups it leads within the jitter, and the others once
+        the leader's wins are usually heard (`_follow`): those claims are then not sent, and a leader
+        that is gone only delays its groups' slots by that much.
         """
         jitter = plan.jitter_ms
         if jitter <= 0:
