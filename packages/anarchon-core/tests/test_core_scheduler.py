@@ -57,12 +57,12 @@ class Cluster:
     """Several schedulers in one process over one in-memory store, on one virtual clock."""
 
     def __init__(self, clock: VirtualClock, n: int, *, notify: bool = True, announce: bool = True,
-                 **settings: Any) -> None:
+                 backend: type[CountingBackend] = CountingBackend, **settings: Any) -> None:
         self.clock = clock
         self.store = MemoryStore(clock)
         self.starts: list[tuple[str, int, int, str]] = []  # job, slot, attempt, instance
         self.stamps: list[int] = []  # virtual wall time of each start
-        self.backends = [CountingBackend(self.store, notify=notify, announce=announce) for _ in range(n)]
+        self.backends = [backend(self.store, notify=notify, announce=announce) for _ in range(n)]
         self.schedulers = [
             Scheduler(FaultyBackend(backend), instance_id=f"i{k}", clock=clock, **settings)
             for k, backend in enumerate(self.backends)
@@ -80,6 +80,19 @@ class Cluster:
         for s in self.schedulers:
             for i in range(jobs):
                 s.every(f"job{i}", "1s", handler, catch_up=0)
+
+    async def claims_sent(self, after_s: float, for_s: float) -> int:
+        """Start every scheduler, and stop them all `after_s` + `for_s` later: the claims sent in the
+        last `for_s`."""
+        for s in self.schedulers:
+            await s.start()
+        await asyncio.sleep(after_s)
+        before = sum(b.claims for b in self.backends)
+        await asyncio.sleep(for_s)
+        sent = sum(b.claims for b in self.backends) - before
+        for s in self.schedulers:
+            await s.stop()
+        return sent
 
     def duplicates(self) -> dict[tuple[str, int, int], int]:
         counts = Counter((job, slot, attempt) for job, slot, attempt, _ in self.starts)
@@ -231,21 +244,15 @@ def test_replicas_share_each_boundary_and_claim_only_their_own_share(clock: Virt
     sent: list[int] = []
 
     async def main() -> None:
-        for s in c.schedulers:
-            await s.start()
-        await asyncio.sleep(3.5)  # the first boundaries: every replica claims every slot
-        sent.append(sum(b.claims for b in c.backends))
-        await asyncio.sleep(20)
-        sent.append(sum(b.claims for b in c.backends))
-        for s in c.schedulers:
-            await s.stop()
+        # (After the first boundaries, in which every replica claims every slot.)
+        sent.append(await c.claims_sent(3.5, 20))
 
     run(clock, main())
     assert not c.duplicates()
     later = [(job, slot, inst) for (job, slot, _, inst), at in zip(c.starts, c.stamps, strict=True)
              if slot > T0 + 3500]
     assert len(later) == 60 * 20
-    assert sent[1] - sent[0] == len(later)  # not one claim more than the runs
+    assert sent == [len(later)]  # not one claim more than the runs
     share = Counter(inst for *_, inst in later)
     assert min(share.values()) >= 0.2 * len(later), share
     late = [at - slot for (_, slot, _, _), at in zip(c.starts, c.stamps, strict=True) if slot > T0 + 3500]
@@ -261,33 +268,17 @@ def test_followers_wait_as_long_as_a_leaders_wins_take_to_be_heard(clock: Virtua
             await asyncio.sleep(0.3)
             return await super().claim_many(requests)
 
-    store = MemoryStore(clock)
-    backends = [Slow(store) for _ in range(3)]
-    starts: list[tuple[str, int, str]] = []
-    schedulers = [Scheduler(b, instance_id=f"i{k}", clock=clock, lease="6s", heartbeat="1s")
-                  for k, b in enumerate(backends)]
-    for s in schedulers:
-        async def handler(ctx: JobContext) -> None:
-            starts.append((ctx.name, ctx.slot, ctx.instance_id))
-
-        for i in range(20):
-            s.every(f"job{i}", "1s", handler, catch_up=0)
+    c = Cluster(clock, 3, backend=Slow, lease="6s", heartbeat="1s")
+    c.every_second(20)
     sent: list[int] = []
 
     async def main() -> None:
-        for s in schedulers:
-            await s.start()
-        await asyncio.sleep(5.5)
-        sent.append(sum(b.claims for b in backends))
-        await asyncio.sleep(15)
-        sent.append(sum(b.claims for b in backends))
-        for s in schedulers:
-            await s.stop()
+        sent.append(await c.claims_sent(5.5, 15))
 
     run(clock, main())
-    later = [(job, slot, inst) for job, slot, inst in starts if slot > T0 + 5500]
+    later = [(job, slot, inst) for job, slot, _, inst in c.starts if slot > T0 + 5500]
     assert len(later) == 20 * 15 and len({(job, slot) for job, slot, _ in later}) == len(later)
-    assert sent[1] - sent[0] <= 1.1 * len(later), (sent, len(later))
+    assert sent[0] <= 1.1 * len(later), (sent, len(later))
     assert len({inst for *_, inst in later}) == 3
 
 
