@@ -314,8 +314,11 @@ def test_a_slot_handed_over_before_a_pushed_claim_was_due_is_taken_over(clock: V
     claims it after all (a pushed win does not hide a pushed handover)."""
     store = MemoryStore(clock)
     starts: list[tuple[int, str, int]] = []
-    schedulers = [Scheduler(MemoryBackend(store), instance_id=name, clock=clock, jitter=jitter)
-                  for name, jitter in (("a", 0), ("b", "50ms"))]
+    # a's clock runs 5 ms ahead: it claims 5 ms before the slot, so b's claim (due within its jitter
+    # after the slot, possibly at 0 ms) is never sent before a has won and stopped.
+    schedulers = [Scheduler(MemoryBackend(store), instance_id=name, clock=SkewedClock(clock, ahead),
+                            jitter=jitter)
+                  for name, jitter, ahead in (("a", 0, 5), ("b", "50ms", 0))]
     for s in schedulers:
         async def long(ctx: JobContext) -> None:
             starts.append((ctx.attempt, ctx.instance_id, clock.now_ms()))
@@ -326,7 +329,7 @@ def test_a_slot_handed_over_before_a_pushed_claim_was_due_is_taken_over(clock: V
     async def main() -> None:
         for s in schedulers:
             await s.start()
-        await asyncio.sleep(60.001)  # a (no jitter) won at the slot; b's claim is due within 50 ms
+        await asyncio.sleep(59.996)  # a (no jitter) won at its slot; b's claim is due within 50 ms
         assert [(attempt, who) for attempt, who, _ in starts] == [(1, "a")]
         stopped_at = clock.now_ms()
         await schedulers[0].stop()
