@@ -310,6 +310,7 @@ def one_run(spec: Spec, sc: Scenario, workdir: Path, run_id: str) -> dict[str, A
     metrics = analyse(records, jobs, stop_t, kill, in_flight_ms=int(sc.sleep * 1000),
                       interval_ms=int(sc.interval * 1000), launched=int(t_launch * 1000))
     survivors = [u for pid, u in usage.items() if u and (kill is None or pid != kill.pid)]
+    firsts = [r["cpu_s"] for r in records if r["ev"] == "first"]
     calls: dict[str, int] = {}
     for f in workdir.glob("calls-*.json"):
         for k, v in json.loads(f.read_text()).items():
@@ -320,6 +321,7 @@ def one_run(spec: Spec, sc: Scenario, workdir: Path, run_id: str) -> dict[str, A
         kill=kill.__dict__ if kill else None,
         cpu_per_replica_s=statistics.mean(u["cpu_s"] for u in survivors) if survivors else None,
         cpu_replicas_s=[round(u["cpu_s"], 3) for u in survivors],
+        startup_cpu_s=statistics.mean(firsts) if firsts else None,
         steady_cpu_per_45s=statistics.mean(steady) if steady else None,
         peak_rss_mb=max((v for v in hwm.values() if v is not None), default=None),
         store_cpu_s=round(cpu1 - cpu0, 3) if spec.store else None,
@@ -357,6 +359,7 @@ def aggregate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "takeovers_seen": [r["takeover_ms"] is not None for r in rs],
             "cpu_per_replica_s": summarise([r["cpu_per_replica_s"] for r in rs]),
             "steady_cpu_per_45s": summarise([r.get("steady_cpu_per_45s") for r in rs]),
+            "startup_cpu_s": summarise([r.get("startup_cpu_s") for r in rs]),
             "peak_rss_mb": summarise([r["peak_rss_mb"] for r in rs]),
             "store_cpu_s": summarise([r["store_cpu_s"] for r in rs]),
             "round_trips_per_slot": summarise([r["round_trips_per_slot"] for r in rs]),
@@ -389,12 +392,13 @@ def tables(rows: list[dict[str, Any]], meta: dict[str, Any], heading: str = "###
                 f"| {', '.join(map(str, r['missed']))} | {fmt(r['p50_ms'])} | {fmt(r['p99_ms'])} "
                 f"| {fmt(r['max_ms'])} | {fmt(r['gap_after_kill_ms'])} | {fmt(r['takeover_ms'])} |")
         lines += ["", "Cost:", "",
-                  "| scheduler | CPU s / replica | steady CPU s / replica / 45 s | peak RSS MB | store CPU s "
-                  "| backend calls / slot |",
-                  "| --- | --- | --- | --- | --- | --- |"]
+                  "| scheduler | CPU s / replica | CPU s to first run | steady CPU s / replica / 45 s "
+                  "| peak RSS MB | store CPU s | backend calls / slot |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
         for r in mine:
             lines.append(
-                f"| {r['scheduler']} | {fmt(r['cpu_per_replica_s'], 2)} | {fmt(r['steady_cpu_per_45s'], 2)} "
+                f"| {r['scheduler']} | {fmt(r['cpu_per_replica_s'], 2)} "
+                f"| {fmt(r.get('startup_cpu_s') or summarise([]), 2)} | {fmt(r['steady_cpu_per_45s'], 2)} "
                 f"| {fmt(r['peak_rss_mb'])} | {fmt(r['store_cpu_s'], 2)} "
                 f"| {fmt(r['round_trips_per_slot'], 2)} |")
         lines.append("")

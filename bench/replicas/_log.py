@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import time
 from typing import Any
 
@@ -15,13 +16,20 @@ class StartLog:
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.scheduler = scheduler
         self.pid = os.getpid()
+        self.first = True
 
     def write(self, record: dict[str, Any]) -> None:
         """Append one record."""
         os.write(self.fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
 
     def start(self, job: str, fire_ms: int, attempt: int | None = None) -> None:
-        """Record a handler start for (job, intended fire time in epoch ms)."""
+        """Record a handler start for (job, intended fire time in epoch ms); before the first, the
+        CPU this process has spent so far (its start-up, to its first run)."""
+        if self.first:
+            self.first = False
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            self.write({"ev": "first", "s": self.scheduler, "pid": self.pid,
+                        "cpu_s": round(usage.ru_utime + usage.ru_stime, 4), "t": time.time_ns() // 1_000_000})
         rec: dict[str, Any] = {"ev": "start", "s": self.scheduler, "job": job, "fire": int(fire_ms),
                                "pid": self.pid, "t": time.time_ns() // 1_000_000}
         if attempt is not None:

@@ -54,3 +54,25 @@ def test_a_scheduler_never_ready_misses_every_fire_since_its_launch() -> None:
     assert m["runs"] == 0
     assert m["missed"] == 2 * 5  # fires T0+3 s .. T0+7 s (the window leaves 3 s at each edge)
     assert analyse([], ["a"], T0 + 10_000, None)["missed"] == 0
+
+
+def test_the_start_log_records_the_cpu_spent_before_the_first_run(tmp_path: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "replicas"))
+    from _log import StartLog
+    from analysis import read_log
+
+    log = StartLog(str(tmp_path / "starts.jsonl"), "x")
+    log.ready()
+    sum(i * i for i in range(200_000))  # some CPU before the first run
+    log.start("a", T0)
+    log.start("b", T0)
+    records = read_log(tmp_path / "starts.jsonl")
+    assert [r["ev"] for r in records] == ["ready", "first", "start", "start"]
+    assert 0 < records[1]["cpu_s"] < 60
+    # The analysis reads starts only: a log with the record gives the same numbers as one without.
+    synthetic = [{"ev": "ready", "pid": 1, "t": T0}]
+    synthetic += [start("a", T0 + s * 1000, 1, T0 + s * 1000 + 10) for s in range(21)]
+    first = {**records[1], "pid": 1, "t": T0 + 5}
+    without = analyse(synthetic, ["a"], T0 + 20_000, None)
+    assert without["runs"] > 0
+    assert analyse([*synthetic, first], ["a"], T0 + 20_000, None) == without
