@@ -263,3 +263,79 @@ def test_a_class_named_only_in_a_scheme_map_is_listed(probe_module: str,
                                                       register: Callable[..., Any]) -> None:
     register(_SchemesOnly({"probe": f"{probe_module}:ProbeBackend"}), "probe-plugin")
     assert "ProbeBackend" in [cls.__name__ for cls in backend_classes()]
+
+
+def _dist_info(where: Path, dist: str, entries: str, version: str = "0.1") -> None:
+    """An installed distribution's metadata directory under `where`, declaring `entries`."""
+    info = where / f"{dist.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n\n"
+                                   "A long description.\n")
+    (info / "entry_points.txt").write_text(entries)
+
+
+def _listed(group: str) -> tuple[list[tuple[str, str, str | None]], list[tuple[str, str, str | None]]]:
+    """`group`'s entry points as anarchon finds them, and as importlib.metadata does."""
+    from anarchon._entrypoints import entry_points as found
+
+    mine = [(ep.name, ep.value, ep.dist_name) for ep in found(group)]
+    theirs = [(ep.name, ep.value, ep.dist.name if ep.dist else None) for ep in entry_points(group=group)]
+    return mine, theirs
+
+
+def test_entry_points_are_found_as_importlib_metadata_finds_them() -> None:
+    import importlib.metadata
+
+    groups = {ep.group for dist in importlib.metadata.distributions() for ep in dist.entry_points}
+    assert "anarchon" in groups and len(groups) > 3
+    for group in sorted(groups):
+        mine, theirs = _listed(group)
+        assert mine == theirs, group
+
+
+def test_the_first_distribution_of_a_name_on_the_path_wins(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    _dist_info(tmp_path / "a", "Dup.Ep", "# a comment\n[anarchon-probe]\nfirst = dup_a:plugin [extra]\n")
+    _dist_info(tmp_path / "b", "dup-ep", "[anarchon-probe]\nsecond = dup_b:plugin\n", version="0.2")
+    _dist_info(tmp_path / "b", "other-ep",
+               "[console_scripts]\nx = y:z\n\n[anarchon-probe]\n  third=m.n:o.p\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "b"))
+    monkeypatch.syspath_prepend(str(tmp_path / "a"))
+    mine, theirs = _listed("anarchon-probe")
+    assert mine == theirs
+    assert mine == [("first", "dup_a:plugin [extra]", "Dup.Ep"), ("third", "m.n:o.p", "other-ep")]
+
+
+def test_a_distribution_in_a_zip_on_the_path_is_found(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import zipfile
+
+    archive = tmp_path / "zipped.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        info = "zipped_ep-0.1.dist-info"
+        z.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: zipped-ep\nVersion: 0.1\n")
+        z.writestr(f"{info}/entry_points.txt", "[anarchon-probe]\nzipped = zipped_ep:plugin\n")
+    monkeypatch.syspath_prepend(str(archive))
+    mine, theirs = _listed("anarchon-probe")
+    assert mine == theirs == [("zipped", "zipped_ep:plugin", "zipped-ep")]
+
+
+def test_an_entry_point_loads_the_attribute_it_names(probe_module: str) -> None:
+    from anarchon._entrypoints import EntryPoint
+
+    method = EntryPoint("p", f"{probe_module}:ProbeBackend.from_url [extra]", None).load()
+    assert method.__name__ == "from_url"
+    assert EntryPoint("p", probe_module, None).load().__name__ == probe_module
+    with pytest.raises(ValueError, match="not an entry point value"):
+        EntryPoint("p", "not a module!", None).load()
+
+
+def test_finding_the_plugins_imports_no_importlib_metadata() -> None:
+    # It costs a start-up about 20 ms; the scheme's backend is found without it.
+    code = ("import sys, anarchon; anarchon.backend_for_url('memory://'); "
+            "assert len(anarchon.plugin_manager().list_name_plugin()) > 2; "
+            "print('importlib.metadata' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "ANARCHON_DISABLE_PLUGIN_AUTOLOAD"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

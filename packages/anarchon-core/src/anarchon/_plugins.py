@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import pluggy
 
 from . import hookspecs
+from ._entrypoints import entry_points
 from ._errors import BackendNotFound
 from .backends import MemoryBackend, MemoryClaimBackend, redact_url
 
@@ -79,12 +80,10 @@ def _failed(plugin: str, distribution: str | None, where: str, exc: BaseExceptio
 
 def _load_entry_points(pm: pluggy.PluginManager) -> None:
     """Register every plugin of the `anarchon` entry-point group; one that cannot load is reported."""
-    import importlib.metadata  # (not at import: it brings email, zipfile and pathlib)
-
-    for ep in importlib.metadata.entry_points(group="anarchon"):
+    for ep in entry_points("anarchon"):
         if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
             continue
-        dist = ep.dist.name if ep.dist is not None else None
+        dist = ep.dist_name
         try:
             pm.register(ep.load(), name=ep.name)
         except Exception as exc:
