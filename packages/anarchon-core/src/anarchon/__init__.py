@@ -37,6 +37,8 @@ anarchon-rabbitmq, anarchon-nats) and are found through the `anarchon` entry-poi
 `Scheduler.from_url("redis://localhost")` works once the driver is installed.
 """
 
+from typing import TYPE_CHECKING
+
 from ._clock import Clock, SystemClock
 from ._context import CancelSignal, JobContext
 from ._decorators import at, cron, every
@@ -79,14 +81,15 @@ from .backends import (
     JobStatus,
     Lease,
     LeaseBackend,
-    MemoryBackend,
-    MemoryClaimBackend,
-    MemoryStore,
     Overlap,
     ReleaseOutcome,
     RunRecord,
 )
+from .backends import lazy_exports as _lazy_exports
 from .hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from .backends import MemoryBackend, MemoryClaimBackend, MemoryStore
 
 __version__ = "0.1.0"
 
@@ -153,3 +156,8 @@ __all__ = [
     "plugin_manager",
     "to_ms",
 ]
+
+if not TYPE_CHECKING:
+    # The in-process backends are imported on first use (PEP 562), as in `anarchon.backends`.
+    __getattr__, __dir__ = _lazy_exports(__name__, dict.fromkeys(
+        ("MemoryBackend", "MemoryClaimBackend", "MemoryStore"), "backends"))

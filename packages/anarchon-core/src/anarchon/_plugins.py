@@ -23,7 +23,7 @@ import pluggy
 from . import hookspecs
 from ._entrypoints import entry_points
 from ._errors import BackendNotFound
-from .backends import MemoryBackend, MemoryClaimBackend, redact_url
+from .backends import redact_url
 
 __all__ = ["PluginError", "backend_classes", "backend_for_url", "plugin_errors", "plugin_manager", "url_of"]
 
@@ -98,6 +98,8 @@ class _Builtin:
 
     @hookspecs.hookimpl
     def anarchon_backends(self) -> list[type[Any]]:
+        from .backends import MemoryBackend, MemoryClaimBackend
+
         return [MemoryBackend, MemoryClaimBackend]
 
     @hookspecs.hookimpl

@@ -1,8 +1,8 @@
 """Backend interfaces, result types, the claim decision, and the in-process reference backends."""
 
+from typing import TYPE_CHECKING
+
 from ._base import BackendBase, LeaseBackendBase, deliver_wins, lazy_exports, read_wins, redact_url, wins_text
-from ._decide import ClaimDecision, ReleaseDecision, RenewDecision, decide, decide_release, decide_renew
-from ._memory import MemoryBackend, MemoryClaimBackend, MemoryStore
 from ._protocols import (
     CONTROLS_CHANGED,
     DEFAULT_HISTORY,
@@ -72,3 +72,19 @@ __all__ = [
     "redact_url",
     "wins_text",
 ]
+
+if TYPE_CHECKING:
+    from ._decide import ClaimDecision, ReleaseDecision, RenewDecision, decide, decide_release, decide_renew
+    from ._memory import MemoryBackend, MemoryClaimBackend, MemoryStore
+
+# The claim table and the in-process backends are imported on first use (PEP 562): a process that
+# runs on another store never needs them, and they are a twentieth of the core's import.
+_EXPORTS = {
+    **dict.fromkeys(("ClaimDecision", "ReleaseDecision", "RenewDecision", "decide", "decide_release",
+                     "decide_renew"), "_decide"),
+    **dict.fromkeys(("MemoryBackend", "MemoryClaimBackend", "MemoryStore"), "_memory"),
+}
+
+if not TYPE_CHECKING:
+    # Hidden from type checkers, which would otherwise accept any name imported from this package.
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
