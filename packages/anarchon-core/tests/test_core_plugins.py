@@ -358,3 +358,15 @@ def test_the_memory_backend_and_the_claim_table_are_imported_on_first_use(tmp_pa
     assert done.returncode == 0, done.stderr
     # The SQLite driver applies the claim table, so it imports that; the memory backend stays out.
     assert done.stdout.strip() == "['anarchon.backends._decide']"
+
+
+def test_a_distribution_with_unreadable_metadata_is_passed_over(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from anarchon._entrypoints import entry_points as found
+
+    _dist_info(tmp_path, "good-ep", "[anarchon-probe]\ngood = good_ep:plugin\n")
+    bad = tmp_path / "bad_ep-0.1.dist-info"
+    bad.mkdir()
+    (bad / "entry_points.txt").write_bytes(b"[anarchon-probe]\nbad = bad_ep:\xff\xfe\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert [(ep.name, ep.dist_name) for ep in found("anarchon-probe")] == [("good", "good-ep")]

@@ -89,7 +89,7 @@ def _declared(info: str, group: str) -> list[EntryPoint]:
     try:
         with open(os.path.join(info, "entry_points.txt"), encoding="utf-8") as f:
             text = f.read()
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         return []
     found: list[EntryPoint] = []
     section: str | None = None
@@ -119,7 +119,7 @@ def _dist_name(info: str) -> str | None:
                         break  # the headers end at the first blank line
                     if line.lower().startswith("name:"):
                         return line[5:].strip()
-        except OSError:
+        except (OSError, UnicodeDecodeError):
             continue
     return None
 

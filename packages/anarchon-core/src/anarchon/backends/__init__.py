@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     from ._memory import MemoryBackend, MemoryClaimBackend, MemoryStore
 
 # The claim table and the in-process backends are imported on first use (PEP 562): a process that
-# runs on another store never needs them, and they are a twentieth of the core's import.
+# runs on another store never needs them, and they are about a tenth of the core's own import.
 _EXPORTS = {
     **dict.fromkeys(("ClaimDecision", "ReleaseDecision", "RenewDecision", "decide", "decide_release",
                      "decide_renew"), "_decide"),
