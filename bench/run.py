@@ -310,7 +310,7 @@ def one_run(spec: Spec, sc: Scenario, workdir: Path, run_id: str) -> dict[str, A
     metrics = analyse(records, jobs, stop_t, kill, in_flight_ms=int(sc.sleep * 1000),
                       interval_ms=int(sc.interval * 1000), launched=int(t_launch * 1000))
     survivors = [u for pid, u in usage.items() if u and (kill is None or pid != kill.pid)]
-    firsts = [r["cpu_s"] for r in records if r["ev"] == "first"]
+    firsts = list({r["pid"]: r["cpu_s"] for r in reversed(records) if r["ev"] == "first"}.values())
     calls: dict[str, int] = {}
     for f in workdir.glob("calls-*.json"):
         for k, v in json.loads(f.read_text()).items():

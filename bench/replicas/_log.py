@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import threading
 import time
 from typing import Any
 
@@ -17,6 +18,7 @@ class StartLog:
         self.scheduler = scheduler
         self.pid = os.getpid()
         self.first = True
+        self.once = threading.Lock()
 
     def write(self, record: dict[str, Any]) -> None:
         """Append one record."""
@@ -25,8 +27,9 @@ class StartLog:
     def start(self, job: str, fire_ms: int, attempt: int | None = None) -> None:
         """Record a handler start for (job, intended fire time in epoch ms); before the first, the
         CPU this process has spent so far (its start-up, to its first run)."""
-        if self.first:
-            self.first = False
+        with self.once:  # handlers may start on several threads at once (APScheduler 3's pool)
+            first, self.first = self.first, False
+        if first:
             usage = resource.getrusage(resource.RUSAGE_SELF)
             self.write({"ev": "first", "s": self.scheduler, "pid": self.pid,
                         "cpu_s": round(usage.ru_utime + usage.ru_stime, 4), "t": time.time_ns() // 1_000_000})

@@ -277,7 +277,10 @@ def _dist_info(where: Path, dist: str, entries: str, version: str = "0.1") -> No
 
 def _listed(group: str) -> tuple[list[tuple[str, str, str | None]], list[tuple[str, str, str | None]]]:
     """`group`'s entry points as anarchon finds them, and as importlib.metadata does."""
+    from anarchon._entrypoints import _plain_paths
     from anarchon._entrypoints import entry_points as found
+
+    assert _plain_paths() is not None, "the directory listing is not in use: this compares nothing"
 
     mine = [(ep.name, ep.value, ep.dist_name) for ep in found(group)]
     theirs = [(ep.name, ep.value, ep.dist.name if ep.dist else None) for ep in entry_points(group=group)]
@@ -317,8 +320,12 @@ def test_a_distribution_in_a_zip_on_the_path_is_found(tmp_path: Path,
         z.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: zipped-ep\nVersion: 0.1\n")
         z.writestr(f"{info}/entry_points.txt", "[anarchon-probe]\nzipped = zipped_ep:plugin\n")
     monkeypatch.syspath_prepend(str(archive))
-    mine, theirs = _listed("anarchon-probe")
-    assert mine == theirs == [("zipped", "zipped_ep:plugin", "zipped-ep")]
+    from anarchon._entrypoints import _plain_paths
+    from anarchon._entrypoints import entry_points as found
+
+    assert _plain_paths() is None
+    assert [(ep.name, ep.value, ep.dist_name) for ep in found("anarchon-probe")] == [
+        ("zipped", "zipped_ep:plugin", "zipped-ep")]
 
 
 def test_an_entry_point_loads_the_attribute_it_names(probe_module: str) -> None:
@@ -370,3 +377,16 @@ def test_a_distribution_with_unreadable_metadata_is_passed_over(tmp_path: Path,
     (bad / "entry_points.txt").write_bytes(b"[anarchon-probe]\nbad = bad_ep:\xff\xfe\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert [(ep.name, ep.dist_name) for ep in found("anarchon-probe")] == [("good", "good-ep")]
+
+
+def test_an_egg_info_in_the_working_directory_is_found(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # "" on sys.path is the working directory; an egg-info names its distribution in PKG-INFO.
+    info = tmp_path / "Egg.Probe.egg-info"
+    info.mkdir()
+    (info / "PKG-INFO").write_text("Metadata-Version: 1.0\nName: Egg.Probe\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[anarchon-probe]\negg = egg_probe.plugin\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend("")
+    mine, theirs = _listed("anarchon-probe")
+    assert mine == theirs == [("egg", "egg_probe.plugin", "Egg.Probe")]

@@ -5,7 +5,9 @@ pathlib), a tenth of a scheduler's start-up. Where every entry on `sys.path` is 
 import hook of its own lists distributions, the same search is done here with `os.listdir`: the
 `*.dist-info` and `*.egg-info` directories of each path entry in order, the first of each normalized
 name winning, as `importlib.metadata.entry_points` does. Anything else (a zip file or an egg on the
-path, a finder with `find_distributions`) is left to `importlib.metadata` itself.
+path, a finder with `find_distributions`) is left to `importlib.metadata` itself. A line with no `=`
+in the group, or a distribution whose files are not UTF-8, is passed over, where `importlib.metadata`
+would raise for every distribution.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def entry_points(group: str) -> list[EntryPoint]:
     for path in paths:
         try:
             children = os.listdir(path or os.getcwd())
-        except OSError:
+        except (OSError, ValueError):  # (ValueError: a NUL in the path)
             continue
         for child in children:
             low = child.lower()
