@@ -25,10 +25,54 @@ _COUNTED = ("claim", "claim_many", "renew", "renew_many", "release", "release_ma
             "controls", "set_control", "record_runs", "publish_catalogue")
 
 
+class CallCounts:
+    """Backend call counts by name, kept current in one file for the runner to read.
+
+    The file is opened once and rewritten in place (one `pwrite` of the JSON text, space-padded to
+    the last length), at most every half second and only after a call, so that a killed replica leaves
+    its counts up to its last half second and a replica at rest spends next to nothing on them.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.counts: Counter[str] = Counter()
+        self.calls = 0
+        self._written = -1
+        self._length = 0
+        self._lock = threading.Lock()
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.write()
+
+    def add(self, name: str, items: int | None) -> None:
+        """Count one call of `name` (a batch of `items`)."""
+        self.counts[name] += 1
+        if items is not None:
+            self.counts[f"{name}_items"] += items
+        self.calls += 1
+
+    def write(self) -> None:
+        """Write the counts if a call came since the last write."""
+        with self._lock:  # the writer thread and the final write at exit
+            calls = self.calls
+            if calls == self._written:
+                return
+            data = json.dumps(dict(self.counts)).encode()
+            self._length = max(self._length, len(data))
+            os.pwrite(self._fd, data.ljust(self._length), 0)
+            self._written = calls
+
+    def keep_written(self) -> None:
+        """Start the thread that writes the counts every half second."""
+        def writer() -> None:
+            while True:
+                time.sleep(0.5)
+                self.write()
+        threading.Thread(target=writer, daemon=True).start()
+
+
 class CountingBackend:
     """Delegates to a backend and counts each store call by name."""
 
-    def __init__(self, url: str, counts: Counter[str]) -> None:
+    def __init__(self, url: str, counts: CallCounts) -> None:
         self._url = url
         self._inner = backend_for_url(url)
         self._counts = counts
@@ -42,12 +86,11 @@ class CountingBackend:
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)
         if name in _COUNTED and callable(attr):
-            counts = self._counts
+            add = self._counts.add
+            batch = name in ("claim_many", "renew_many", "release_many")
 
             async def counted(*args: Any, **kwargs: Any) -> Any:
-                counts[name] += 1
-                if name in ("claim_many", "renew_many", "release_many"):
-                    counts[f"{name}_items"] += len(args[0])
+                add(name, len(args[0]) if batch else None)
                 return await attr(*args, **kwargs)
             return counted
         return attr
@@ -59,24 +102,8 @@ class CountingBackend:
 def main() -> None:
     config: dict[str, Any] = json.loads(sys.argv[1])
     log = StartLog(config["log"], config["scheduler"])
-    counts: Counter[str] = Counter()
-    out = Path(config["workdir"]) / f"calls-{os.getpid()}.json"
-
-    dumping = threading.Lock()
-
-    def dump() -> None:
-        # The dumper thread and the final dump at exit share the temporary file.
-        with dumping:
-            tmp = out.with_suffix(".tmp")
-            tmp.write_text(json.dumps(dict(counts)))
-            tmp.replace(out)
-
-    def dumper() -> None:
-        while True:
-            time.sleep(0.5)
-            dump()
-
-    threading.Thread(target=dumper, daemon=True).start()
+    counts = CallCounts(Path(config["workdir"]) / f"calls-{os.getpid()}.json")
+    counts.keep_written()
     backend = CountingBackend(config["url"], counts)
     settings: dict[str, Any] = {"namespace": config["namespace"], "stop_timeout": "2s"}
     if Capability.LEASE in backend.capabilities and "lease" in config:
@@ -97,7 +124,7 @@ def main() -> None:
     try:
         scheduler.run()
     finally:
-        dump()
+        counts.write()
 
 
 if __name__ == "__main__":
