@@ -73,9 +73,9 @@ __all__ = ["NatsKVBackend"]
 _EXPECT = "Nats-Expected-Last-Subject-Sequence"
 _KV_OP = "KV-Operation"
 _ROUNDS = 8
+"""Compare-and-set rounds per claim before answering TAKEN (each lost round means another claim won)."""
 REPLICATED_EXPIRY_SLACK_MS = 1_000
 """How much later than the TTL the leader of a replicated bucket may age a lease entry out."""
-"""Compare-and-set rounds per claim before answering TAKEN (each lost round means another claim won)."""
 
 
 class _Conflict(Exception):
