@@ -460,6 +460,43 @@ async def test_a_version_2_table_keeps_its_records_and_gains_the_history(schema:
         await upgraded.close()
 
 
+async def test_recording_runs_reads_each_jobs_newest_kept_runs_through_the_primary_key(
+        pg: PostgresBackend) -> None:
+    """With 50,000 stored runs, recording a batch probes the primary key of each job it names: no
+    scan of the whole history table, whose cost would grow with every job's kept runs."""
+    h = pg.sql.history_table
+    await pg.pool.execute(
+        f"INSERT INTO {h} (namespace, job, slot, attempt, token, instance, outcome, started_at, "
+        "duration_ms, error) SELECT 'ns', 'job-' || j, s * 1000, 1, 1, 'a', 'done', s * 1000, 3, '' "
+        "FROM generate_series(1, 500) AS j, generate_series(1, 100) AS s")
+    await pg.pool.execute(f"ANALYZE {h}")
+    runs = [RunRecord(f"job-{j}", 101_000, 1, 7, "b", "done", 101_000, 3) for j in range(1, 168)]
+    args = PostgresBackend._record_runs_args("ns", runs, 100)
+    async with pg.pool.acquire() as conn, conn.transaction():
+        plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + pg.sql.record_runs, *args))
+    assert "Seq Scan" not in plan, plan
+    await pg.record_runs("ns", runs, 100)
+    kept = await pg.history("ns", "job-1", 200)
+    assert [r.slot for r in kept] == [s * 1000 for s in range(101, 1, -1)]  # slot 1,000 made way
+    assert len(await pg.history("ns", "job-168", 200)) == 100  # a job not in the batch is untouched
+
+
+async def test_recording_runs_keeps_exactly_the_newest_when_a_late_run_is_older(pg: PostgresBackend) -> None:
+    """A run recorded after newer ones ranks by (slot, attempt), not by arrival; a key recorded again
+    replaces its run and counts once."""
+    def run(slot: int, attempt: int = 1, outcome: str = "done") -> RunRecord:
+        return RunRecord("j", slot, attempt, 1, "a", outcome, slot, 3)
+
+    await pg.record_runs("ns", [run(s) for s in (10, 20, 30)], 3)
+    await pg.record_runs("ns", [run(5)], 3)  # older than every kept run: not kept
+    assert [r.slot for r in await pg.history("ns", "j", 10)] == [30, 20, 10]
+    await pg.record_runs("ns", [run(20, 2), run(30, outcome="failed")], 3)  # one new, one again
+    assert [(r.slot, r.attempt, r.outcome) for r in await pg.history("ns", "j", 10)] == [
+        (30, 1, "failed"), (20, 2, "done"), (20, 1, "done")]
+    await pg.record_runs("ns", [run(40), run(15), run(50)], 2)  # a smaller bound trims the rest
+    assert [r.slot for r in await pg.history("ns", "j", 10)] == [50, 40]
+
+
 async def test_migrations_concurrent_and_idempotent(schema: str) -> None:
     backends = [PostgresBackend(URL, schema=schema, table="jobs") for _ in range(8)]
     try:

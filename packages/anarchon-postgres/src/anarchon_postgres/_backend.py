@@ -531,11 +531,19 @@ class PostgresBackend(LeaseBackendBase):
     async def record_runs(self, namespace: str, runs: Sequence[RunRecord], keep: int) -> None:
         """Append ended runs and trim each job to its newest `keep`, in one statement
         (see `HistoryBackend`)."""
+        args = self._record_runs_args(namespace, runs, keep)
+        if args:
+            await self._fetch("record_runs", self.sql.record_runs, *args)
+
+    @staticmethod
+    def _record_runs_args(namespace: str, runs: Sequence[RunRecord], keep: int) -> tuple[Any, ...]:
+        """The parameters of `Statements.record_runs` for these runs, each (job, slot, attempt) once
+        (the last given wins); () for no runs."""
         unique = list({(r.job, r.slot, r.attempt): r for r in runs}.values())
         if not unique:
-            return
-        await self._fetch(
-            "record_runs", self.sql.record_runs, namespace,
+            return ()
+        return (
+            namespace,
             [r.job for r in unique], [str(r.slot) for r in unique], [str(r.attempt) for r in unique],
             [str(r.token) for r in unique], [r.instance for r in unique], [r.outcome for r in unique],
             [str(r.started_at) for r in unique], [str(r.duration_ms) for r in unique],

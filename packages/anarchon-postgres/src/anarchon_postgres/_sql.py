@@ -518,8 +518,15 @@ FROM c"""
     @property
     def record_runs(self) -> str:
         """Upsert ended runs ($2..$10 arrays, each (job, slot, attempt) once) of namespace $1 and keep
-        each job's newest $11, in one statement: the runs are ranked together with the stored ones, the
-        stored ones past the bound are deleted and the new ones within it are written."""
+        each job's newest $11, in one statement.
+
+        For each job of the batch, its stored keys, read backwards from the primary key, are merged
+        in order with its new runs (those not stored yet) until the $11th, the oldest run kept
+        (`cut`); the job's older rows are deleted by a range probe of the same key, and the new runs
+        not older than the cut are written. The work grows with the batch and the bound, never with
+        the table. (The new runs are grouped by job first: read per job, they were scanned once for
+        every job of the batch. `OFFSET 0` keeps the planner from turning the per-job probe of the
+        delete into a hash join over a scan of the whole table.)"""
         h = self.history_table
         return f"""
 WITH r AS (
@@ -527,20 +534,40 @@ WITH r AS (
                          $6::text[], $7::text[], $8::text[]::bigint[], $9::text[]::bigint[], $10::text[])
         AS r(job, slot, attempt, token, instance, outcome, started_at, duration_ms, error)
 ),
-ranked AS (
-    SELECT job, slot, attempt,
-           row_number() OVER (PARTITION BY job ORDER BY slot DESC, attempt DESC) AS n
-    FROM (SELECT job, slot, attempt FROM {h} WHERE namespace = $1 AND job IN (SELECT job FROM r)
-          UNION SELECT job, slot, attempt FROM r) AS a
+j AS (
+    SELECT job, array_agg(slot) AS slots, array_agg(attempt) AS attempts FROM r GROUP BY job
+),
+cut AS MATERIALIZED (
+    SELECT j.job, o.slot, o.attempt
+    FROM j
+    CROSS JOIN LATERAL (
+        SELECT u.slot, u.attempt FROM (
+            (SELECT h.slot, h.attempt FROM {h} AS h WHERE h.namespace = $1 AND h.job = j.job
+             ORDER BY h.slot DESC, h.attempt DESC)
+            UNION ALL
+            (SELECT n.slot, n.attempt FROM unnest(j.slots, j.attempts) AS n(slot, attempt)
+             WHERE NOT EXISTS (SELECT FROM {h} AS x WHERE x.namespace = $1 AND x.job = j.job
+                               AND x.slot = n.slot AND x.attempt = n.attempt)
+             ORDER BY n.slot DESC, n.attempt DESC)
+        ) AS u
+        ORDER BY u.slot DESC, u.attempt DESC OFFSET $11 - 1 LIMIT 1
+    ) AS o
 ),
 gone AS (
-    DELETE FROM {h} AS h USING ranked k
-    WHERE h.namespace = $1 AND h.job = k.job AND h.slot = k.slot AND h.attempt = k.attempt AND k.n > $11
+    DELETE FROM {h} AS h
+    WHERE h.ctid = ANY (ARRAY(
+        SELECT o.ctid FROM cut AS c
+        CROSS JOIN LATERAL (
+            SELECT x.ctid FROM {h} AS x WHERE x.namespace = $1 AND x.job = c.job
+              AND (x.slot, x.attempt) < (c.slot, c.attempt)
+            OFFSET 0
+        ) AS o
+    ))
 )
 INSERT INTO {h} AS h (namespace, job, slot, attempt, token, instance, outcome, started_at, duration_ms, error)
 SELECT $1, r.job, r.slot, r.attempt, r.token, r.instance, r.outcome, r.started_at, r.duration_ms, r.error
-FROM r JOIN ranked k ON k.job = r.job AND k.slot = r.slot AND k.attempt = r.attempt
-WHERE k.n <= $11
+FROM r LEFT JOIN cut AS c ON c.job = r.job
+WHERE c.job IS NULL OR (r.slot, r.attempt) >= (c.slot, c.attempt)
 ON CONFLICT (namespace, job, slot, attempt) DO UPDATE SET
     token = excluded.token, instance = excluded.instance, outcome = excluded.outcome,
     started_at = excluded.started_at, duration_ms = excluded.duration_ms, error = excluded.error"""
