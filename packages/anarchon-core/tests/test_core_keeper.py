@@ -710,3 +710,38 @@ def test_wins_answered_after_their_next_slot_are_told_in_one_line_per_batch(
     late = [r.getMessage() for r in caplog.records if "late, after" in r.getMessage()]
     assert late, caplog.text
     assert all(m.startswith("20 slots won 1400 to 1400 ms late") for m in late), late
+
+
+class _CountingSingles(_Network):
+    """`_Network`, counting the claims sent one at a time (not in a batch)."""
+
+    singles = 0
+
+    async def claim(self, request: ClaimRequest) -> ClaimResult:
+        self.singles += 1
+        return await super().claim(request)
+
+
+def test_thousands_of_late_wins_are_remembered_and_never_claimed_one_by_one() -> None:
+    # As above, with 1,500 jobs: each round's late wins are released unrun, and the next round's
+    # claims reach the store before those releases, so the store skips them behind this instance's
+    # own slot. The instance must know every such slot as one it released, and claim again later in
+    # a batch, not take it for the slot of a lost answer, freed by one claim per job.
+    clock = VirtualClock(START)
+    net = _CountingSingles(MemoryStore(clock), 1.4, 0)
+    scheduler = Scheduler(net, clock=clock, lease="5s", heartbeat="1s", jitter=0)
+    runs: list[str] = []
+
+    async def job(ctx: JobContext) -> None:
+        runs.append(ctx.name)
+
+    for i in range(1_500):
+        scheduler.every(f"job{i}", "1s", job, catch_up=0)
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(5.5)
+
+    clock.run(main())
+    assert runs == []
+    assert net.singles == 0

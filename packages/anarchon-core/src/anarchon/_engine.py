@@ -147,8 +147,10 @@ class Engine:
         """When the store answered again after an outage that was warned about (the keeper's clock)."""
         self._retry_cap_ms = max(1, min(1000, config.heartbeat_ms // 2))
         """The longest wait before a failed claim is sent again."""
-        self._not_run: set[tuple[str, int | None]] = set()
-        """(job, slot) won too late and released without running (see `_too_late`)."""
+        self._not_run: dict[str, int] = {}
+        """Each job's newest slot won too late and released without running (see `_too_late`): the
+        store's record holds a job's newest claimed slot, so only that one is asked after. One entry
+        per job, so that thousands of late wins in one round are all remembered."""
         self._late: list[tuple[Job, Lease, int]] | None = None
         """While a claim batch's results are applied: its wins found too late, told in one line."""
         self._warned: set[str] = set()
@@ -382,8 +384,7 @@ class Engine:
                 self._skipped_by_itself(entry, job, result)
                 return
         if result.lease is not None:
-            if result.reissued and any(ctx.name == job.name and ctx.slot == result.slot
-                                       and ctx.token == result.lease.token for ctx in self.runs.active):
+            if result.reissued and self.runs.running(job.name, result.slot, result.lease.token):
                 return  # its own run, already going
             if action.step is _RUN and self._too_late(job, result.lease):
                 return
@@ -406,8 +407,7 @@ class Engine:
         does not run (a claim whose answer was lost): say so, instead of naming this instance as
         another holder (`_skipped_by_itself` frees the older slot)."""
         held = result.record_slot
-        if (job.name, held) in self._not_run or any(
-                ctx.name == job.name and ctx.slot == held for ctx in self.runs.active):
+        if held is None or self._not_run.get(job.name) == held or self.runs.running(job.name, held):
             return
         action.level = logging.INFO
         action.message = ("%s slot=%s waits: slot %s is held by this instance's own unanswered claim "
@@ -425,10 +425,10 @@ class Engine:
         is left alone.)
         """
         older = result.record_slot
-        if (job.name, older) in self._not_run:
+        if older is not None and self._not_run.get(job.name) == older:
             self.planner.retry([entry], self._config.heartbeat_ms)
             return
-        if older is None or any(ctx.name == job.name and ctx.slot == older for ctx in self.runs.active):
+        if older is None or self.runs.running(job.name, older):
             return
         self.tasks.spawn(self._free_own(entry, job, older), "claim")
 
@@ -445,7 +445,7 @@ class Engine:
         lease = result.lease
         if result.reissued and lease is not None and not self._too_late(job, lease):
             self.keeper.hand_back(lease, ReleaseOutcome.DONE)  # not worth running now either
-            self._not_run.add((job.name, older))
+            self._not_run[job.name] = older
         self.planner.retry([entry], self._config.heartbeat_ms)
 
     def _too_late(self, job: Job, lease: Lease) -> bool:
@@ -463,9 +463,7 @@ class Engine:
         else:
             self._say_late([(job, lease, now - lease.slot)])
         self.keeper.hand_back(lease, ReleaseOutcome.DONE)
-        if len(self._not_run) > 1000:
-            self._not_run.clear()
-        self._not_run.add((job.name, lease.slot))
+        self._not_run[job.name] = lease.slot
         return True
 
     def _say_late(self, late: list[tuple[Job, Lease, int]]) -> None:

@@ -84,6 +84,9 @@ class Runs:
         self._on_handover = on_handover
         self._history = history
         self._runs: set[_Run] = set()
+        self._keys: dict[tuple[str, int], list[int]] = {}
+        """(job, slot) of each run in progress: the tokens of its runs (one, but for a takeover of a
+        slot that this instance also still runs)."""
         self._loggers: dict[str, logging.Logger] = {}
         self._stopping = False
 
@@ -91,6 +94,20 @@ class Runs:
     def active(self) -> list[JobContext]:
         """Contexts of the runs in progress."""
         return [r.ctx for r in self._runs]
+
+    def running(self, name: str, slot: int, token: int | None = None) -> bool:
+        """True while a run of job `name` for `slot` is in progress (holding `token`, if given)."""
+        tokens = self._keys.get((name, slot))
+        return tokens is not None and (token is None or token in tokens)
+
+    def _forget(self, run: _Run) -> None:
+        """Drop an ended run from the (job, slot) index."""
+        key = (run.ctx.name, run.ctx.slot)
+        tokens = self._keys.get(key)
+        if tokens is not None:
+            tokens.remove(run.ctx.token)
+            if not tokens:
+                del self._keys[key]
 
     def names(self) -> list[str]:
         """The names of the jobs running now."""
@@ -110,6 +127,7 @@ class Runs:
         if self._stopping:
             ctx.signal.set(STOP)
         self._runs.add(run)
+        self._keys.setdefault((job.name, lease.slot), []).append(lease.token)
         run.task = self._tasks.spawn(self._run(run), "run")
 
     def stopping(self) -> None:
@@ -202,6 +220,7 @@ class Runs:
             # garbage collection. A run that has ended is told of no loss.
             run.held.on_lost = _ended
             self._runs.discard(run)
+            self._forget(run)
             self._finished(run, outcome, error)
 
     async def _call(self, job: Job, ctx: JobContext) -> None:
