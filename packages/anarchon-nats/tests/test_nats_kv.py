@@ -138,6 +138,59 @@ async def test_the_claims_of_a_batch_take_each_step_together(kv: NatsKVBackend, 
     assert batches == [40, 40, 20]
 
 
+async def test_claims_of_jobs_released_elsewhere_skip_the_reads(
+    url: str, bucket: str, kv: NatsKVBackend, batches: list[int],
+) -> None:
+    # `kv` has claimed the 20 jobs before; another replica wins their next slots and releases them,
+    # announcing what it wrote. `kv` then claims the slots after those with the writes alone: the
+    # lease entries' writes (each with its read) in one batch, the records' in the next, no reads.
+    other = NatsKVBackend(url, bucket=bucket, lease=f"{LEASE_MS}ms")
+    await other.open()
+    try:
+        slot = _now_slot()
+        jobs = [f"j{i}" for i in range(20)]
+        first = await kv.claim_many([_req(slot, "a", job) for job in jobs])
+        assert all(await kv.release_many([(r.lease, ReleaseOutcome.DONE) for r in first if r.lease]))
+        theirs = await other.claim_many([_req(slot + 1, "b", job) for job in jobs])
+        assert all(r.won for r in theirs)
+        assert all(await other.release_many([(r.lease, ReleaseOutcome.DONE) for r in theirs if r.lease]))
+        await other.client.flush()
+        await kv.client.flush()  # the announcement has reached `kv`
+        batches.clear()
+        mine = await kv.claim_many([_req(slot + 2, "a", job) for job in jobs])
+        assert [r.outcome for r in mine] == [ClaimOutcome.WON] * 20
+        assert all(r.lease is not None and r.lease.token == 3 for r in mine)
+        assert batches == [40, 20], f"the claims read first: {batches}"
+    finally:
+        await other.close()
+
+
+async def test_what_a_claim_knew_is_checked_by_its_writes(
+    url: str, bucket: str, kv: NatsKVBackend, batches: list[int],
+) -> None:
+    # `kv` last saw its own slot done; another replica has since won the next slot without `kv`
+    # hearing of it. The claim `kv` decides on what it knew fails its compare-and-set, and the
+    # answer comes from fresh reads, as MemoryBackend gives it.
+    other = NatsKVBackend(url, bucket=bucket, lease=f"{LEASE_MS}ms")
+    memory = MemoryBackend()
+    await other.open()
+    try:
+        slot = _now_slot()
+        for backend in (kv, memory):
+            won = await backend.claim(_req(slot, "a"))
+            assert won.lease is not None and await backend.release(won.lease, ReleaseOutcome.DONE)
+        for backend in (other, memory):
+            assert (await backend.claim(_req(slot + 1, "b"))).won
+        batches.clear()
+        for late in (slot + 1, slot + 2):
+            got, want = await kv.claim(_req(late, "a")), await memory.claim(_req(late, "a"))
+            assert (got.outcome, got.holder) == (want.outcome, want.holder) == (
+                ClaimOutcome.TAKEN if late == slot + 1 else ClaimOutcome.SKIPPED, "b")
+        assert batches[:3] == [2, 2, 2], f"a write on what it knew, then fresh reads: {batches}"
+    finally:
+        await other.close()
+
+
 async def _cancel_soon(task: asyncio.Future[Any]) -> None:
     await asyncio.sleep(0)
     task.cancel()

@@ -26,6 +26,8 @@ write that finds another revision reads both entries and decides by those rules.
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
@@ -33,6 +35,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import nats.js.errors
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 
 from anarchon import ConfigError, Duration, SchemaMismatch, parse_duration
@@ -69,6 +72,8 @@ from ._common import (
 )
 
 __all__ = ["NatsKVBackend"]
+
+log = logging.getLogger("anarchon.nats")
 
 _EXPECT = "Nats-Expected-Last-Subject-Sequence"
 _KV_OP = "KV-Operation"
@@ -131,6 +136,9 @@ class _Claim:
     entry_ms: int = 0
     record: dict[str, Any] | None = None
     won: ClaimResult | None = None
+    known: bool = False
+    """`read` is what this backend last knew of the job (`NatsKVBackend._known`), not a read of this
+    claim: only a decision to write is taken on it, checked by the writes' compare-and-set."""
 
 
 class NatsKVBackend(NatsConnection, LeaseBackendBase):
@@ -166,6 +174,11 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         self._held: dict[str, _Held] = {}
         """Per key, the lease this instance holds there, as it wrote it (one per job: claims of a job's
         next slot replace it, a release removes it)."""
+        self._known: dict[str, tuple[_Entry, _Entry, float]] = {}
+        """Per key this backend has claimed, the latest record and lease entry it knows of (read,
+        written, or announced by the replica that released it), and when it learned them (monotonic s)."""
+        self._hearing = False
+        """Whether it listens to the releases other replicas announce (from its first claim on)."""
 
     @classmethod
     def from_url(cls, url: str) -> NatsKVBackend:
@@ -198,6 +211,8 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
 
     async def _prepare(self) -> None:
         """Create both buckets, or check that existing ones have the expected TTL."""
+        self._known.clear()
+        self._hearing = False
         await self._ensure_bucket(self.bucket, self.lease_ms)
         await self._ensure_bucket(self.state_bucket, None)
 
@@ -334,6 +349,14 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         """
         for r in requests:
             self._check_claim(r)
+        if not self._hearing:
+            self._hearing = True
+            try:
+                with self._errors("listen to released leases"):
+                    self._wins_subs.append(await self.client.subscribe(self._ended_subject(), cb=self._heard))
+            except BaseException:
+                self._hearing = False
+                raise
         waves: list[list[int]] = []
         seen: dict[str, int] = {}
         for i, r in enumerate(requests):
@@ -357,6 +380,58 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
 
     def _wins_subject(self, namespace: str) -> str:
         return f"_anarchon.KV_{self.bucket}.won.{encode_token(namespace)}"
+
+    # -- what is known of each job ---------------------------------------------------------------
+
+    def _ended_subject(self) -> str:
+        """The core NATS subject of the bucket's announced releases (see `_announce_ended`)."""
+        return f"_anarchon.KV_{self.bucket}.ended"
+
+    def _remember(self, key: str, rec: _Entry, live: _Entry, *, newer_only: bool = False) -> None:
+        """Keep `rec` and `live` as what is known of the job; with `newer_only`, only if they are newer
+        revisions than the ones known."""
+        known = self._known.get(key)
+        if newer_only and (known is None or (rec.last, live.last) <= (known[0].last, known[1].last)):
+            return
+        self._known[key] = (rec, live, time.monotonic())
+
+    def _recall(self, c: _Claim) -> None:
+        """Take what is known of the claim's job as its read, if that is likely still the store's.
+
+        A lease entry is taken only while it cannot have aged out (learned less than half a lease
+        ago); an absent one, or a record, only a write replaces. Whatever is taken, the writes check
+        it by compare-and-set: a stale one costs a round of fresh reads, never a wrong decision.
+        """
+        known = self._known.get(c.key)
+        if known is None:
+            return
+        rec, live, learned = known
+        if live.value is not None and time.monotonic() - learned > self.lease_ms / 2000:
+            return
+        c.read, c.known = (rec, live), True
+
+    def _forget(self, key: str) -> None:
+        self._known.pop(key, None)
+
+    async def _heard(self, msg: Msg) -> None:
+        """Releases announced by a replica (`_announce_ended`): newer revisions of known jobs."""
+        try:
+            items = json.loads(msg.data)
+            for key, rec_rev, rec, entry_rev, entry, entry_ms in items:
+                if key in self._known:
+                    self._remember(key, _Entry(rec, int(rec_rev), int(entry_ms)),
+                                   _Entry(entry, int(entry_rev), int(entry_ms)), newer_only=True)
+        except Exception as exc:  # a malformed message only costs the reads it would have saved
+            log.debug("ignored a malformed release announcement on %s: %s", msg.subject, exc)
+
+    async def _announce_ended(self, ended: list[list[Any]]) -> None:
+        """Publish the records that releases wrote, and the lease entries they left, for the next
+        claims of those jobs to start from (at most once: a lost message costs a round of reads)."""
+        try:
+            payload = json.dumps(ended, separators=(",", ":")).encode()
+            await self.client.publish(self._ended_subject(), payload)
+        except Exception as exc:
+            log.debug("could not announce %d release(s) on %s: %s", len(ended), self.url, exc)
 
     def _check_claim(self, r: ClaimRequest) -> None:
         self._check_lease(r.lease_ms, r.job)
@@ -386,19 +461,24 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         A request that fails (a timeout) fails its claim only; the others go on to their answers (so
         no other claim is left between its two writes), then the first failure is raised.
         """
+        for c in claims:
+            self._recall(c)
         for _ in range(_ROUNDS):
             open_ = [c for c in claims if c.result is None and c.error is None]
             if not open_:
                 break
+            for c in open_:
+                if c.known and not self._plan(c):
+                    c.read, c.known = None, False  # read afresh with the others, in this round
             await self._claim_reads([c for c in open_ if c.read is None])
-            writing = [c for c in open_ if c.error is None and self._plan(c)]
+            writing = [c for c in open_ if c.error is None and (c.known or self._plan(c))]
             if writing:
                 await self._write_entries(writing)
                 written = [c for c in writing if c.entry_rev]
                 if written:
                     await self._write_records(written)
             for c in open_:
-                c.read = None
+                c.read, c.known = None, False
         left = [c for c in claims if c.result is None and c.error is None]
         if left:
             replies = await request_joined(self.client, [self._get_request(self.bucket, c.key) for c in left],
@@ -430,6 +510,8 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
                 c.read = (self._read(replies[2 * i]), self._read(replies[2 * i + 1]))
             except Exception as exc:
                 c.error = exc
+            else:
+                self._remember(c.key, *c.read)
 
     def _plan(self, c: _Claim) -> bool:
         """Decide on the reads (the table on the latest store time read); True if the lease entry is to
@@ -439,6 +521,15 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         held = live.value
         head = self._record(rec_entry, live)
         c.head, c.entry_rev, c.record = head, 0, None
+        if c.known:
+            # Only a write is decided on what was known: any answer is given on fresh reads.
+            if held and (head is None or head.expires_at == 0) and not self._ended(head, held):
+                return False
+            c.token = 0 if head is None else head.token
+            first = decide(head, c.r, max(rec_entry.time_ms, live.time_ms), token=c.token,
+                           check_early=False)
+            c.first = first.write
+            return first.write is not None
         if held and (head is None or head.expires_at == 0) and not self._ended(head, held):
             # A lease entry that does not match the record belongs to a claim still in flight (or one
             # that died between its two writes): it blocks every claim until it is gone or ages out.
@@ -485,9 +576,10 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
             c.entry_rev = self._written(put)
         except _Conflict:
             assert c.read is not None
+            self._forget(c.key)
             # Most often another claim of this slot has just created the entry: its entry alone
             # answers, as while that claim is in flight. Anything else is decided on fresh reads.
-            if isinstance(read, Stored) and read.seq != c.read[1].last:
+            if not c.known and isinstance(read, Stored) and read.seq != c.read[1].last:
                 theirs = self._entry_of(read).value
                 if (theirs and theirs.get("owner") != c.r.owner and int(theirs.get("slot", 0)) >= c.r.slot
                         and not self._ended(c.head, theirs)):
@@ -512,7 +604,8 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
             if w is None or (w.slot, w.attempt, w.token) != (c.first.slot, c.first.attempt, c.first.token):
                 requests.append(self._put_request(self.bucket, c.key, None, c.entry_rev))
                 recording.append((c, False))
-                if w is None:
+                self._forget(c.key)
+                if w is None and not c.known:
                     c.result = decision.result
                 continue
             assert c.read is not None
@@ -549,11 +642,14 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         try:
             record_rev = self._written(reply)
         except _Conflict:
+            self._forget(c.key)
             return False
-        assert c.won is not None and c.record is not None
+        assert c.won is not None and c.record is not None and c.first is not None
         won = c.won.lease
         if won is not None:
             self._held[c.key] = _Held(won, c.record, record_rev, c.entry_rev, won.expires_at - self.lease_ms)
+        self._remember(c.key, _Entry(c.record, record_rev, c.entry_ms),
+                       _Entry(self._entry(c.first), c.entry_rev, c.entry_ms))
         c.result = c.won
         return True
 
@@ -676,6 +772,9 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         current = self._held.get(key)
         if current is None or current is held or current.matches(lease):
             self._held[key] = _Held(lease, held.record, held.record_rev, revision, now)
+        known = self._known.get(key)
+        if known is not None and known[0].last == held.record_rev:
+            self._remember(key, known[0], _Entry(self._entry(lease), revision, now))
         return renewed
 
     async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
@@ -686,25 +785,40 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         age out (a claim replaces an entry that matches an ended record); any other release reads
         both entries first, and deletes the lease entry after the record.
         """
-        return await per_key(releases, lambda item: (item[0].namespace, item[0].job),
-                             lambda item: self._release(*item))
+        announce: list[list[Any]] = []
+        try:
+            return await per_key(releases, lambda item: (item[0].namespace, item[0].job),
+                                 lambda item: self._release(*item, announce))
+        finally:
+            if announce:
+                await self._announce_ended(announce)
 
-    async def _release(self, lease: Lease, outcome: ReleaseOutcome) -> bool:
+    async def _release(self, lease: Lease, outcome: ReleaseOutcome, announce: list[list[Any]]) -> bool:
         key = self.key(lease.namespace, lease.job)
         with self._errors(f"release {lease.job!r} slot {lease.slot}"):
             held = self._held.get(key)
             if held is not None and held.matches(lease):
                 del self._held[key]
+                record = {**held.record, "status": outcome.status.value}
                 try:
                     # The record is still the one this lease's claim wrote, so `decide_release`
                     # allows it (running, same token and owner). The lease entry is left to age
                     # out: it matches a record that has ended, so the next claim replaces it.
-                    await self._put(self.state_bucket, key, {**held.record, "status": outcome.status.value},
-                                    held.record_rev)
+                    record_rev = await self._put(self.state_bucket, key, record, held.record_rev)
                 except _Conflict:
-                    pass  # changed since: decide on fresh reads
+                    self._forget(key)  # changed since: decide on fresh reads
                 else:
+                    if lease.expires_at == held.lease.expires_at:
+                        # Not renewed elsewhere (the keeper's connection) since: the entry is still
+                        # at the revision this backend wrote, as far as it knows.
+                        left = self._entry(lease)
+                        self._remember(key, _Entry(record, record_rev, held.entry_ms),
+                                       _Entry(left, held.entry_rev, held.entry_ms))
+                        announce.append([key, record_rev, record, held.entry_rev, left, held.entry_ms])
+                    else:
+                        self._forget(key)
                     return True
+            self._forget(key)
             entry, live = await self._get_both(key)
             decision = decide_release(self._record(entry, live), lease, outcome,
                                       max(entry.time_ms, live.time_ms), newest=True)
