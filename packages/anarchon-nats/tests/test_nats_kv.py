@@ -165,12 +165,11 @@ async def test_claims_of_jobs_released_elsewhere_skip_the_reads(
         await other.close()
 
 
-async def test_what_a_claim_knew_is_checked_by_its_writes(
-    url: str, bucket: str, kv: NatsKVBackend, batches: list[int],
-) -> None:
+async def test_what_a_claim_knew_is_checked_by_its_writes(url: str, bucket: str, kv: NatsKVBackend) -> None:
     # `kv` last saw its own slot done; another replica has since won the next slot without `kv`
-    # hearing of it. The claim `kv` decides on what it knew fails its compare-and-set, and the
-    # answer comes from fresh reads, as MemoryBackend gives it.
+    # hearing of it. The claim `kv` decides on what it knew fails its compare-and-set: the other
+    # claim's entry, read in the same step, answers it; the next claim reads afresh. Both answers
+    # are MemoryBackend's.
     other = NatsKVBackend(url, bucket=bucket, lease=f"{LEASE_MS}ms")
     memory = MemoryBackend()
     await other.open()
@@ -181,12 +180,12 @@ async def test_what_a_claim_knew_is_checked_by_its_writes(
             assert won.lease is not None and await backend.release(won.lease, ReleaseOutcome.DONE)
         for backend in (other, memory):
             assert (await backend.claim(_req(slot + 1, "b"))).won
-        batches.clear()
-        for late in (slot + 1, slot + 2):
+        sent = _count_requests(kv)
+        for late, outcome in ((slot + 1, ClaimOutcome.TAKEN), (slot + 2, ClaimOutcome.SKIPPED)):
             got, want = await kv.claim(_req(late, "a")), await memory.claim(_req(late, "a"))
-            assert (got.outcome, got.holder) == (want.outcome, want.holder) == (
-                ClaimOutcome.TAKEN if late == slot + 1 else ClaimOutcome.SKIPPED, "b")
-        assert batches[:3] == [2, 2, 2], f"a write on what it knew, then fresh reads: {batches}"
+            assert (got.outcome, got.holder) == (want.outcome, want.holder) == (outcome, "b")
+        kinds = ["write" if s.startswith("$KV.") else "read" for s in sent]
+        assert kinds == ["write", "read", "read", "read"], f"a write on what it knew, then reads: {sent}"
     finally:
         await other.close()
 

@@ -21,6 +21,13 @@ A winner keeps the revisions it wrote (the record's and the lease entry's). Rene
 that lease write against them without reading: a write that succeeds proves nothing changed since,
 so the lease is still the record's (`decide_renew` and `decide_release` would allow it). Only a
 write that finds another revision reads both entries and decides by those rules.
+
+A claim need not read either: the backend knows, per job it has claimed, the latest record and
+lease entry it has seen (its own reads and writes, and the releases other replicas announce on
+`_anarchon.KV_<bucket>.ended`). When that knowledge leads to a write, the claim writes against those
+revisions at once, as it would against fresh reads; a revision that is no longer the store's fails
+its write, and the claim reads afresh. An answer that writes nothing (taken, done, skipped, stale)
+is only ever given on fresh reads.
 """
 
 from __future__ import annotations
@@ -578,8 +585,9 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
             assert c.read is not None
             self._forget(c.key)
             # Most often another claim of this slot has just created the entry: its entry alone
-            # answers, as while that claim is in flight. Anything else is decided on fresh reads.
-            if not c.known and isinstance(read, Stored) and read.seq != c.read[1].last:
+            # answers, as while that claim is in flight (whether the record was read or known, it
+            # predates that entry). Anything else is decided on fresh reads.
+            if isinstance(read, Stored) and read.seq != c.read[1].last:
                 theirs = self._entry_of(read).value
                 if (theirs and theirs.get("owner") != c.r.owner and int(theirs.get("slot", 0)) >= c.r.slot
                         and not self._ended(c.head, theirs)):
