@@ -190,6 +190,35 @@ async def test_what_a_claim_knew_is_checked_by_its_writes(url: str, bucket: str,
         await other.close()
 
 
+async def test_releases_of_its_own_leases_are_one_batch_without_a_task_each(
+    kv: NatsKVBackend, batches: list[int],
+) -> None:
+    # 20 runs end together: their records' writes go out in one batch, and the batch does not
+    # start a task per release (the batch's send is the one task).
+    results = await kv.claim_many([_req(_now_slot(), "a", f"j{i}") for i in range(20)])
+    leases = [r.lease for r in results if r.lease is not None]
+    loop = asyncio.get_running_loop()
+    started: list[object] = []
+    factory = loop.get_task_factory()
+
+    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        started.append(coro)
+        if factory is not None:
+            return factory(loop, coro, **kwargs)  # type: ignore[return-value]
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    batches.clear()
+    loop.set_task_factory(counting)
+    try:
+        assert await kv.release_many([(lease, ReleaseOutcome.DONE) for lease in leases]) == [True] * 20
+    finally:
+        loop.set_task_factory(factory)
+    assert batches == [20]
+    assert len(started) == 1, f"a task per release: {len(started)} tasks for 20 releases"
+    # Each release was decided by its own compare-and-set: a second release of the same leases fails.
+    assert await kv.release_many([(lease, ReleaseOutcome.DONE) for lease in leases[:3]]) == [False] * 3
+
+
 async def _cancel_soon(task: asyncio.Future[Any]) -> None:
     await asyncio.sleep(0)
     task.cancel()

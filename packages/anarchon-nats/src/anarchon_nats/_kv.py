@@ -27,7 +27,8 @@ lease entry it has seen (its own reads and writes, and the releases other replic
 `_anarchon.KV_<bucket>.ended`). When that knowledge leads to a write, the claim writes against those
 revisions at once, as it would against fresh reads; a revision that is no longer the store's fails
 its write, and the claim reads afresh. An answer that writes nothing (taken, done, skipped, stale)
-is only ever given on fresh reads.
+is only given on what the store returned to this claim: fresh reads, or the entry of another claim
+read in the same step as a `create` that lost to it.
 """
 
 from __future__ import annotations
@@ -352,7 +353,8 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
 
         A job's first request in the batch goes in the first wave, its second in the second, and so
         on. Within a wave every job's claim takes the same steps at once, each step one batch of
-        requests: the reads of every job, then every lease entry's write, then every record's.
+        requests: the reads of every job, then every lease entry's write, then every record's. A job
+        whose state the backend knows (`_recall`) skips the reads when that state leads to a write.
         """
         for r in requests:
             self._check_claim(r)
@@ -791,15 +793,74 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
 
         A release of a lease this backend won writes only the record, and leaves the lease entry to
         age out (a claim replaces an entry that matches an ended record); any other release reads
-        both entries first, and deletes the lease entry after the record.
+        both entries first, and deletes the lease entry after the record. When the batch has one
+        release per job, the record writes of the leases this backend won go out as one batch of
+        requests, with no task per release.
         """
         announce: list[list[Any]] = []
+        keys = [self.key(lease.namespace, lease.job) for lease, _ in releases]
+        results: list[bool | None] = [None] * len(releases)
+        failures: list[tuple[Lease, Exception]] = []
         try:
-            return await per_key(releases, lambda item: (item[0].namespace, item[0].job),
-                                 lambda item: self._release(*item, announce))
+            if len(set(keys)) == len(keys):
+                await self._release_held(releases, keys, results, failures, announce)
+            rest = [i for i, done in enumerate(results) if done is None]
+            if rest:
+                answers = await per_key([releases[i] for i in rest],
+                                        lambda item: (item[0].namespace, item[0].job),
+                                        lambda item: self._release(*item, announce))
+                for i, answer in zip(rest, answers, strict=True):
+                    results[i] = answer
         finally:
             if announce:
                 await self._announce_ended(announce)
+        for lease, exc in failures[:1]:
+            with self._errors(f"release {lease.job!r} slot {lease.slot}"):
+                raise exc
+        return [bool(done) for done in results]
+
+    async def _release_held(self, releases: Sequence[tuple[Lease, ReleaseOutcome]], keys: list[str],
+                            results: list[bool | None], failures: list[tuple[Lease, Exception]],
+                            announce: list[list[Any]]) -> None:
+        """The releases of leases this backend won, one per job: every record's compare-and-set in one
+        batch (see `_release`). One whose write found another revision is left undecided (None)."""
+        sending: list[tuple[int, _Held, dict[str, Any]]] = []
+        for i, ((lease, outcome), key) in enumerate(zip(releases, keys, strict=True)):
+            held = self._held.get(key)
+            if held is not None and held.matches(lease):
+                del self._held[key]
+                sending.append((i, held, {**held.record, "status": outcome.status.value}))
+        if not sending:
+            return
+        replies = await request_joined(self.client, [
+            self._put_request(self.state_bucket, keys[i], record, held.record_rev)
+            for i, held, record in sending], self._timeout)
+        for (i, held, record), reply in zip(sending, replies, strict=True):
+            lease = releases[i][0]
+            try:
+                record_rev = self._written(reply)
+            except _Conflict:
+                self._forget(keys[i])  # changed since: decided on fresh reads (`_release`)
+            except Exception as exc:
+                self._forget(keys[i])
+                results[i] = False
+                failures.append((lease, exc))
+            else:
+                results[i] = True
+                self._released(keys[i], lease, held, record, record_rev, announce)
+
+    def _released(self, key: str, lease: Lease, held: _Held, record: dict[str, Any], record_rev: int,
+                  announce: list[list[Any]]) -> None:
+        """Remember, and announce, what the release of a lease this backend won wrote."""
+        if lease.expires_at != held.lease.expires_at:
+            # Renewed elsewhere (the keeper's connection): only that connection knows the entry's
+            # revision now.
+            self._forget(key)
+            return
+        left = self._entry(lease)
+        self._remember(key, _Entry(record, record_rev, held.entry_ms),
+                       _Entry(left, held.entry_rev, held.entry_ms))
+        announce.append([key, record_rev, record, held.entry_rev, left, held.entry_ms])
 
     async def _release(self, lease: Lease, outcome: ReleaseOutcome, announce: list[list[Any]]) -> bool:
         key = self.key(lease.namespace, lease.job)
@@ -816,15 +877,7 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
                 except _Conflict:
                     self._forget(key)  # changed since: decide on fresh reads
                 else:
-                    if lease.expires_at == held.lease.expires_at:
-                        # Not renewed elsewhere (the keeper's connection) since: the entry is still
-                        # at the revision this backend wrote, as far as it knows.
-                        left = self._entry(lease)
-                        self._remember(key, _Entry(record, record_rev, held.entry_ms),
-                                       _Entry(left, held.entry_rev, held.entry_ms))
-                        announce.append([key, record_rev, record, held.entry_rev, left, held.entry_ms])
-                    else:
-                        self._forget(key)
+                    self._released(key, lease, held, record, record_rev, announce)
                     return True
             self._forget(key)
             entry, live = await self._get_both(key)
