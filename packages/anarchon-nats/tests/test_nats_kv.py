@@ -246,8 +246,9 @@ async def test_its_own_lease_is_renewed_and_released_without_reading_first(kv: N
     assert sent[0].startswith("$KV."), f"a renewal of its own lease must write first, not read: {sent}"
     sent.clear()
     assert await kv.release(renewed, ReleaseOutcome.DONE)
-    assert [s.split(".")[1] for s in sent] == [f"{kv.bucket}_state"], (
-        f"a release of its own lease is one write (the record); sent {sent}")
+    assert [s.split(".")[1] for s in sent] == [f"{kv.bucket}_state", f"KV_{kv.bucket}"], (
+        f"a release of its own lease is one write (the record), then its announcement; sent {sent}")
+    assert sent[1] == f"_anarchon.KV_{kv.bucket}.ended"
     # The lease entry it left matches a record that has ended: the next claim replaces it at once.
     assert (await kv.claim(_req(renewed.slot + 1000, "b"))).won
 

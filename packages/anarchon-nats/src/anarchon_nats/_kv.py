@@ -852,9 +852,9 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
     def _released(self, key: str, lease: Lease, held: _Held, record: dict[str, Any], record_rev: int,
                   announce: list[list[Any]]) -> None:
         """Remember, and announce, what the release of a lease this backend won wrote."""
-        if lease.expires_at != held.lease.expires_at:
-            # Renewed elsewhere (the keeper's connection): only that connection knows the entry's
-            # revision now.
+        if lease.expires_at > held.entry_ms + self.lease_ms:
+            # Renewed elsewhere since (on the keeper's connection): only that connection knows the
+            # entry's revision now.
             self._forget(key)
             return
         left = self._entry(lease)
