@@ -167,9 +167,9 @@ async def test_claims_of_jobs_released_elsewhere_skip_the_reads(
 
 async def test_what_a_claim_knew_is_checked_by_its_writes(url: str, bucket: str, kv: NatsKVBackend) -> None:
     # `kv` last saw its own slot done; another replica has since won the next slot without `kv`
-    # hearing of it. The claim `kv` decides on what it knew fails its compare-and-set: the other
-    # claim's entry, read in the same step, answers it; the next claim reads afresh. Both answers
-    # are MemoryBackend's.
+    # hearing of it. The claim `kv` decides on what it knew fails its compare-and-set, and fresh
+    # reads answer it; the next claim, on what those reads showed (a live lease), writes nothing and
+    # reads afresh. Both answers are MemoryBackend's.
     other = NatsKVBackend(url, bucket=bucket, lease=f"{LEASE_MS}ms")
     memory = MemoryBackend()
     await other.open()
@@ -185,7 +185,8 @@ async def test_what_a_claim_knew_is_checked_by_its_writes(url: str, bucket: str,
             got, want = await kv.claim(_req(late, "a")), await memory.claim(_req(late, "a"))
             assert (got.outcome, got.holder) == (want.outcome, want.holder) == (outcome, "b")
         kinds = ["write" if s.startswith("$KV.") else "read" for s in sent]
-        assert kinds == ["write", "read", "read", "read"], f"a write on what it knew, then reads: {sent}"
+        assert kinds == ["write", "read", "read", "read", "read", "read"], (
+            f"a write on what it knew, then reads; then reads alone: {sent}")
     finally:
         await other.close()
 

@@ -27,8 +27,7 @@ lease entry it has seen (its own reads and writes, and the releases other replic
 `_anarchon.KV_<bucket>.ended`). When that knowledge leads to a write, the claim writes against those
 revisions at once, as it would against fresh reads; a revision that is no longer the store's fails
 its write, and the claim reads afresh. An answer that writes nothing (taken, done, skipped, stale)
-is only given on what the store returned to this claim: fresh reads, or the entry of another claim
-read in the same step as a `create` that lost to it.
+is only ever given on fresh reads.
 """
 
 from __future__ import annotations
@@ -587,9 +586,10 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
             assert c.read is not None
             self._forget(c.key)
             # Most often another claim of this slot has just created the entry: its entry alone
-            # answers, as while that claim is in flight (whether the record was read or known, it
-            # predates that entry). Anything else is decided on fresh reads.
-            if isinstance(read, Stored) and read.seq != c.read[1].last:
+            # answers, as while that claim is in flight. Anything else is decided on fresh reads,
+            # and so is a claim on known state: the entry that replaced the known one may be long
+            # ended (released, say), which only a fresh read of the record tells.
+            if not c.known and isinstance(read, Stored) and read.seq != c.read[1].last:
                 theirs = self._entry_of(read).value
                 if (theirs and theirs.get("owner") != c.r.owner and int(theirs.get("slot", 0)) >= c.r.slot
                         and not self._ended(c.head, theirs)):
