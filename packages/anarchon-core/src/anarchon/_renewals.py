@@ -71,8 +71,8 @@ class Held:
     """Renewals sent and not answered yet."""
     failures: int = 0
     """Renewals that failed in a row (each is sent again at once, with backoff)."""
-    gen: int = 0
-    """The generation of its live heap entry."""
+    entry: int = 0
+    """The sequence number of its live heap entry (0: none)."""
     releasing: bool = False
     """The run is over and its release is on its way: a refused renewal is no loss then."""
     lost: bool = False
@@ -100,7 +100,11 @@ class Renewals:
         self._backend = backend
         self._log = log
         self._tasks = tasks
-        self._heap: list[tuple[float, int, int, Held]] = []
+        # (due time, sequence): numbers only, so the garbage collector stops tracking the entries, and a
+        # lease released or lost is let go at once, not kept alive by its entry until the entry's time.
+        self._heap: list[tuple[float, int]] = []
+        self._due: dict[int, Held] = {}
+        """The live heap entries' leases, by sequence number."""
         self._seq = 0
         self._held: set[Held] = set()
         self._wake = asyncio.Event()
@@ -139,6 +143,9 @@ class Renewals:
         """Stop renewing `held` (on this loop)."""
         held.gone = True
         self._held.discard(held)
+        if held.entry:
+            del self._due[held.entry]
+            held.entry = 0
 
     def post(self, what: Literal["keep", "forget"], held: Held) -> None:
         """`keep` or `forget` from another thread. The renewal task is woken only when it would
@@ -156,7 +163,7 @@ class Renewals:
         self._drain()
         self._poke_at = next_at
         heap = self._heap
-        if heap and (heap[0][3].gone or heap[0][2] != heap[0][3].gen):
+        if heap and heap[0][1] not in self._due:
             self._wake.set()  # the renewal task would wake for a lease released since: let it sleep on
 
     async def confirm(self, held: Held) -> bool:
@@ -197,10 +204,14 @@ class Renewals:
 
     def _schedule(self, held: Held) -> None:
         """(Re)queue `held` for its next renewal, or its deadline if that comes first."""
-        held.gen += 1
+        due = self._due
+        if held.entry:
+            del due[held.entry]
         self._seq += 1
-        heapq.heappush(self._heap, (min(held.next_renew, held.deadline), self._seq, held.gen, held))
-        if self._heap[0][1] == self._seq:
+        held.entry = seq = self._seq
+        due[seq] = held
+        heapq.heappush(self._heap, (min(held.next_renew, held.deadline), seq))
+        if self._heap[0][1] == seq:
             self._wake.set()
 
     def _drain(self) -> None:
@@ -214,10 +225,10 @@ class Renewals:
 
     async def _tick(self) -> None:
         loop = asyncio.get_running_loop()
-        heap = self._heap
+        heap, due = self._heap, self._due
         while True:
             self._drain()
-            while heap and (heap[0][3].gone or heap[0][2] != heap[0][3].gen):
+            while heap and heap[0][1] not in due:
                 heapq.heappop(heap)  # a lease released or lost since: nothing to do at its time
             self._wake_at = heap[0][0] if heap else math.inf
             if self._inbox:
@@ -232,12 +243,17 @@ class Renewals:
                 continue
             limit = now + _GROUP_S
             while heap:
-                when, _, gen, held = heap[0]
+                when, seq = heap[0]
+                held = due.get(seq)
+                if held is None:
+                    heapq.heappop(heap)  # a lease released or lost since
+                    continue
                 if when > now and not (when <= limit and held.next_renew <= limit):
                     break
                 heapq.heappop(heap)
-                if gen == held.gen and not held.gone:
-                    self._attend(held, when, now)
+                del due[seq]
+                held.entry = 0
+                self._attend(held, when, now)
 
     def _attend(self, held: Held, when: float, now: float) -> None:
         if now >= held.deadline:
