@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from ._batch import StepBatcher
@@ -51,7 +51,7 @@ class Keeper(Protocol):
         """Renew a late lease before its run starts; False (the lease lost) when that fails."""
         ...
 
-    async def release(self, held: Held, outcome: ReleaseOutcome) -> None:
+    def release(self, held: Held, outcome: ReleaseOutcome) -> Awaitable[None]:
         """End the run in the store, renewing the lease until the release is confirmed."""
         ...
 
@@ -82,29 +82,36 @@ class Releases:
         self._batch: StepBatcher[tuple[Lease, ReleaseOutcome], bool] = StepBatcher(
             backend.release_many, lambda c: tasks.spawn(c, "send"), f"{backend!r}.release_many")
 
-    async def release(self, held: Held, outcome: ReleaseOutcome, now: Callable[[], float]) -> None:
-        """Release `held`'s run, retrying while its lease lasts (by `now`, the keeper's clock)."""
-        if held.lost:
-            return
-        held.releasing = True  # its renewals go on until the release lands
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                await self._send(held.lease, outcome)
+    async def release(self, held: Held, outcome: ReleaseOutcome, now: Callable[[], float],
+                      then: Callable[[Held], None]) -> None:
+        """Release `held`'s run, retrying while its lease lasts (by `now`, the keeper's clock); call
+        `then(held)` at the end, however it ends (the keepers' own `release` is this coroutine, not one
+        around it: it runs once per run)."""
+        try:
+            if held.lost:
                 return
-            except Exception as exc:
-                # Keep trying while the lease lasts: once it expires, a backup re-runs the slot,
-                # even one that completed.
-                delay = min(0.2 * attempt, 1.0)
-                give_up = attempt >= 3 and now() + delay >= held.deadline
-                self._log.warning(
-                    "%s slot=%s release (%s) failed: %s%s", held.job, fmt_slot(held.lease.slot),
-                    outcome.value, short(exc), "; the lease will expire instead" if give_up else "; retrying",
-                )
-                if give_up:
+            held.releasing = True  # its renewals go on until the release lands
+            attempt = 0
+            while True:
+                attempt += 1
+                try:
+                    await self._send(held.lease, outcome)
                     return
-                await asyncio.sleep(delay)
+                except Exception as exc:
+                    # Keep trying while the lease lasts: once it expires, a backup re-runs the slot,
+                    # even one that completed.
+                    delay = min(0.2 * attempt, 1.0)
+                    give_up = attempt >= 3 and now() + delay >= held.deadline
+                    self._log.warning(
+                        "%s slot=%s release (%s) failed: %s%s", held.job, fmt_slot(held.lease.slot),
+                        outcome.value, short(exc),
+                        "; the lease will expire instead" if give_up else "; retrying",
+                    )
+                    if give_up:
+                        return
+                    await asyncio.sleep(delay)
+        finally:
+            then(held)
 
     def hand_back(self, lease: Lease, outcome: ReleaseOutcome = ReleaseOutcome.HANDOVER) -> None:
         """Release `lease` (as a handover by default) in the background; a failure is no news (it
@@ -151,12 +158,9 @@ class LeaseKeeper:
         """Renew a late lease before its run starts (see `Keeper.confirm`)."""
         return await self._renewals.confirm(held)
 
-    async def release(self, held: Held, outcome: ReleaseOutcome) -> None:
+    def release(self, held: Held, outcome: ReleaseOutcome) -> Awaitable[None]:
         """Release the run, renewing until confirmed (see `Keeper.release`)."""
-        try:
-            await self._releases.release(held, outcome, self.now)
-        finally:
-            self._renewals.forget(held)
+        return self._releases.release(held, outcome, self.now, self._renewals.forget)
 
     def drop(self, held: Held) -> None:
         """Forget `held` without releasing it."""

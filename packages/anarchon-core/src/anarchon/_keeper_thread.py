@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import cast
 
 from ._job import Job
@@ -136,12 +136,12 @@ class KeeperThread:
         future = asyncio.run_coroutine_threadsafe(self._renewals.confirm(held), self._loop)
         return await asyncio.wrap_future(future)
 
-    async def release(self, held: Held, outcome: ReleaseOutcome) -> None:
+    def release(self, held: Held, outcome: ReleaseOutcome) -> Awaitable[None]:
         """Release on this loop's connection; the thread renews until the release lands."""
-        try:
-            await self._releases.release(held, outcome, self.now)
-        finally:
-            self._renewals.post("forget", held)
+        return self._releases.release(held, outcome, self.now, self._forget)
+
+    def _forget(self, held: Held) -> None:
+        self._renewals.post("forget", held)
 
     def drop(self, held: Held) -> None:
         """Have the thread forget `held`."""
