@@ -89,8 +89,9 @@ def hold(lease: Lease, job: Job, sent: float, now: float, on_lost: Callable[[str
     opts = job.options
     heartbeat_s = opts.heartbeat_ms / 1000
     deadline = sent + opts.lease_ms / 1000
+    # (Positional: this runs once per run. After on_lost: late, next_renew.)
     return Held(lease, job.name, opts.lease_ms, heartbeat_s, sent, deadline, on_lost,
-                late=deadline - now < _START_MARGIN * heartbeat_s, next_renew=sent + heartbeat_s)
+                deadline - now < _START_MARGIN * heartbeat_s, sent + heartbeat_s)
 
 
 class Renewals:

@@ -118,17 +118,16 @@ class Runs:
         logger = self._loggers.get(job.name)
         if logger is None:
             logger = self._loggers[job.name] = logging.getLogger(f"anarchon.job.{job.name}")
-        ctx = JobContext(
-            name=job.name, slot=lease.slot, attempt=lease.attempt, token=lease.token,
-            instance_id=self._instance_id, namespace=self._namespace,
-            signal=CancelSignal(asyncio.get_running_loop()), logger=logger, triggered=lease.job != job.name,
-        )
+        # (Positional: this runs once per run. In field order: name, slot, attempt, token, instance_id,
+        # namespace, signal, logger, triggered.)
+        ctx = JobContext(job.name, lease.slot, lease.attempt, lease.token, self._instance_id, self._namespace,
+                         CancelSignal(asyncio.get_running_loop()), logger, lease.job != job.name)
         run = _Run(job, ctx, self._keeper.hold(lease, job, sent, lambda why: self._lost(run, why)))
         if self._stopping:
             ctx.signal.set(STOP)
         self._runs.add(run)
         self._keys.setdefault((job.name, lease.slot), []).append(lease.token)
-        run.task = self._tasks.spawn(self._run(run), "run")
+        run.task = self._tasks.start(self._run(run), "run")
 
     def stopping(self) -> None:
         """The scheduler stops: a run that starts from now on has its signal set at once, and a run
@@ -161,67 +160,74 @@ class Runs:
     async def _run(self, run: _Run) -> None:
         # This task's own context: stop() called from the handler must not wait for it.
         _OWNER.set(self._owner)
-        job, ctx = run.job, run.ctx
-        outcome: ReleaseOutcome | None = _DONE
-        error: BaseException | None = None
         try:
-            if run.held.late and not await self._keeper.confirm(run.held):
-                # Its lease ran out before the run could start, and an expired lease does not renew:
-                # claim the slot again at once, so it runs as a takeover (here or elsewhere).
-                if not self._stopping:
-                    self._on_handover(job, ctx.slot)
-                return
-            if self._hook.wants("anarchon_run_started"):
-                self._hook("anarchon_run_started", ctx=ctx)
-            run.began = asyncio.get_running_loop().time()
+            job, ctx = run.job, run.ctx
+            outcome: ReleaseOutcome | None = _DONE
+            error: BaseException | None = None
             try:
-                run.in_handler = True
+                if run.held.late and not await self._keeper.confirm(run.held):
+                    # Its lease ran out before the run could start, and an expired lease does not renew:
+                    # claim the slot again at once, so it runs as a takeover (here or elsewhere).
+                    if not self._stopping:
+                        self._on_handover(job, ctx.slot)
+                    return
+                if self._hook.wants("anarchon_run_started"):
+                    self._hook("anarchon_run_started", ctx=ctx)
+                run.began = asyncio.get_running_loop().time()
                 try:
-                    if job.is_async and job.options.timeout_ms is None:
-                        await job.handler(*((ctx,) if job.takes_ctx else ()))  # (no frames in between)
-                    else:
-                        await self._call(job, ctx)
-                finally:
-                    run.in_handler = False
-            except asyncio.CancelledError as exc:  # stop() cancelled the handler after stop_timeout
-                _uncancel()
+                    run.in_handler = True
+                    try:
+                        if job.is_async and job.options.timeout_ms is None:
+                            await job.handler(*((ctx,) if job.takes_ctx else ()))  # (no frames in between)
+                        else:
+                            await self._call(job, ctx)
+                    finally:
+                        run.in_handler = False
+                except asyncio.CancelledError as exc:  # stop() cancelled the handler after stop_timeout
+                    _uncancel()
+                    error, outcome = exc, _HANDOVER
+                except RunCancelled as exc:
+                    error, outcome = exc, self._cancel_outcome(run)
+                except Exception as exc:
+                    error, outcome = exc, _FAILED
+                    if ctx.signal.reason != TIMEOUT:
+                        self._log.error("%s slot=%s attempt=%d failed after %d ms: %s", job.name,
+                                        fmt_slot(ctx.slot), ctx.attempt, _ms_since(run.began), short(exc),
+                                        exc_info=handler_exc_info(exc, self._log),
+                                        extra=_fields(ctx, "failed"))
+                        outcome = await self._maybe_retry(run)
+                if ctx.signal.reason == TIMEOUT:
+                    outcome = _FAILED
+                    self._log.warning("%s slot=%s failed: timeout after %d ms", job.name, fmt_slot(ctx.slot),
+                                      job.options.timeout_ms, extra=_fields(ctx, "failed"))
+            except asyncio.CancelledError as exc:  # the scheduler itself is going away
                 error, outcome = exc, _HANDOVER
-            except RunCancelled as exc:
-                error, outcome = exc, self._cancel_outcome(run)
-            except Exception as exc:
-                error, outcome = exc, _FAILED
-                if ctx.signal.reason != TIMEOUT:
-                    self._log.error("%s slot=%s attempt=%d failed after %d ms: %s", job.name,
-                                    fmt_slot(ctx.slot), ctx.attempt, _ms_since(run.began), short(exc),
-                                    exc_info=handler_exc_info(exc, self._log), extra=_fields(ctx, "failed"))
-                    outcome = await self._maybe_retry(run)
-            if ctx.signal.reason == TIMEOUT:
-                outcome = _FAILED
-                self._log.warning("%s slot=%s failed: timeout after %d ms", job.name, fmt_slot(ctx.slot),
-                                  job.options.timeout_ms, extra=_fields(ctx, "failed"))
-        except asyncio.CancelledError as exc:  # the scheduler itself is going away
-            error, outcome = exc, _HANDOVER
-        except BaseException as exc:  # SystemExit or KeyboardInterrupt from the handler: unfinished
-            error, outcome = exc, _HANDOVER
-            raise
-        finally:
-            if run.lost:
-                outcome = None
-            if outcome is None:
-                self._keeper.drop(run.held)
-            else:
-                # The lease is renewed until the release lands: a release queued behind other work
-                # in a busy store must not let the lease run out, or a backup re-runs a finished slot.
-                await self._keeper.release(run.held, outcome)
+            except BaseException as exc:  # SystemExit or KeyboardInterrupt from the handler: unfinished
+                error, outcome = exc, _HANDOVER
+                raise
+            finally:
                 if run.lost:
                     outcome = None
-            # Break the cycle run -> held -> callback -> run: the keeper may keep `held` for up to a
-            # heartbeat after the run's end, and a cycle would hold the run's objects until a full
-            # garbage collection. A run that has ended is told of no loss.
-            run.held.on_lost = _ended
-            self._runs.discard(run)
-            self._forget(run)
-            self._finished(run, outcome, error)
+                if outcome is None:
+                    self._keeper.drop(run.held)
+                else:
+                    # The lease is renewed until the release lands: a release queued behind other work
+                    # in a busy store must not let the lease run out, or a backup re-runs a finished slot.
+                    await self._keeper.release(run.held, outcome)
+                    if run.lost:
+                        outcome = None
+                # Break the cycle run -> held -> callback -> run: the keeper may keep `held` for up to a
+                # heartbeat after the run's end, and a cycle would hold the run's objects until a full
+                # garbage collection. A run that has ended is told of no loss.
+                run.held.on_lost = _ended
+                self._runs.discard(run)
+                self._forget(run)
+                self._finished(run, outcome, error)
+        except Exception:
+            self._log.error("task %s failed", _task_name(), exc_info=True)
+        finally:
+            # (Started with `Tasks.start`: no done callback to end its ownership.)
+            self._tasks.ended(run.task, "run")
 
     async def _call(self, job: Job, ctx: JobContext) -> None:
         """Call the handler in this task; with `timeout`, cancel it once that has passed."""
@@ -309,6 +315,11 @@ def _ms_since(began: float | None) -> int:
 def _expire(signal: CancelSignal, limit: asyncio.Timeout) -> None:
     signal.set(TIMEOUT)
     limit.reschedule(asyncio.get_running_loop().time())
+
+
+def _task_name() -> str:
+    task = asyncio.current_task()
+    return "?" if task is None else task.get_name()
 
 
 def _uncancel() -> None:

@@ -39,11 +39,30 @@ class Tasks:
         task.add_done_callback(self._callbacks[role])
         return task
 
+    def start(self, coro: Coroutine[Any, Any, T], role: str) -> asyncio.Task[T]:
+        """Start `coro` as a task owned under `role` that reports its own end: its last step calls
+        `ended`, and it logs its own failures. No done callback, so its end costs no loop callback (for
+        the tasks started once per run)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        tasks = self._roles.get(role)
+        if tasks is None:
+            tasks = self._roles[role] = set()
+            self._callbacks[role] = partial(self._done, tasks)
+        tasks.add(task)
+        return task
+
+    def ended(self, task: asyncio.Task[Any] | None, role: str) -> None:
+        """The last step of a task started with `start`: it is no longer owned."""
+        tasks = self._roles.get(role)
+        if tasks is not None:
+            tasks.discard(task)  # type: ignore[arg-type]
+
     def of(self, *roles: str) -> list[asyncio.Task[Any]]:
         """The tasks still running under `roles` (every role when none is named)."""
         picked: Iterable[set[asyncio.Task[Any]]] = (
             (self._roles.get(r, set()) for r in roles) if roles else self._roles.values())
-        return [t for tasks in picked for t in tasks]
+        # (A task from `start` cancelled before its first step never reached `ended`: it is done.)
+        return [t for tasks in picked for t in tasks if not t.done()]
 
     def cancel(self, *roles: str) -> list[asyncio.Task[Any]]:
         """Cancel the tasks under `roles` (every role when none is named); return them."""
