@@ -202,7 +202,9 @@ class Planner:
     def settle(self, plan: Plan, action: Action) -> None:
         """Update the job's watches after a claim's result: watch a slot again, or stop watching it."""
         watches = plan.watches
-        if action.supersedes and watches:
+        # (A watch that supersedes needs no sweep: `_watch` clears the others outside overlap="allow",
+        # and under "allow" nothing supersedes. A backup watches a slot per boundary: this runs often.)
+        if action.supersedes and watches and action.step is not _WATCH:
             for older in [w for w in watches if w < action.slot]:
                 del watches[older]  # a newer slot superseded the older one this instance watched
         if action.step is _WATCH:

@@ -259,7 +259,9 @@ class Runs:
             elif outcome is None:
                 self._log.info("%s slot=%s ended after %d ms without its lease: not released", job.name,
                                SlotText(ctx.slot), ms, extra=_fields(ctx, "lost"))
-        self._hook("anarchon_run_finished", ctx=ctx, outcome=outcome, error=error, duration_ms=duration_ms)
+        if self._hook.wants("anarchon_run_finished"):
+            self._hook("anarchon_run_finished", ctx=ctx, outcome=outcome, error=error,
+                       duration_ms=duration_ms)
         if self._history is not None and duration_ms is not None:
             timed_out = ctx.signal.reason == TIMEOUT and outcome is _FAILED
             self._history.record(ctx, outcome, error, duration_ms,

@@ -152,7 +152,8 @@ class MemoryBackend(LeaseBackendBase):
         job = store.jobs.setdefault(key, _Job())
         job.token = write.token
         if decision.new_slot:
-            job.others = {s: o for s, o in job.others.items() if o.status is _RUNNING}
+            if job.others:
+                job.others = {s: o for s, o in job.others.items() if o.status is _RUNNING}
             if decision.keep_previous and head is not None:
                 job.others[head.slot] = head
             job.current = write
