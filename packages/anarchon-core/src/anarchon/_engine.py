@@ -386,12 +386,13 @@ class Engine:
         if result.lease is not None:
             if result.reissued and self.runs.running(job.name, result.slot, result.lease.token):
                 return  # its own run, already going
-            if action.step is _RUN and self._too_late(
-                    job, result.lease, entry.following if result.lease.slot == entry.slot else None):
-                return
             if action.step is _RUN:
+                now = self._config.clock.now_ms()
+                if self._too_late(job, result.lease, entry.following if result.lease.slot == entry.slot
+                                  else None, now):
+                    return
                 if self._announced and entry.kind == "slot":
-                    self.planner.won(entry.plan, entry.slot, self._config.instance_id)
+                    self.planner.won(entry.plan, entry.slot, self._config.instance_id, now)
                 if result.lease.attempt > 1 and is_takeover(result):
                     self._hook("anarchon_takeover", request=request, result=result)
                 if result.reissued:
@@ -449,16 +450,19 @@ class Engine:
             self._not_run[job.name] = older
         self.planner.retry([entry], self._config.heartbeat_ms)
 
-    def _too_late(self, job: Job, lease: Lease, following: int | None = None) -> bool:
+    def _too_late(self, job: Job, lease: Lease, following: int | None = None, now: int | None = None
+                  ) -> bool:
         """A first attempt won after the job's next slot was due (a claim answered late, e.g. when a
         partition heals) is not run: only the latest slot runs, and this one would make it skip.
         It is released as done at once. (Takeovers of an older slot, and `overlap="allow"`, run.)
-        `following`: the job's slot after the lease's, when the caller knows it."""
+        `following`: the job's slot after the lease's, and `now`, the clock's time, when the caller
+        knows them."""
         if lease.attempt > 1 or job.options.overlap is _ALLOW:
             return False
         if following is None:
             following = job.schedule.next_slot(lease.slot)
-        now = self._config.clock.now_ms()
+        if now is None:
+            now = self._config.clock.now_ms()
         if following is None or following > now:
             return False
         if self._late is not None:

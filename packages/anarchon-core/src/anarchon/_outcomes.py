@@ -97,18 +97,17 @@ def react(job: Job, result: ClaimResult, *, watching: bool, stopping: bool, fact
         lease = result.lease
         if lease is None:
             raise BackendError(f"{result!r}: a won claim carries no lease")
-        if lease.attempt > 1:
-            how = "takeover" if is_takeover(result) else "handover"
-            line: tuple[str, tuple[object, ...]] = (
-                "%s slot=%s %s attempt=%d (%s)", (job.name, slot, how, lease.attempt, facts.instance_id))
-        else:
-            line = ("%s slot=%s won attempt=%d (%s)", (job.name, slot, lease.attempt, facts.instance_id))
         # A claim-only slot won as the instance stops has no handover (the others were told `taken`):
         # it runs, its signal already set.
         step = _HAND_BACK if stopping and facts.leases else _RUN
         # (Positional here and for `taken`, the outcomes of nearly every claim: keywords cost a
         # name match each. In field order: step, slot, delay_ms, backup, supersedes, level, message, args.)
-        return Action(step, result.slot, 0, False, supersedes, _INFO, line[0], line[1])
+        if lease.attempt > 1:
+            how = "takeover" if is_takeover(result) else "handover"
+            return Action(step, result.slot, 0, False, supersedes, _INFO, "%s slot=%s %s attempt=%d (%s)",
+                          (job.name, slot, how, lease.attempt, facts.instance_id))
+        return Action(step, result.slot, 0, False, supersedes, _INFO, "%s slot=%s won attempt=%d (%s)",
+                      (job.name, slot, lease.attempt, facts.instance_id))
     if outcome is _TAKEN:
         level = _DEBUG if watching else _INFO
         taken: tuple[object, ...] = (job.name, slot, result.holder or "another instance")

@@ -276,9 +276,10 @@ class Planner:
                 plan.decided = slot
                 plan.decided_by = owner
 
-    def won(self, plan: Plan, slot: int, owner: str) -> None:
-        """`owner` (this instance) won `slot` of the job (see `_won`)."""
-        self._won(plan, slot, owner, self._clock.now_ms())
+    def won(self, plan: Plan, slot: int, owner: str, now: int | None = None) -> None:
+        """`owner` (this instance) won `slot` of the job (see `_won`), as known at `now` (the clock's
+        time when not given)."""
+        self._won(plan, slot, owner, self._clock.now_ms() if now is None else now)
 
     def _won(self, plan: Plan, slot: int, owner: str, now: int) -> None:
         """`owner` won `slot` of the job, as known at `now`.
@@ -414,9 +415,11 @@ class Planner:
         # comes first (see below); then no jitter is drawn for it either.
         settles = plan.next_due if backup and not allow else None
         now = self._clock.now_ms()
-        if jitter and (settles is None or now + max(0, delay_ms) < settles):
+        delay = delay_ms if delay_ms > 0 else 0
+        if jitter and (settles is None or now + delay < settles):
             delay_ms += self.jitter(plan)
-        due = now + max(0, delay_ms)
+            delay = delay_ms if delay_ms > 0 else 0
+        due = now + delay
         if settles is not None and due >= settles:
             # The job's next boundary comes first and settles the slot: a newer claim either
             # supersedes it or is skipped, which watches it again. Queueing nothing keeps the heap
