@@ -134,12 +134,21 @@ _T = TypeVar("_T")
 
 
 def _quick_init(cls: type[_T]) -> type[_T]:
-    """Give a frozen, slotted dataclass an `__init__` with the same signature that stores each field
-    through its slot directly: the generated one calls `object.__setattr__` per field, which costs
-    about twice as much, and these types are made once or twice per claim attempt."""
+    """Give a frozen, slotted dataclass an `__init__` with the same signature that fills the slots
+    cheaply: these types are made once or twice per claim attempt.
+
+    The generated `__init__` calls `object.__setattr__` per field, and storing through each slot's
+    descriptor (`__set__`) still costs a call with an argument tuple per field. This one lends the
+    new instance, for the length of `__init__`, a twin class with the same slots and no frozen
+    `__setattr__`, so each field is a plain slot store; then gives it its own class back. (`__class__`
+    assignment between two classes of identical layout; an instance of a subclass that inherits this
+    `__init__` is filled through the descriptors instead.)
+    """
     params: list[str] = []
-    body: list[str] = []
-    names: dict[str, Any] = {}
+    fast: list[str] = []
+    slow: list[str] = []
+    twin = type(f"_{cls.__name__}Fill", (), {"__slots__": vars(cls)["__slots__"], "__module__": cls.__module__})
+    names: dict[str, Any] = {"_cls": cls, "_twin": twin, "_set_class": object.__setattr__}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         assert f.init and f.default_factory is dataclasses.MISSING and not f.kw_only
         names[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
@@ -148,9 +157,16 @@ def _quick_init(cls: type[_T]) -> type[_T]:
         else:
             names[f"_default_{f.name}"] = f.default
             params.append(f"{f.name}=_default_{f.name}")
-        body.append(f"    _set_{f.name}(self, {f.name})")
+        fast.append(f"        self.{f.name} = {f.name}")
+        slow.append(f"        _set_{f.name}(self, {f.name})")
     assert not hasattr(cls, "__post_init__")
-    exec(f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body), names)
+    exec(f"def __init__(self, {', '.join(params)}):\n"
+         "    if type(self) is _cls:\n"
+         "        _set_class(self, '__class__', _twin)\n"
+         + "\n".join(fast) + "\n"
+         "        self.__class__ = _cls\n"
+         "    else:\n"
+         + "\n".join(slow), names)
     init = names["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
