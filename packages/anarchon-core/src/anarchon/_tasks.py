@@ -54,8 +54,8 @@ class Tasks:
     def ended(self, task: asyncio.Task[Any] | None, role: str) -> None:
         """The last step of a task started with `start`: it is no longer owned."""
         tasks = self._roles.get(role)
-        if tasks is not None:
-            tasks.discard(task)  # type: ignore[arg-type]
+        if tasks is not None and task is not None:
+            tasks.discard(task)
 
     def of(self, *roles: str) -> list[asyncio.Task[Any]]:
         """The tasks still running under `roles` (every role when none is named)."""
