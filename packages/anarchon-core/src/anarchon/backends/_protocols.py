@@ -147,7 +147,8 @@ def _quick_init(cls: type[_T]) -> type[_T]:
     params: list[str] = []
     fast: list[str] = []
     slow: list[str] = []
-    twin = type(f"_{cls.__name__}Fill", (), {"__slots__": vars(cls)["__slots__"], "__module__": cls.__module__})
+    twin = type(f"_{cls.__name__}Fill", (), {"__slots__": vars(cls)["__slots__"],
+                                             "__module__": cls.__module__})
     names: dict[str, Any] = {"_cls": cls, "_twin": twin, "_set_class": object.__setattr__}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         assert f.init and f.default_factory is dataclasses.MISSING and not f.kw_only
