@@ -1,8 +1,10 @@
 """The planner: when is each job's next claim due?
 
-One heap of (due time, job, slot) for every job, its entries tuples of numbers and strings only: the
-garbage collector stops tracking those, so thousands of entries waiting for the next second are not
-traversed again and again. A boundary entry is due at `slot + jitter`; popping
+One heap of (due time, job, slot) for every job. The heap holds numbers only, each entry's due time
+and sequence number packed into one int, so that sifting compares two ints, not two tuples whose due
+times tie (the jobs of a group share theirs); the rest of each entry is a tuple of numbers and strings
+beside it, which the garbage collector stops tracking, so thousands of entries waiting for the next
+second are not traversed again and again. A boundary entry is due at `slot + jitter`; popping
 it pushes the job's next slot, so no slot is lost while a claim is in flight. A backup's watch is an
 entry too, due when the holder's lease expires (or at once on a pushed handover). Catch-up at start
 is one entry for the latest missed slot, when that slot is worth the run (see `_plan_first`). Where
@@ -48,6 +50,11 @@ _MEMBER_TTL_MS = 120_000
 _FOLLOWED_WITHIN_MS = 1000
 # A missed slot is caught up when the next slot is at least half an interval away, or this far.
 _CATCH_UP_ROOM_MS = 300_000
+
+# An entry's heap key is its due time shifted left by this many bits, plus its sequence number (which
+# keeps ties in push order): the sequence wraps only after 2**32 pushes, none of which share a due time.
+_SEQ_BITS = 32
+_SEQ_MASK = (1 << _SEQ_BITS) - 1
 
 # Members bound once: on Python 3.11 an Enum class's attribute lookup goes through
 # EnumType.__getattr__, several times the cost of a global, and these are read per claim.
@@ -111,9 +118,9 @@ class Planner:
         self._log = log
         self._default_jitter_ms = jitter_ms
         self._horizon_ms = horizon_ms
-        # (due, sequence, slot, kind, gen, plan index, tries): tuples compare in C, and the sequence
-        # keeps ties in push order (so the rest is never compared).
-        self._heap: list[tuple[int, int, int, str, int, int, int]] = []
+        # Keys (due << _SEQ_BITS | sequence), and by key the rest: (slot, kind, gen, plan index, tries).
+        self._heap: list[int] = []
+        self._entries: dict[int, tuple[int, str, int, int, int]] = {}
         self._seq = 0
         self._wake = asyncio.Event()
         self._rng = random.Random()
@@ -151,13 +158,14 @@ class Planner:
         """Plan nothing more: pushed handovers and new watches are ignored from now on."""
         self._closed = True
         self._heap.clear()
+        self._entries.clear()
 
     async def run(self, claim: Callable[[list[Due]], None],
                   decided: Callable[[list[Due]], None] | None = None) -> None:
         """Hand every claim to `claim` when it is due, those due within a few ms in one batch; a
         boundary whose slot the store pushed as won elsewhere (`Planner.decided`) goes to `decided`
         instead, unclaimed."""
-        heap = self._heap
+        heap, entries = self._heap, self._entries
         plans = self._by_index
         yielded = False
         while True:
@@ -166,7 +174,7 @@ class Planner:
                 await self._wake.wait()
                 continue
             now = self._clock.now_ms()
-            delay = heap[0][0] - now
+            delay = (heap[0] >> _SEQ_BITS) - now
             if delay > 0:
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
@@ -183,8 +191,9 @@ class Planner:
             batch: list[Due] = []
             known: list[Due] = []
             limit = now + _BATCH_WINDOW_MS
-            while heap and (heap[0][0] <= now or (heap[0][0] <= limit and heap[0][2] <= now)):
-                due, _seq, slot, kind, gen, index, tries = heapq.heappop(heap)
+            while heap and ((due := heap[0] >> _SEQ_BITS) <= now
+                            or (due <= limit and entries[heap[0]][0] <= now)):
+                slot, kind, gen, index, tries = entries.pop(heapq.heappop(heap))
                 plan = plans[index]
                 entry = Due(due, plan, slot, kind, gen, tries)
                 if self._accept(entry, now):
@@ -322,9 +331,11 @@ class Planner:
     def _push(self, due: int, plan: Plan, slot: int, kind: str, gen: int = 0, tries: int = 0) -> None:
         if self._closed:
             return
-        self._seq += 1
-        heapq.heappush(self._heap, (due, self._seq, slot, kind, gen, plan.index, tries))
-        if self._heap[0][1] == self._seq:
+        self._seq = seq = (self._seq + 1) & _SEQ_MASK
+        key = due << _SEQ_BITS | seq
+        self._entries[key] = (slot, kind, gen, plan.index, tries)
+        heapq.heappush(self._heap, key)
+        if self._heap[0] == key:
             self._wake.set()
 
     def _slot_jitter(self, plan: Plan, slot: int) -> int:
