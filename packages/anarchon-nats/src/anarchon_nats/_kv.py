@@ -529,24 +529,18 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         held = live.value
         head = self._record(rec_entry, live)
         c.head, c.entry_rev, c.record = head, 0, None
-        if c.known:
-            # Only a write is decided on what was known: any answer is given on fresh reads.
-            if held and (head is None or head.expires_at == 0) and not self._ended(head, held):
-                return False
-            c.token = 0 if head is None else head.token
-            first = decide(head, c.r, max(rec_entry.time_ms, live.time_ms), token=c.token,
-                           check_early=False)
-            c.first = first.write
-            return first.write is not None
+        # On what was known (`c.known`), only a write is decided: any answer is given on fresh reads.
         if held and (head is None or head.expires_at == 0) and not self._ended(head, held):
             # A lease entry that does not match the record belongs to a claim still in flight (or one
             # that died between its two writes): it blocks every claim until it is gone or ages out.
-            c.result = self._in_flight(c.r, live, held)
+            if not c.known:
+                c.result = self._in_flight(c.r, live, held)
             return False
         c.token = 0 if head is None else head.token
         first = decide(head, c.r, max(rec_entry.time_ms, live.time_ms), token=c.token, check_early=False)
         if first.write is None:
-            c.result = replace(first.result, now=None)  # a past store time, not the store's now
+            if not c.known:
+                c.result = replace(first.result, now=None)  # a past store time, not the store's now
             return False
         c.first = first.write
         return True
