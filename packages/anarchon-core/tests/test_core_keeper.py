@@ -682,36 +682,6 @@ def test_block_limit_is_a_lease_backend_option() -> None:
         Scheduler(MemoryBackend(), block_limit="soon")
 
 
-def test_wins_answered_after_their_next_slot_are_told_in_one_line_per_batch(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    # Every answer comes back 1.4 s after its claim (0.7 s each way): the store grants each slot before
-    # the job's next one is due, but the instance hears of it after, so the slot is released unrun. A
-    # store answering thousands of such wins at once (an overloaded one) gets one warning per claim
-    # batch, not one per slot, which would add to the load.
-    caplog.set_level(logging.WARNING, logger="anarchon")
-    clock = VirtualClock(START)
-    net = _Network(MemoryStore(clock), 1.4, 0)
-    scheduler = Scheduler(net, clock=clock, lease="5s", heartbeat="1s", jitter=0)
-    runs: list[tuple[str, int]] = []
-
-    async def job(ctx: JobContext) -> None:
-        runs.append((ctx.name, ctx.slot))
-
-    for i in range(20):
-        scheduler.every(f"job{i}", "1s", job, catch_up=0)
-
-    async def main() -> None:
-        async with scheduler:
-            await asyncio.sleep(6.5)
-
-    clock.run(main())
-    assert runs == []
-    late = [r.getMessage() for r in caplog.records if "late, after" in r.getMessage()]
-    assert late, caplog.text
-    assert all(m.startswith("20 slots won 1400 to 1400 ms late") for m in late), late
-
-
 class _CountingSingles(_Network):
     """`_Network`, counting the claims sent one at a time (not in a batch)."""
 
@@ -722,26 +692,47 @@ class _CountingSingles(_Network):
         return await super().claim(request)
 
 
-def test_thousands_of_late_wins_are_remembered_and_never_claimed_one_by_one() -> None:
-    # As above, with 1,500 jobs: each round's late wins are released unrun, and the next round's
-    # claims reach the store before those releases, so the store skips them behind this instance's
-    # own slot. The instance must know every such slot as one it released, and claim again later in
-    # a batch, not take it for the slot of a lost answer, freed by one claim per job.
+def _answered_late(jobs: int, seconds: float) -> tuple[list[tuple[str, int]], _CountingSingles]:
+    """`jobs` jobs every second for `seconds`, every answer coming back 1.4 s after its claim (0.7 s
+    each way): the store grants each slot before the job's next one is due, but the instance hears of
+    it after, so the slot is released unrun. Returns the runs started and the store."""
     clock = VirtualClock(START)
     net = _CountingSingles(MemoryStore(clock), 1.4, 0)
     scheduler = Scheduler(net, clock=clock, lease="5s", heartbeat="1s", jitter=0)
-    runs: list[str] = []
+    runs: list[tuple[str, int]] = []
 
     async def job(ctx: JobContext) -> None:
-        runs.append(ctx.name)
+        runs.append((ctx.name, ctx.slot))
 
-    for i in range(1_500):
+    for i in range(jobs):
         scheduler.every(f"job{i}", "1s", job, catch_up=0)
 
     async def main() -> None:
         async with scheduler:
-            await asyncio.sleep(5.5)
+            await asyncio.sleep(seconds)
 
     clock.run(main())
+    return runs, net
+
+
+def test_wins_answered_after_their_next_slot_are_told_in_one_line_per_batch(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A store answering thousands of late wins at once (an overloaded one) gets one warning per claim
+    # batch, not one per slot, which would add to the load.
+    caplog.set_level(logging.WARNING, logger="anarchon")
+    runs, _ = _answered_late(20, 6.5)
+    assert runs == []
+    late = [r.getMessage() for r in caplog.records if "late, after" in r.getMessage()]
+    assert late, caplog.text
+    assert all(m.startswith("20 slots won 1400 to 1400 ms late") for m in late), late
+
+
+def test_thousands_of_late_wins_are_remembered_and_never_claimed_one_by_one() -> None:
+    # With 1,500 jobs: each round's late wins are released unrun, and the next round's claims reach
+    # the store before those releases, so the store skips them behind this instance's own slot. The
+    # instance must know every such slot as one it released, and claim again later in a batch, not
+    # take it for the slot of a lost answer, freed by one claim per job.
+    runs, net = _answered_late(1_500, 5.5)
     assert runs == []
     assert net.singles == 0
