@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
@@ -419,7 +420,7 @@ async def test_a_version_1_table_is_migrated_to_store_controls(schema: str) -> N
     first = PostgresBackend(URL, schema=schema, table="jobs")
     await first.open()
     try:  # make it a table as the first release left it
-        for table in ("jobs_controls", "jobs_history", "jobs_catalogue"):
+        for table in ("jobs_controls", "jobs_history", "jobs_catalogue", "jobs_history_count"):
             await first.pool.execute(f'DROP TABLE "{schema}"."{table}"')
         await first.pool.execute(f'DELETE FROM "{schema}"."jobs_schema" WHERE version > 1')
     finally:
@@ -440,7 +441,7 @@ async def test_a_version_2_table_keeps_its_records_and_gains_the_history(schema:
         lease = (await first.claim(ClaimRequest("ns", "j", 1_000, "a"))).lease
         assert lease is not None and await first.release(lease, ReleaseOutcome.DONE)
         await first.set_control("ns", "j", paused=True)
-        for table in ("jobs_history", "jobs_catalogue"):
+        for table in ("jobs_history", "jobs_catalogue", "jobs_history_count"):
             await first.pool.execute(f'DROP TABLE "{schema}"."{table}"')
         await first.pool.execute(f'DELETE FROM "{schema}"."jobs_schema" WHERE version > 2')
     finally:
@@ -455,37 +456,142 @@ async def test_a_version_2_table_keeps_its_records_and_gains_the_history(schema:
         await upgraded.record_runs("ns", [run], 10)
         assert await upgraded.history("ns", "j", 10) == [run]
         versions = await upgraded.pool.fetch(f'SELECT version FROM "{schema}"."jobs_schema" ORDER BY 1')
-        assert [v["version"] for v in versions] == [1, 2, 3]
+        assert [v["version"] for v in versions] == [1, 2, 3, 4]
     finally:
         await upgraded.close()
 
 
-async def test_recording_runs_reads_each_jobs_newest_kept_runs_through_the_primary_key(
-        pg: PostgresBackend) -> None:
-    """With 50,000 stored runs, recording a batch probes the primary key of each job it names: no
-    scan of the whole history table, whose cost would grow with every job's kept runs."""
-    h = pg.sql.history_table
+async def test_a_version_3_table_keeps_its_history_and_counts_it(schema: str) -> None:
+    first = PostgresBackend(URL, schema=schema, table="jobs")
+    await first.open()
+    try:  # make it a table as the release with history left it, with 4 runs of one job
+        await first.record_runs("ns", [run_of("j", s) for s in (1, 2, 3, 4)], 10)
+        await first.pool.execute(f'DROP TABLE "{schema}"."jobs_history_count"')
+        await first.pool.execute(f'DELETE FROM "{schema}"."jobs_schema" WHERE version > 3')
+    finally:
+        await first.close()
+    upgraded = PostgresBackend(URL, schema=schema, table="jobs")
+    await upgraded.open()
+    try:
+        assert await _counted(upgraded) == {"j": 4}
+        await upgraded.record_runs("ns", [run_of("j", 5)], 3)
+        assert [r.slot for r in await upgraded.history("ns", "j", 10)] == [5, 4, 3]
+        assert await _counted(upgraded) == {"j": 3}
+    finally:
+        await upgraded.close()
+
+
+def run_of(job: str, slot: int, attempt: int = 1, outcome: str = "done") -> RunRecord:
+    """An ended run of `job` at `slot`."""
+    return RunRecord(job, slot, attempt, 1, "a", outcome, slot, 3)
+
+
+async def _counted(pg: PostgresBackend) -> dict[str, int]:
+    """Each job's count of stored runs, checked against the rows it has."""
+    rows = await pg.pool.fetch(f"SELECT job, runs FROM {pg.sql.history_count_table} WHERE runs <> 0")
+    stored = await pg.pool.fetch(f"SELECT job, count(*) AS runs FROM {pg.sql.history_table} GROUP BY job")
+    counted = {r["job"]: r["runs"] for r in rows}
+    assert counted == {r["job"]: r["runs"] for r in stored}, "the count is the stored rows'"
+    return counted
+
+
+async def test_recording_runs_reads_only_the_runs_that_go(pg: PostgresBackend) -> None:
+    """500 jobs at their bound of 100 runs each, and a batch of one new run per job: the statement
+    reads about one stored key per job (the run it drops), not the 100 it keeps, and never scans
+    the history table. Also under the generic plan that a prepared statement falls back to, which
+    guesses each array at 10 items: no join there may rescan the batch for each of its rows."""
+    h, k = pg.sql.history_table, pg.sql.history_count_table
     await pg.pool.execute(
         f"INSERT INTO {h} (namespace, job, slot, attempt, token, instance, outcome, started_at, "
         "duration_ms, error) SELECT 'ns', 'job-' || j, s * 1000, 1, 1, 'a', 'done', s * 1000, 3, '' "
         "FROM generate_series(1, 500) AS j, generate_series(1, 100) AS s")
-    await pg.pool.execute(f"ANALYZE {h}")
-    runs = [RunRecord(f"job-{j}", 101_000, 1, 7, "b", "done", 101_000, 3) for j in range(1, 168)]
+    await pg.pool.execute(f"INSERT INTO {k} SELECT namespace, job, count(*), 0 FROM {h} GROUP BY 1, 2")
+    await pg.pool.execute(f"ANALYZE {h}; ANALYZE {k}")
+    batch = 500
+    runs = [run_of(f"job-{j}", 101_000) for j in range(1, batch + 1)]
     args = PostgresBackend._record_runs_args("ns", runs, 100)
-    async with pg.pool.acquire() as conn, conn.transaction():
-        plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + pg.sql.record_runs, *args))
-    assert "Seq Scan" not in plan, plan
+    values = ", ".join(  # literals: EXECUTE under EXPLAIN takes no parameters
+        f"'{array_literal(a) if isinstance(a, list) else a}'" for a in args[:-1]) + f", {args[-1]}"
+    for mode in ("force_custom_plan", "force_generic_plan"):
+        async with pg.pool.acquire() as conn:
+            undone = conn.transaction()  # leaves the table as it was for the next mode
+            await undone.start()
+            await conn.execute(f"SET LOCAL plan_cache_mode = {mode}")
+            await conn.execute("PREPARE record_runs AS " + pg.sql.record_runs)
+            plan = await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE record_runs({values})")
+            await undone.rollback()
+            await conn.execute("DEALLOCATE record_runs")
+        nodes = list(_plan_nodes(json.loads(plan)))
+        history = [n for n in nodes if n.get("Relation Name") == "anarchon_jobs_history"]
+        assert not [n for n in history if n["Node Type"] == "Seq Scan"], f"{mode}: the table was scanned"
+        read = sum(n["Actual Rows"] * n["Actual Loops"]
+                   for n in history if n["Node Type"].startswith("Index"))
+        assert read < 10 * batch, f"{mode}: {read} stored keys read for {batch} runs"
+        rescanned = max(n.get("Rows Removed by Join Filter", 0) for n in nodes)
+        assert rescanned < 5 * batch, f"{mode}: a join rescanned the batch ({rescanned} rows)"
     await pg.record_runs("ns", runs, 100)
     kept = await pg.history("ns", "job-1", 200)
     assert [r.slot for r in kept] == [s * 1000 for s in range(101, 1, -1)]  # slot 1,000 made way
-    assert len(await pg.history("ns", "job-168", 200)) == 100  # a job not in the batch is untouched
+    assert (await _counted(pg))["job-1"] == 100
+
+
+def _plan_nodes(plan: Any) -> Iterator[dict[str, Any]]:
+    """Every node of an `EXPLAIN (FORMAT JSON)` plan."""
+    stack = [p["Plan"] for p in plan]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(node.get("Plans", ()))
+
+
+async def test_a_count_that_went_wrong_is_counted_again(pg: PostgresBackend) -> None:
+    """Rows written or deleted by something that does not keep the count (an older release during
+    an upgrade, an operator's DELETE) are counted afresh within a few flushes of the job."""
+    recorded = list(range(1, 6))
+    await pg.record_runs("ns", [run_of("j", s) for s in recorded], 3)
+    assert await _counted(pg) == {"j": 3}
+    for wrong in (0, 50):
+        await pg.pool.execute(f"UPDATE {pg.sql.history_count_table} SET runs = $1", wrong)
+        for flush in range(60):  # a check is due with probability 1/3 at each flush
+            recorded.append(10 * wrong + 100 + flush)
+            await pg.record_runs("ns", [run_of("j", recorded[-1])], 3)
+            stored = await pg.pool.fetchval(f"SELECT count(*) FROM {pg.sql.history_table}")
+            if stored == 3 and await pg.pool.fetchval(
+                    f"SELECT runs FROM {pg.sql.history_count_table}") == 3:
+                break
+        assert await _counted(pg) == {"j": 3}, f"a count set to {wrong} was not corrected"
+        assert [r.slot for r in await pg.history("ns", "j", 10)] == recorded[:-4:-1]
+
+
+async def test_concurrent_recordings_of_the_same_jobs_keep_the_count(schema: str) -> None:
+    """Replicas flushing runs of the same jobs at once wait on each other's rows, never deadlock, and
+    leave each job's count equal to its rows; the newest runs are always kept."""
+    replicas = [PostgresBackend(URL, schema=schema) for _ in range(3)]
+    await asyncio.gather(*(b.open() for b in replicas))
+    try:
+        jobs = [f"job-{j}" for j in range(200)]
+
+        async def replica(i: int, b: PostgresBackend) -> None:
+            order = jobs[::-1] if i % 2 else jobs
+            for flush in range(12):  # each replica ran every third slot of every job
+                slot = (flush * 3 + i) * 1000
+                await b.record_runs("ns", [run_of(job, slot) for job in order], 8)
+
+        await asyncio.gather(*(replica(i, b) for i, b in enumerate(replicas)))
+        await replicas[0].record_runs("ns", [run_of(job, 36_000) for job in jobs], 8)
+        for job in (jobs[0], jobs[-1]):
+            newest = [r.slot for r in await replicas[1].history("ns", job, 8)]
+            assert newest == [s * 1000 for s in range(36, 28, -1)], newest
+        assert await _counted(replicas[2]) == dict.fromkeys(jobs, 8)
+    finally:
+        await asyncio.gather(*(b.close() for b in replicas))
 
 
 async def test_recording_runs_keeps_exactly_the_newest_when_a_late_run_is_older(pg: PostgresBackend) -> None:
     """A run recorded after newer ones ranks by (slot, attempt), not by arrival; a key recorded again
     replaces its run and counts once."""
     def run(slot: int, attempt: int = 1, outcome: str = "done") -> RunRecord:
-        return RunRecord("j", slot, attempt, 1, "a", outcome, slot, 3)
+        return run_of("j", slot, attempt, outcome)
 
     await pg.record_runs("ns", [run(s) for s in (10, 20, 30)], 3)
     await pg.record_runs("ns", [run(5)], 3)  # older than every kept run: not kept

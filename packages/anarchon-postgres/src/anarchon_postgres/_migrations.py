@@ -6,7 +6,7 @@ import asyncpg
 
 from anarchon import SchemaMismatch
 
-from ._sql import Statements, quote_ident
+from ._sql import NOW_MS, Statements, quote_ident
 
 __all__ = ["FILLFACTOR", "SCHEMA_VERSION", "migrate"]
 
@@ -90,7 +90,23 @@ def _v3(s: Statements) -> list[str]:
     ]
 
 
-MIGRATIONS = [_v1, _v2, _v3]
+def _v4(s: Statements) -> list[str]:
+    return [
+        f"""CREATE TABLE {s.history_count_table} (
+            namespace text NOT NULL,
+            job text NOT NULL,
+            runs integer NOT NULL,
+            checked_at bigint,
+            PRIMARY KEY (namespace, job)
+        ) WITH (fillfactor = {FILLFACTOR})""",
+        f"COMMENT ON TABLE {s.history_count_table} IS 'anarchon: how many runs the history holds "
+        "for each job; checked_at: when they were last counted row by row'",
+        f"""INSERT INTO {s.history_count_table} (namespace, job, runs, checked_at)
+            SELECT namespace, job, count(*), {NOW_MS} FROM {s.history_table} GROUP BY namespace, job""",
+    ]
+
+
+MIGRATIONS = [_v1, _v2, _v3, _v4]
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema version this release creates and expects."""
 

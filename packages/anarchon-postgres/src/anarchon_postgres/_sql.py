@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "ANNOUNCE_CHUNK_BYTES",
+    "NOW_MS",
     "Statements",
     "array_literal",
     "numbers_literal",
@@ -156,6 +157,11 @@ class Statements:
     def history_table(self) -> str:
         """The table of each job's newest ended runs (capability `history`)."""
         return f"{quote_ident(self.schema)}.{quote_ident(self.table + '_history')}"
+
+    @property
+    def history_count_table(self) -> str:
+        """The table of how many runs `history_table` holds for each job (capability `history`)."""
+        return f"{quote_ident(self.schema)}.{quote_ident(self.table + '_history_count')}"
 
     @property
     def catalogue_table(self) -> str:
@@ -520,38 +526,71 @@ FROM c"""
         """Upsert ended runs ($2..$10 arrays, each (job, slot, attempt) once) of namespace $1 and keep
         each job's newest $11, in one statement.
 
-        For each job of the batch, its stored keys, read backwards from the primary key, are merged
-        in order with its new runs (those not stored yet) until the $11th, the oldest run kept
-        (`cut`); the job's older rows are deleted by a range probe of the same key, and the new runs
-        not older than the cut are written. The work grows with the batch and the bound, never with
-        the table. (The new runs are grouped by job first: read per job, they were scanned once for
-        every job of the batch. `OFFSET 0` keeps the planner from turning the per-job probe of the
-        delete into a hash join over a scan of the whole table.)"""
-        h = self.history_table
+        Each job's stored runs are counted in `history_count_table`, so the statement knows how many
+        of a job's runs go (`excess`) without reading the ones that stay: the oldest `excess` of its
+        stored keys, read forwards from the primary key and merged with its new runs (those not
+        stored yet), end at the newest run dropped (`cut`); the job's rows up to it are deleted and
+        its runs after it are written. The count changes by the rows inserted (`xmax = 0`: not an
+        update of a run recorded again) less the rows deleted, added to the stored count under its
+        row lock, so concurrent statements never lose each other's changes. A job without a count,
+        and at random one in $11 of the others, is counted afresh from the primary key, and the
+        difference from the count that the same snapshot saw is added too: rows that a writer
+        unaware of the count added or removed are counted again within about $11 of the job's
+        flushes, without losing what a concurrent statement added. Counts are written in job order
+        and deletes go in row order, so two statements over the same jobs lock in one order and
+        cannot deadlock.
+
+        The plan must not depend on the batch's size, which a prepared statement's generic plan
+        guesses at 10 rows per array: a join of two of its sets would then be a nested loop, one
+        batch scanned for each row of the other. So each job's runs travel as arrays in one row
+        per job, and every other step is a per-job probe of a primary key (scalar subqueries and
+        `LATERAL`; `OFFSET 0` keeps the delete's range probe a probe)."""
+        h, k = self.history_table, self.history_count_table
         return f"""
 WITH r AS (
     SELECT * FROM unnest($2::text[], $3::text[]::bigint[], $4::text[]::int[], $5::text[]::bigint[],
                          $6::text[], $7::text[], $8::text[]::bigint[], $9::text[]::bigint[], $10::text[])
         AS r(job, slot, attempt, token, instance, outcome, started_at, duration_ms, error)
 ),
-j AS (
-    SELECT job, array_agg(slot) AS slots, array_agg(attempt) AS attempts FROM r GROUP BY job
+j AS MATERIALIZED (
+    SELECT a.*, c.checked, coalesce(n.runs, k.runs) AS runs, coalesce(n.runs - coalesce(k.runs, 0), 0) AS fix
+    FROM (
+        SELECT f.job, count(*) FILTER (WHERE f.fresh)::int AS n,
+               array_agg(f.slot) FILTER (WHERE f.fresh) AS fresh_slots,
+               array_agg(f.attempt) FILTER (WHERE f.fresh) AS fresh_attempts,
+               array_agg(f.slot) AS slots, array_agg(f.attempt) AS attempts, array_agg(f.token) AS tokens,
+               array_agg(f.instance) AS instances, array_agg(f.outcome) AS outcomes,
+               array_agg(f.started_at) AS starts, array_agg(f.duration_ms) AS durations,
+               array_agg(f.error) AS errors
+        FROM (
+            SELECT r.*, (SELECT true FROM {h} AS x WHERE x.namespace = $1 AND x.job = r.job
+                         AND x.slot = r.slot AND x.attempt = r.attempt) IS NULL AS fresh
+            FROM r OFFSET 0
+        ) AS f
+        GROUP BY f.job
+    ) AS a
+    LEFT JOIN {k} AS k ON k.namespace = $1 AND k.job = a.job
+    CROSS JOIN LATERAL (
+        SELECT k.runs IS NULL OR k.checked_at IS NULL OR random() * $11::int < 1 AS checked
+    ) AS c
+    LEFT JOIN LATERAL (
+        SELECT count(*)::int AS runs FROM {h} AS x WHERE c.checked AND x.namespace = $1 AND x.job = a.job
+    ) AS n ON c.checked
 ),
 cut AS MATERIALIZED (
-    SELECT j.job, o.slot, o.attempt
+    SELECT j.*, o.slot AS cut_slot, o.attempt AS cut_attempt
     FROM j
-    CROSS JOIN LATERAL (
+    LEFT JOIN LATERAL (
         SELECT u.slot, u.attempt FROM (
             (SELECT h.slot, h.attempt FROM {h} AS h WHERE h.namespace = $1 AND h.job = j.job
-             ORDER BY h.slot DESC, h.attempt DESC)
+             ORDER BY h.slot, h.attempt LIMIT greatest(j.runs + j.n - $11::int, 0))
             UNION ALL
-            (SELECT n.slot, n.attempt FROM unnest(j.slots, j.attempts) AS n(slot, attempt)
-             WHERE NOT EXISTS (SELECT FROM {h} AS x WHERE x.namespace = $1 AND x.job = j.job
-                               AND x.slot = n.slot AND x.attempt = n.attempt)
-             ORDER BY n.slot DESC, n.attempt DESC)
+            (SELECT n.slot, n.attempt FROM unnest(j.fresh_slots, j.fresh_attempts) AS n(slot, attempt)
+             ORDER BY n.slot, n.attempt)
         ) AS u
-        ORDER BY u.slot DESC, u.attempt DESC OFFSET $11 - 1 LIMIT 1
-    ) AS o
+        WHERE j.runs + j.n > $11::int
+        ORDER BY u.slot, u.attempt OFFSET greatest(j.runs + j.n - $11::int - 1, 0) LIMIT 1
+    ) AS o ON true
 ),
 gone AS (
     DELETE FROM {h} AS h
@@ -559,18 +598,44 @@ gone AS (
         SELECT o.ctid FROM cut AS c
         CROSS JOIN LATERAL (
             SELECT x.ctid FROM {h} AS x WHERE x.namespace = $1 AND x.job = c.job
-              AND (x.slot, x.attempt) < (c.slot, c.attempt)
+              AND (x.slot, x.attempt) <= (c.cut_slot, c.cut_attempt)
             OFFSET 0
         ) AS o
+        WHERE c.cut_slot IS NOT NULL
     ))
+    RETURNING h.job
+),
+put AS (
+    INSERT INTO {h} AS h (namespace, job, slot, attempt, token, instance, outcome, started_at,
+                          duration_ms, error)
+    SELECT $1, c.job, u.slot, u.attempt, u.token, u.instance, u.outcome, u.started_at, u.duration_ms,
+           u.error
+    FROM cut AS c
+    CROSS JOIN LATERAL unnest(c.slots, c.attempts, c.tokens, c.instances, c.outcomes, c.starts,
+                              c.durations, c.errors)
+        AS u(slot, attempt, token, instance, outcome, started_at, duration_ms, error)
+    WHERE c.cut_slot IS NULL OR (u.slot, u.attempt) > (c.cut_slot, c.cut_attempt)
+    ON CONFLICT (namespace, job, slot, attempt) DO UPDATE SET
+        token = excluded.token, instance = excluded.instance, outcome = excluded.outcome,
+        started_at = excluded.started_at, duration_ms = excluded.duration_ms, error = excluded.error
+    RETURNING h.job, h.xmax = 0 AS inserted
+),
+d AS (
+    SELECT e.job, sum(e.n)::int AS n, bool_or(e.checked) AS checked FROM (
+        SELECT j.job, j.fix AS n, j.checked FROM j
+        UNION ALL
+        SELECT p.job, 1, false FROM put AS p WHERE p.inserted
+        UNION ALL
+        SELECT g.job, -1, false FROM gone AS g
+    ) AS e GROUP BY e.job
 )
-INSERT INTO {h} AS h (namespace, job, slot, attempt, token, instance, outcome, started_at, duration_ms, error)
-SELECT $1, r.job, r.slot, r.attempt, r.token, r.instance, r.outcome, r.started_at, r.duration_ms, r.error
-FROM r LEFT JOIN cut AS c ON c.job = r.job
-WHERE c.job IS NULL OR (r.slot, r.attempt) >= (c.slot, c.attempt)
-ON CONFLICT (namespace, job, slot, attempt) DO UPDATE SET
-    token = excluded.token, instance = excluded.instance, outcome = excluded.outcome,
-    started_at = excluded.started_at, duration_ms = excluded.duration_ms, error = excluded.error"""
+INSERT INTO {k} AS k (namespace, job, runs, checked_at)
+SELECT $1, d.job, d.n, CASE WHEN d.checked THEN {NOW_MS} END
+FROM d
+WHERE d.checked OR d.n <> 0
+ORDER BY d.job COLLATE "C"
+ON CONFLICT (namespace, job) DO UPDATE SET
+    runs = k.runs + excluded.runs, checked_at = coalesce(excluded.checked_at, k.checked_at)"""
 
     @property
     def history(self) -> str:
