@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
+import ssl
 import time
 
 import pytest
+from asyncpg import connect_utils
 
 from anarchon import BackendUnavailable, ClaimOutcome, ClaimRequest
 from anarchon.testing.faultproxy import FaultProxy
@@ -71,3 +74,24 @@ def test_asyncpg_pool_reconnection_warnings_go_to_the_debug_log(caplog: pytest.L
     caplog.set_level(logging.DEBUG, logger="anarchon.postgres")
     pool_log.warning("Failed to restore the pool connection floor; retrying")
     assert "pool connection floor" in caplog.text
+
+
+async def test_asyncpgs_abandoned_tls_probe_goes_to_the_debug_log(caplog: pytest.LogCaptureFixture) -> None:
+    """A connection attempt cancelled while asyncpg asks the server about TLS leaves asyncpg's
+    probe future failed with no one waiting; asyncio's report of it is not the user's business."""
+    caplog.set_level(logging.INFO)
+    loop = asyncio.get_running_loop()
+
+    def abandon(exc: ConnectionError | None) -> None:
+        probe = connect_utils.TLSUpgradeProto(loop, "127.0.0.1", 5432, ssl.create_default_context(), True)
+        if exc is None:
+            probe.connection_lost(None)  # the socket of the cancelled attempt closes
+        else:
+            probe.on_data.set_exception(exc)
+
+    abandon(None)
+    gc.collect()
+    assert "unexpected connection_lost" not in caplog.text
+    abandon(ConnectionError("refused by a test"))  # any other unretrieved failure is still reported
+    gc.collect()
+    assert "Future exception was never retrieved" in caplog.text and "refused by a test" in caplog.text

@@ -79,6 +79,26 @@ class _QuietFloor(logging.Filter):
 logging.getLogger("asyncpg.pool").addFilter(_QuietFloor())
 
 
+class _QuietTlsProbe(logging.Filter):
+    """asyncpg asks a server whether it speaks TLS on each new connection, and its cancel request's
+    (`sslmode=prefer`, the default). When that connection attempt is cancelled (a store call that
+    reached its deadline, a connection terminated while it cancels its query) and the socket then
+    closes, asyncpg sets an exception on a future nobody waits for any more, which asyncio reports
+    as "Future exception was never retrieved" with a traceback (MagicStack/asyncpg#1211, #1312).
+    The call it belonged to has already failed and been reported, so this report goes only to a
+    debug log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if (type(exc) is ConnectionError and str(exc) == "unexpected connection_lost() call"
+                and record.getMessage().startswith("Future exception was never retrieved")):
+            return log.isEnabledFor(logging.DEBUG)
+        return True
+
+
+logging.getLogger("asyncio").addFilter(_QuietTlsProbe())
+
+
 class _Connection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg has no type hints
     """A connection of a pool the backend creates: it knows whether only the backend's own
     statements ran on it since it left the pool."""
