@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import math
 import os
 import re
 import signal
@@ -257,8 +258,12 @@ def check_blocked_loops(url: str, workdir: Path | str, *, lease_s: float = 1.0, 
 
     Every replica's keeper renews beside its loop, on a connection its driver's `sibling()` made.
     """
+    # The blocking job's next slot must begin well after the hung run's lease can have expired
+    # (block_limit + lease after its start, at most): a newer slot that begins first supersedes the
+    # takeover, since only the latest slot runs.
+    every = f"{2 * math.ceil(block_limit_s + lease_s)}s"
     with Cluster(url, workdir, replicas=3, lease=f"{lease_s}s", heartbeat=f"{heartbeat_s}s",
-                 tick_every="1s", long_every="1h", block_every="5s", block_for=[3 * lease_s, 3600.0],
+                 tick_every="1s", long_every="1h", block_every=every, block_for=[3 * lease_s, 3600.0],
                  block_limit=f"{block_limit_s}s") as c:
         keepers = {e.pid: e.keeper for e in c.events() if e.event == "ready"}
         assert set(keepers.values()) == {
