@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -415,40 +416,45 @@ async def test_jobs_sorted_like_memory(pg: PostgresBackend) -> None:
 
 # -- migrations --------------------------------------------------------------------------------
 
+_ADDED_BY = {2: ("jobs_controls",), 3: ("jobs_history", "jobs_catalogue"), 4: ("jobs_history_count",)}
+"""The tables each schema version adds to table `jobs`."""
+
+
+async def _leave_at(backend: PostgresBackend, schema: str, version: int) -> None:
+    """Make table `jobs` as the release with schema `version` left it: later versions' tables go."""
+    for later, tables in _ADDED_BY.items():
+        if later > version:
+            for table in tables:
+                await backend.pool.execute(f'DROP TABLE "{schema}"."{table}"')
+    await backend.pool.execute(f'DELETE FROM "{schema}"."jobs_schema" WHERE version > $1', version)
+
+
+@contextlib.asynccontextmanager
+async def _jobs_table(schema: str) -> AsyncIterator[PostgresBackend]:
+    """A backend on table `jobs` of `schema`, open while in use."""
+    backend = PostgresBackend(URL, schema=schema, table="jobs")
+    await backend.open()
+    try:
+        yield backend
+    finally:
+        await backend.close()
+
 
 async def test_a_version_1_table_is_migrated_to_store_controls(schema: str) -> None:
-    first = PostgresBackend(URL, schema=schema, table="jobs")
-    await first.open()
-    try:  # make it a table as the first release left it
-        for table in ("jobs_controls", "jobs_history", "jobs_catalogue", "jobs_history_count"):
-            await first.pool.execute(f'DROP TABLE "{schema}"."{table}"')
-        await first.pool.execute(f'DELETE FROM "{schema}"."jobs_schema" WHERE version > 1')
-    finally:
-        await first.close()
-    upgraded = PostgresBackend(URL, schema=schema, table="jobs")
-    await upgraded.open()
-    try:
+    async with _jobs_table(schema) as first:
+        await _leave_at(first, schema, 1)
+    async with _jobs_table(schema) as upgraded:
         assert (await upgraded.set_control("ns", "j", paused=True)).paused
         assert await upgraded.controls("ns") == {"j": JobControl(paused=True)}
-    finally:
-        await upgraded.close()
 
 
 async def test_a_version_2_table_keeps_its_records_and_gains_the_history(schema: str) -> None:
-    first = PostgresBackend(URL, schema=schema, table="jobs")
-    await first.open()
-    try:  # make it a table as the release with controls left it, with a record and a control
+    async with _jobs_table(schema) as first:  # with a record and a control
         lease = (await first.claim(ClaimRequest("ns", "j", 1_000, "a"))).lease
         assert lease is not None and await first.release(lease, ReleaseOutcome.DONE)
         await first.set_control("ns", "j", paused=True)
-        for table in ("jobs_history", "jobs_catalogue", "jobs_history_count"):
-            await first.pool.execute(f'DROP TABLE "{schema}"."{table}"')
-        await first.pool.execute(f'DELETE FROM "{schema}"."jobs_schema" WHERE version > 2')
-    finally:
-        await first.close()
-    upgraded = PostgresBackend(URL, schema=schema, table="jobs")
-    await upgraded.open()
-    try:
+        await _leave_at(first, schema, 2)
+    async with _jobs_table(schema) as upgraded:
         state = await upgraded.inspect("ns", "j")
         assert state is not None and (state.slot, state.status) == (1_000, JobStatus.DONE)
         assert await upgraded.controls("ns") == {"j": JobControl(paused=True)}
@@ -457,28 +463,17 @@ async def test_a_version_2_table_keeps_its_records_and_gains_the_history(schema:
         assert await upgraded.history("ns", "j", 10) == [run]
         versions = await upgraded.pool.fetch(f'SELECT version FROM "{schema}"."jobs_schema" ORDER BY 1')
         assert [v["version"] for v in versions] == [1, 2, 3, 4]
-    finally:
-        await upgraded.close()
 
 
 async def test_a_version_3_table_keeps_its_history_and_counts_it(schema: str) -> None:
-    first = PostgresBackend(URL, schema=schema, table="jobs")
-    await first.open()
-    try:  # make it a table as the release with history left it, with 4 runs of one job
+    async with _jobs_table(schema) as first:  # with 4 runs of one job
         await first.record_runs("ns", [run_of("j", s) for s in (1, 2, 3, 4)], 10)
-        await first.pool.execute(f'DROP TABLE "{schema}"."jobs_history_count"')
-        await first.pool.execute(f'DELETE FROM "{schema}"."jobs_schema" WHERE version > 3')
-    finally:
-        await first.close()
-    upgraded = PostgresBackend(URL, schema=schema, table="jobs")
-    await upgraded.open()
-    try:
+        await _leave_at(first, schema, 3)
+    async with _jobs_table(schema) as upgraded:
         assert await _counted(upgraded) == {"j": 4}
         await upgraded.record_runs("ns", [run_of("j", 5)], 3)
         assert [r.slot for r in await upgraded.history("ns", "j", 10)] == [5, 4, 3]
         assert await _counted(upgraded) == {"j": 3}
-    finally:
-        await upgraded.close()
 
 
 def run_of(job: str, slot: int, attempt: int = 1, outcome: str = "done") -> RunRecord:
