@@ -38,7 +38,7 @@ from anarchon import (
 from anarchon._context import TRIGGER_SUFFIX
 from anarchon_postgres import PostgresBackend
 from anarchon_postgres._migrations import FILLFACTOR
-from anarchon_postgres._sql import array_literal, numbers_literal
+from anarchon_postgres._sql import CLAIM_COLUMNS, array_literal, numbers_literal
 
 URL = os.environ.get("ANARCHON_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 pytestmark = pytest.mark.services
@@ -338,6 +338,13 @@ async def test_a_large_batch_on_a_pool_passed_in_leaves_its_settings_to_the_pool
         await pool.close()
 
 
+async def test_the_claim_statement_answers_the_columns_claim_results_are_read_by(pg: PostgresBackend) -> None:
+    # `_result` unpacks each row by position.
+    async with pg.pool.acquire() as conn:
+        statement = await conn.prepare(pg.sql.claim)
+        assert tuple(a.name for a in statement.get_attributes()) == CLAIM_COLUMNS
+
+
 async def test_array_literals_carry_any_text_and_number(pg: PostgresBackend) -> None:
     names = ["", "NULL", "a,b", "{x}", 'say "hi"', "back\\slash\\", " pad ", "ünï\tcode", "x'; --"]
     numbers = [0, -1, 2**63 - 1, None]
@@ -345,6 +352,12 @@ async def test_array_literals_carry_any_text_and_number(pg: PostgresBackend) -> 
                                  array_literal(names), numbers_literal(numbers))
     assert got is not None and (got["t"], got["n"]) == (names, numbers)
     assert await pg.pool.fetchval("SELECT $1::text::text[]", array_literal([])) == []
+    # Columns as `claim_many` passes them: tuples, enum members, numbers without NULL, an iterator.
+    assert await pg.pool.fetchval("SELECT $1::text::text[]", array_literal(tuple(Overlap))) == [
+        o.value for o in Overlap]
+    assert await pg.pool.fetchval("SELECT $1::text::bigint[]", numbers_literal((0, -1, 2**63 - 1))) == [
+        0, -1, 2**63 - 1]
+    assert await pg.pool.fetchval("SELECT $1::text::bigint[]", numbers_literal(iter([7, None]))) == [7, None]
     with pytest.raises(asyncpg.PostgresError):  # never two elements
         await pg.pool.fetchval("SELECT $1::text::text[]", array_literal(["a\0b"]))
 

@@ -54,6 +54,10 @@ def array_literal(values: Sequence[str]) -> str:
 
 def numbers_literal(values: Iterable[int | None]) -> str:
     """Integers (None: NULL) as one PostgreSQL array literal, for a `$n::text::bigint[]`."""
+    if not isinstance(values, (list, tuple)):
+        values = list(values)
+    if None not in values:  # the usual case: every element converted in C
+        return "{" + ",".join(map(str, values)) + "}"
     return "{" + ",".join(["NULL" if v is None else str(v) for v in values]) + "}"
 
 
@@ -65,6 +69,11 @@ def quote_ident(value: str) -> str:
 ANNOUNCE_CHUNK_BYTES = 4000
 """The bytes of `[job, slot]` items a notification of won claims holds before its last item (see
 `Statements.claim`): with that item, the owner and the namespace, well under NOTIFY's 8000 bytes."""
+CLAIM_COLUMNS = ("outcome", "c_slot", "c_owner", "c_attempt", "c_token", "c_status", "c_expires_at",
+                 "c_fingerprint", "c_other", "now", "won", "w_attempt", "w_token", "w_expires_at",
+                 "prev_slot", "prev_status", "prev_fingerprint")
+"""The columns of `Statements.claim`'s answer, in order: `PostgresBackend._result` unpacks a row by
+position (a test holds the statement to it)."""
 NOW_MS = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 # How a batch statement locks the rows (alias `c`) of its jobs: in code-point (namespace, job) order,
 # whatever the database's collation, the order `claim_many` sends its batches in. Every batch that
