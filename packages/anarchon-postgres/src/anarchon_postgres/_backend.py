@@ -59,6 +59,8 @@ _OUTCOMES = {o.value: o for o in ClaimOutcome}
 """An outcome's string to the member, without an Enum call per claim."""
 _STATUSES = {s.value: s for s in JobStatus}
 """A status's string to the member, likewise."""
+_RELEASE_STATUS = {o: o.status.value for o in ReleaseOutcome}
+"""The status a release with each outcome writes, without a property call per release."""
 # Members bound once: on Python 3.11 an Enum class's attribute lookup goes through
 # EnumType.__getattr__, and these are read per claim.
 _WON, _TAKEN, _SKIPPED, _EARLY, _EXHAUSTED = (ClaimOutcome.WON, ClaimOutcome.TAKEN, ClaimOutcome.SKIPPED,
@@ -465,22 +467,27 @@ class PostgresBackend(LeaseBackendBase):
         """End a batch of runs and NOTIFY the handovers in one statement (see
         `anarchon.LeaseBackend.release`); a job that appears twice goes in a second one."""
         results = [False] * len(releases)
+        keys = [(lease.namespace, lease.job) for lease, _ in releases]
         pending = list(range(len(releases)))
         while pending:
-            batch: list[int] = []
             later: list[int] = []
-            seen: set[tuple[str, str]] = set()
-            for i in pending:
-                key = (releases[i][0].namespace, releases[i][0].job)
-                (later if key in seen else batch).append(i)
-                seen.add(key)
-            leases = [releases[i][0] for i in batch]
+            if len(set(map(keys.__getitem__, pending))) == len(pending):
+                batch = pending  # every job once: the usual batch
+            else:
+                batch = []
+                seen: set[tuple[str, str]] = set()
+                for i in pending:
+                    key = keys[i]
+                    (later if key in seen else batch).append(i)
+                    seen.add(key)
+            # One pass over the releases, its columns transposed in C.
+            namespaces, jobs, slots, tokens, owners, statuses = zip(*[
+                (x.namespace, x.job, x.slot, x.token, x.owner, _RELEASE_STATUS[outcome])
+                for x, outcome in map(releases.__getitem__, batch)], strict=True)
             rows = await self._fetch(
                 "release", self.sql.release_many,
-                texts([x.namespace for x in leases]), texts([x.job for x in leases]),
-                numbers([x.slot for x in leases]), numbers([x.token for x in leases]),
-                texts([x.owner for x in leases]), texts([releases[i][1].status.value for i in batch]),
-                self.sql.channel, rows=len(leases),
+                texts(namespaces), texts(jobs), numbers(slots), numbers(tokens), texts(owners),
+                texts(statuses), self.sql.channel, rows=len(batch),
             )
             for row in rows:
                 results[batch[row["ord"] - 1]] = True
