@@ -66,6 +66,21 @@ _RELEASE_STATUS = {o: o.status.value for o in ReleaseOutcome}
 _WON, _TAKEN, _SKIPPED, _EARLY, _EXHAUSTED = (ClaimOutcome.WON, ClaimOutcome.TAKEN, ClaimOutcome.SKIPPED,
                                               ClaimOutcome.EARLY, ClaimOutcome.EXHAUSTED)
 
+def _first_of_each_job(keys: Sequence[tuple[str, str]], pending: list[int]) -> tuple[list[int], list[int]]:
+    """Split the items `pending` (indices into `keys`, each a (namespace, job)) into those that go in
+    this statement, the first of each job, and those left for a later one."""
+    if len(set(map(keys.__getitem__, pending))) == len(pending):
+        return pending, []  # every job once: the usual batch
+    batch: list[int] = []
+    later: list[int] = []
+    seen: set[tuple[str, str]] = set()
+    for i in pending:
+        key = keys[i]
+        (later if key in seen else batch).append(i)
+        seen.add(key)
+    return batch, later
+
+
 OP_TIMEOUT_S = 10.0
 """How long one store call (a claim batch, a renewal, a release batch, a connection) may take."""
 _BATCH_SETTINGS = (f"SET jit = off; SET enable_nestloop = off; "
@@ -350,16 +365,7 @@ class PostgresBackend(LeaseBackendBase):
         pending = list(range(len(requests)))
         rechecks = 0
         while pending:
-            later: list[int] = []
-            if len(set(map(by_key, pending))) == len(pending):
-                batch = pending  # every job once: the usual batch
-            else:
-                batch = []
-                seen: set[tuple[str, str]] = set()
-                for i in pending:
-                    key = keys[i]
-                    (later if key in seen else batch).append(i)
-                    seen.add(key)
+            batch, later = _first_of_each_job(keys, pending)
             batch.sort(key=by_key)  # one lock order
             answers = await self._claim_batch(list(map(requests.__getitem__, batch)))
             retry = []
@@ -470,16 +476,7 @@ class PostgresBackend(LeaseBackendBase):
         keys = [(lease.namespace, lease.job) for lease, _ in releases]
         pending = list(range(len(releases)))
         while pending:
-            later: list[int] = []
-            if len(set(map(keys.__getitem__, pending))) == len(pending):
-                batch = pending  # every job once: the usual batch
-            else:
-                batch = []
-                seen: set[tuple[str, str]] = set()
-                for i in pending:
-                    key = keys[i]
-                    (later if key in seen else batch).append(i)
-                    seen.add(key)
+            batch, later = _first_of_each_job(keys, pending)
             # One pass over the releases, its columns transposed in C.
             namespaces, jobs, slots, tokens, owners, statuses = zip(*[
                 (x.namespace, x.job, x.slot, x.token, x.owner, _RELEASE_STATUS[outcome])
