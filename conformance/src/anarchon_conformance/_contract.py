@@ -46,6 +46,8 @@ ODD_NAMES = [
     "spaces and\ttabs; DROP TABLE jobs; --",
     "a:b/c*d?e%f{g}",
 ]
+ODD_ERROR = 'ValueError: "a,b" {c} \\path\\to\n  File "x.py", line 1, in <módulo> NULL'
+"""A handler's error as a traceback holds it: quotes, commas, braces, backslashes and a newline."""
 MINUTE = 60_000
 
 
@@ -1108,7 +1110,7 @@ class TestHistoryContract:
     async def test_runs_read_back_newest_first(self, anarchon_kit: Kit) -> None:
         backend, ns = anarchon_kit.backend, anarchon_kit.namespace
         name = ODD_NAMES[1]
-        runs = [run(name, 3_000), run(name, 1_000, outcome="failed", error="ValueError: no"),
+        runs = [run(name, 3_000), run(name, 1_000, outcome="failed", error=ODD_ERROR),
                 run(name, 2_000), run(name, 2_000, 2, instance="b", outcome="handover")]
         await backend.record_runs(ns, runs, 10)
         other = await anarchon_kit.client()

@@ -518,8 +518,7 @@ async def test_recording_runs_reads_only_the_runs_that_go(pg: PostgresBackend) -
     batch = 500
     runs = [run_of(f"job-{j}", 101_000) for j in range(1, batch + 1)]
     args = PostgresBackend._record_runs_args("ns", runs, 100)
-    values = ", ".join(  # literals: EXECUTE under EXPLAIN takes no parameters
-        f"'{array_literal(a) if isinstance(a, list) else a}'" for a in args[:-1]) + f", {args[-1]}"
+    values = ", ".join(f"'{a}'" for a in args[:-1]) + f", {args[-1]}"  # EXECUTE takes no parameters
     for mode in ("force_custom_plan", "force_generic_plan"):
         async with pg.pool.acquire() as conn:
             undone = conn.transaction()  # leaves the table as it was for the next mode

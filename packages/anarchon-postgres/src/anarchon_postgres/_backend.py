@@ -584,12 +584,13 @@ class PostgresBackend(LeaseBackendBase):
         unique = list({(r.job, r.slot, r.attempt): r for r in runs}.values())
         if not unique:
             return ()
+        # One pass over the runs, its columns transposed in C; each column goes as one literal.
+        jobs, slots, attempts, tokens, instances, outcomes, starts, durations, errors = zip(*[
+            (r.job, r.slot, r.attempt, r.token, r.instance, r.outcome, r.started_at, r.duration_ms,
+             r.error[:ERROR_LIMIT]) for r in unique], strict=True)
         return (
-            namespace,
-            [r.job for r in unique], [str(r.slot) for r in unique], [str(r.attempt) for r in unique],
-            [str(r.token) for r in unique], [r.instance for r in unique], [r.outcome for r in unique],
-            [str(r.started_at) for r in unique], [str(r.duration_ms) for r in unique],
-            [r.error[:ERROR_LIMIT] for r in unique], keep,
+            namespace, texts(jobs), numbers(slots), numbers(attempts), numbers(tokens), texts(instances),
+            texts(outcomes), numbers(starts), numbers(durations), texts(errors), keep,
         )
 
     async def history(self, namespace: str, job: str, limit: int) -> list[RunRecord]:

@@ -532,8 +532,8 @@ FROM c"""
 
     @property
     def record_runs(self) -> str:
-        """Upsert ended runs ($2..$10 arrays, each (job, slot, attempt) once) of namespace $1 and keep
-        each job's newest $11, in one statement.
+        """Upsert ended runs ($2..$10 array literals, see `array_literal`; each (job, slot, attempt)
+        once) of namespace $1 and keep each job's newest $11, in one statement.
 
         Each job's stored runs are counted in `history_count_table`, so the statement knows how many
         of a job's runs go (`excess`) without reading the ones that stay: the oldest `excess` of its
@@ -557,8 +557,9 @@ FROM c"""
         h, k = self.history_table, self.history_count_table
         return f"""
 WITH r AS (
-    SELECT * FROM unnest($2::text[], $3::text[]::bigint[], $4::text[]::int[], $5::text[]::bigint[],
-                         $6::text[], $7::text[], $8::text[]::bigint[], $9::text[]::bigint[], $10::text[])
+    SELECT * FROM unnest($2::text::text[], $3::text::bigint[], $4::text::int[], $5::text::bigint[],
+                         $6::text::text[], $7::text::text[], $8::text::bigint[], $9::text::bigint[],
+                         $10::text::text[])
         AS r(job, slot, attempt, token, instance, outcome, started_at, duration_ms, error)
 ),
 j AS MATERIALIZED (
