@@ -454,17 +454,17 @@ class PostgresBackend(LeaseBackendBase):
         """Renew a batch of leases in one statement (see `anarchon.LeaseBackend.renew`)."""
         if not renewals:
             return []
-        leases = [lease for lease, _ in renewals]
+        # One pass over the renewals, its columns transposed in C.
+        namespaces, jobs, slots, tokens, owners, lease_ms = zip(*[
+            (x.namespace, x.job, x.slot, x.token, x.owner, ms) for x, ms in renewals], strict=True)
         rows = await self._fetch(
             "renew", self.sql.renew_many,
-            texts([x.namespace for x in leases]), texts([x.job for x in leases]),
-            numbers([x.slot for x in leases]), numbers([x.token for x in leases]),
-            texts([x.owner for x in leases]), numbers([ms for _, ms in renewals]),
-            rows=len(leases),
+            texts(namespaces), texts(jobs), numbers(slots), numbers(tokens), texts(owners),
+            numbers(lease_ms), rows=len(renewals),
         )
         results: list[Lease | None] = [None] * len(renewals)
         for row in rows:
-            x = leases[row["ord"] - 1]
+            x = renewals[row["ord"] - 1][0]
             results[row["ord"] - 1] = Lease(x.namespace, x.job, x.slot, x.attempt, x.token, x.owner,
                                             row["expires_at"])
         return results
