@@ -5,7 +5,8 @@
 Each round, three PostgresBackend clients (as three replicas would) claim slot k of every job at
 the same moment with `claim_many` (in batches of `--batch` requests, 0: all at once), then the
 winners release their runs. Prints per round the wall time until every claim is answered, the
-client's CPU time (the three clients share one process), the statements sent and the winners
+client's CPU time (the three clients share one process), the CPU time of the server's backend
+processes (read from /proc, so only for a server on this machine), the statements sent and the winners
 (exactly one per job, or the run is wrong). Runs in a database of its own (`bench_pg_claims`) on
 the server of `--url` (default the local one on 5432), created afresh.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import subprocess
 import time
 from typing import Any
@@ -33,6 +35,29 @@ class Counting(PostgresBackend):
     async def _fetch(self, what: str, query: str, *args: Any, rows: int = 1) -> list[Any]:
         Counting.statements += 1
         return await super()._fetch(what, query, *args, rows=rows)
+
+
+def server_cpu(pids: list[int]) -> float | None:
+    """The CPU seconds the server processes `pids` have used, or None when /proc cannot tell."""
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+async def backend_pids(backend: PostgresBackend) -> list[int]:
+    """The server processes of every connection to the benchmark's database."""
+    rows = await backend.pool.fetch("SELECT pid FROM pg_stat_activity WHERE datname = $1", DB)
+    return [r["pid"] for r in rows]
+
+
+def ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1000:.0f} ms"
 
 
 async def replica(backend: PostgresBackend, owner: str, jobs: int, slot: int, batch: int) -> list[Any]:
@@ -67,10 +92,15 @@ async def rounds(args: argparse.Namespace) -> None:
         for k in range(args.rounds):
             Counting.statements = 0
             slot = slot0 + k * 1000
+            # The connections open before the round: a connection opened during it is not counted,
+            # so read the rounds after the first.
+            pids = await backend_pids(backends[0])
+            s0 = server_cpu(pids)
             t0, c0 = time.perf_counter(), time.process_time()
             results = await asyncio.gather(*[replica(b, f"r{n}", args.jobs, slot, args.batch)
                                              for n, b in enumerate(backends)])
             took, cpu = time.perf_counter() - t0, time.process_time() - c0
+            s1 = server_cpu(pids)
             statements = Counting.statements
             won = [r for rs in results for r in rs if r.won]
             assert len(won) == args.jobs, f"{len(won)} winners for {args.jobs} jobs"
@@ -80,9 +110,13 @@ async def rounds(args: argparse.Namespace) -> None:
                 leases = [(r.lease, ReleaseOutcome.DONE) for r in rs if r.lease is not None]
                 if leases:
                     await backends[n].release_many(leases)
-            print(f"round {k}: claims answered in {took * 1000:7.0f} ms ({cpu * 1000:4.0f} ms of client CPU) "
-                  f"with {statements} statements; "
-                  f"releases {1000 * (time.perf_counter() - t1):6.0f} ms", flush=True)
+            s2 = server_cpu(pids)
+            claims_cpu = None if s0 is None or s1 is None else s1 - s0
+            releases_cpu = None if s1 is None or s2 is None else s2 - s1
+            print(f"round {k}: claims answered in {took * 1000:7.0f} ms ({cpu * 1000:4.0f} ms of client CPU, "
+                  f"{ms(claims_cpu)} of server CPU) with {statements} statements; "
+                  f"releases {1000 * (time.perf_counter() - t1):6.0f} ms ({ms(releases_cpu)} of server CPU)",
+                  flush=True)
     finally:
         for b in backends:
             await b.close()
