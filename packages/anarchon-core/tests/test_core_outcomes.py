@@ -9,7 +9,7 @@ import pytest
 
 from anarchon import BackendError, Job
 from anarchon._options import resolve
-from anarchon._outcomes import Action, Facts, Step, react
+from anarchon._outcomes import Action, Facts, Step, react, react_taken
 from anarchon._schedules import Every
 from anarchon.backends import ClaimOutcome, ClaimResult, JobStatus, Lease
 
@@ -92,6 +92,24 @@ def test_taken_again_by_a_backups_watch_logs_at_debug() -> None:
     action = react(job(), result(ClaimOutcome.TAKEN), watching=True, stopping=False, facts=PUSHED)
     assert action.level == logging.DEBUG
     assert line(action) == "report slot=2025-12-31T23:59:59.990Z taken by another instance"
+
+
+@pytest.mark.parametrize("facts", [PUSHED, POLLED, CLAIM_ONLY])
+@pytest.mark.parametrize("overlap", ["skip", "allow"])
+@pytest.mark.parametrize("watching", [False, True])
+@pytest.mark.parametrize(("holder", "expires_at"), [("other", NOW + 4_000), (None, None)])
+def test_react_taken_is_react_of_a_taken_result(facts: Facts, overlap: str, watching: bool,
+                                                holder: str | None, expires_at: int | None) -> None:
+    """A win pushed by another instance is settled through `react_taken`, without a `ClaimResult`:
+    the same action and log line as a claim answered taken."""
+    taken = result(ClaimOutcome.TAKEN, holder=holder, expires_at=expires_at)
+    expected = react(job(overlap), taken, watching=watching, stopping=False, facts=facts)
+    action = react_taken(job(overlap), SLOT, holder, watching=watching, facts=facts, expires_at=expires_at,
+                         now=NOW)
+    assert action == expected
+    assert line(action) == line(expected)
+    if expires_at is None:
+        assert react_taken(job(overlap), SLOT, holder, watching=watching, facts=facts) == expected
 
 
 def test_taken_on_a_claim_only_backend_is_dropped() -> None:

@@ -23,7 +23,7 @@ from ._job import Job
 from ._keeper import Keeper
 from ._keeper_thread import Sibling, open_keeper
 from ._logs import SlotText, fields, fmt_slot, short
-from ._outcomes import Action, Facts, Step, is_takeover, react, skips
+from ._outcomes import Action, Facts, Step, is_takeover, react, react_taken, skips
 from ._planner import Due, Planner
 from ._runs import Hook, Runs
 from ._tasks import Tasks
@@ -50,8 +50,7 @@ _RECOVERY_S = 15.0
 
 # Members bound once: on Python 3.11 an Enum class's attribute lookup goes through
 # EnumType.__getattr__, several times the cost of a global, and these are read per claim.
-_SKIPPED, _TAKEN, _RUN, _HAND_BACK, _ALLOW = (ClaimOutcome.SKIPPED, ClaimOutcome.TAKEN, Step.RUN,
-                                              Step.HAND_BACK, Overlap.ALLOW)
+_SKIPPED, _RUN, _HAND_BACK, _ALLOW = ClaimOutcome.SKIPPED, Step.RUN, Step.HAND_BACK, Overlap.ALLOW
 
 
 
@@ -253,16 +252,15 @@ class Engine:
     def _decided(self, batch: list[Due]) -> None:
         """Boundaries whose slots the store pushed as won by another instance: each is settled as a
         claim answered `taken` would be (watched as a backup), with no claim sent."""
-        facts, stopping, log = self._facts, self._stopping, self._log
+        facts, log, settle = self._facts, self._log, self.planner.settle
         for entry in batch:
             plan = entry.plan
             job = plan.job
-            result = ClaimResult(_TAKEN, job.name, entry.slot, None, plan.decided_by)
-            action = react(job, result, watching=False, stopping=stopping, facts=facts)
+            action = react_taken(job, entry.slot, plan.decided_by, watching=False, facts=facts)
             if log.isEnabledFor(action.level):
                 extra = fields(job.name, entry.slot, self._config.instance_id, outcome="taken")
                 log.log(action.level, action.message + " (pushed)", *action.args, extra=extra)
-            self.planner.settle(plan, action)
+            settle(plan, action)
 
     def _skip_paused(self, entry: Due) -> bool:
         """Skip `entry` when its job is paused: a due slot is logged and reported as skipped."""

@@ -30,7 +30,7 @@ from ._job import Job
 from ._logs import SlotText
 from .backends import ClaimOutcome, ClaimResult, JobStatus, Overlap
 
-__all__ = ["Action", "Facts", "Step", "is_takeover", "react", "skips"]
+__all__ = ["Action", "Facts", "Step", "is_takeover", "react", "react_taken", "skips"]
 
 
 class Step(enum.Enum):
@@ -90,6 +90,9 @@ def react(job: Job, result: ClaimResult, *, watching: bool, stopping: bool, fact
     Raises `BackendError` for a won result without a lease: a backend bug, reported per result.
     """
     outcome = result.outcome
+    if outcome is _TAKEN:  # (first: the answer of most claims)
+        return react_taken(job, result.slot, result.holder, watching=watching, facts=facts,
+                           expires_at=result.expires_at, now=result.now)
     slot = SlotText(result.slot)
     # Skipped and early leave older watched slots alone: the older run is still live, or nothing was decided.
     supersedes = job.options.overlap is not _ALLOW and outcome is not _SKIPPED and outcome is not _EARLY
@@ -108,26 +111,20 @@ def react(job: Job, result: ClaimResult, *, watching: bool, stopping: bool, fact
                           (job.name, slot, how, lease.attempt, facts.instance_id))
         return Action(step, result.slot, 0, False, supersedes, _INFO, "%s slot=%s won attempt=%d (%s)",
                       (job.name, slot, lease.attempt, facts.instance_id))
-    if outcome is _TAKEN:
-        level = _DEBUG if watching else _INFO
-        taken: tuple[object, ...] = (job.name, slot, result.holder or "another instance")
-        if not facts.leases:
-            return Action(_DROP, result.slot, supersedes=supersedes, level=level,
-                          message="%s slot=%s taken by %s", args=taken)
-        return Action(_WATCH, result.slot, _backup_delay(job, result, facts), True, supersedes, level,
-                      "%s slot=%s taken by %s", taken)
     if outcome is _SKIPPED:
         older = SlotText(result.record_slot) if result.record_slot else "?"
         message = "%s slot=%s skipped (overlap): slot %s still runs on %s"
         args: tuple[object, ...] = (job.name, slot, older, result.holder)
         if job.options.overlap is _BUFFER_ONE:
             # The older run's normal end is not pushed: poll for it every heartbeat.
-            return Action(_WATCH, result.slot, _backup_delay(job, result, facts, poll=True),
-                          backup=True, level=logging.INFO, message=message, args=args)
+            delay = _backup_delay(job, result.expires_at, result.now, facts, poll=True)
+            return Action(_WATCH, result.slot, delay, backup=True, level=logging.INFO, message=message,
+                          args=args)
         if result.record_slot is not None and facts.leases and result.holder != facts.instance_id:
             # Keep an eye on the older run: if its holder dies, it is taken over as attempt 2.
-            return Action(_WATCH, result.record_slot, _backup_delay(job, result, facts), backup=True,
-                          level=logging.INFO, message=message, args=args)
+            delay = _backup_delay(job, result.expires_at, result.now, facts)
+            return Action(_WATCH, result.record_slot, delay, backup=True, level=logging.INFO,
+                          message=message, args=args)
         return Action(_DROP, result.slot, level=logging.INFO, message=message, args=args)
     if outcome is _EARLY:
         ahead = result.slot - (result.now or result.slot)
@@ -140,6 +137,20 @@ def react(job: Job, result: ClaimResult, *, watching: bool, stopping: bool, fact
                       args=(job.name, slot, result.attempt, job.options.max_attempts))
     return Action(_DROP, result.slot, supersedes=supersedes, message="%s slot=%s %s",
                   args=(job.name, slot, outcome.value))
+
+
+def react_taken(job: Job, slot: int, holder: str | None, *, watching: bool, facts: Facts,
+                expires_at: int | None = None, now: int | None = None) -> Action:
+    """`react` to a claim of `job`'s `slot` answered TAKEN by `holder` (the holder's lease expiry and
+    the store's clock when the answer tells them), without a `ClaimResult`: a win pushed by another
+    instance settles a slot as this answer does, thousands of times a boundary."""
+    level = _DEBUG if watching else _INFO
+    supersedes = job.options.overlap is not _ALLOW
+    taken: tuple[object, ...] = (job.name, SlotText(slot), holder or "another instance")
+    if not facts.leases:
+        return Action(_DROP, slot, 0, False, supersedes, level, "%s slot=%s taken by %s", taken)
+    return Action(_WATCH, slot, _backup_delay(job, expires_at, now, facts), True, supersedes, level,
+                  "%s slot=%s taken by %s", taken)
 
 
 def is_takeover(result: ClaimResult) -> bool:
@@ -155,13 +166,11 @@ def skips(result: ClaimResult, action: Action) -> bool:
 
 
 
-def _backup_delay(job: Job, result: ClaimResult, facts: Facts, *, poll: bool = False) -> int:
+def _backup_delay(job: Job, expires_at: int | None, now: int | None, facts: Facts, *, poll: bool = False
+                  ) -> int:
     """When a backup should look again: at the holder's expiry (by the store's clock), and no later
     than one heartbeat where the backend does not push handovers (or with `poll`)."""
-    if result.expires_at is not None and result.now is not None:
-        delay = result.expires_at - result.now
-    else:
-        delay = job.options.lease_ms
+    delay = expires_at - now if expires_at is not None and now is not None else job.options.lease_ms
     if poll or not facts.notify:
         delay = min(delay, job.options.heartbeat_ms)
     return delay
