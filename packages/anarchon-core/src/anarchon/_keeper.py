@@ -138,6 +138,8 @@ class LeaseKeeper:
         self._tasks = Tasks(log)
         self._renewals = Renewals(backend, log, self._tasks)
         self._releases = Releases(backend, log, self._tasks)
+        # Bound once: `release` passes them on for every run.
+        self._now, self._forget = self.now, self._renewals.forget
 
     def now(self) -> float:
         """The loop's monotonic clock."""
@@ -160,7 +162,7 @@ class LeaseKeeper:
 
     def release(self, held: Held, outcome: ReleaseOutcome) -> Awaitable[None]:
         """Release the run, renewing until confirmed (see `Keeper.release`)."""
-        return self._releases.release(held, outcome, self.now, self._renewals.forget)
+        return self._releases.release(held, outcome, self._now, self._forget)
 
     def drop(self, held: Held) -> None:
         """Forget `held` without releasing it."""

@@ -14,7 +14,7 @@ import contextvars
 import inspect
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ._context import CancelSignal, JobContext
@@ -59,13 +59,19 @@ def running_for() -> object | None:
 class _Run:
     job: Job
     ctx: JobContext
-    held: Held
+    runs: Runs
+    held: Held = field(init=False)
     task: asyncio.Task[None] | None = None
     in_handler: bool = False
     """True while the task is in the handler: what a stop after `stop_timeout` cancels."""
     lost: bool = False
     began: float | None = None
     """When the handler was called (the loop's clock); None while it has not been."""
+
+    def __call__(self, why: str) -> None:
+        """The keeper lost the run's lease (`Held.on_lost`): the run itself is the callback, so a run
+        costs no closure."""
+        self.runs._lost(self, why)
 
 
 class Runs:
@@ -122,7 +128,8 @@ class Runs:
         # namespace, signal, logger, triggered.)
         ctx = JobContext(job.name, lease.slot, lease.attempt, lease.token, self._instance_id, self._namespace,
                          CancelSignal(asyncio.get_running_loop()), logger, lease.job != job.name)
-        run = _Run(job, ctx, self._keeper.hold(lease, job, sent, lambda why: self._lost(run, why)))
+        run = _Run(job, ctx, self)
+        run.held = self._keeper.hold(lease, job, sent, run)
         if self._stopping:
             ctx.signal.set(STOP)
         self._runs.add(run)
