@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import pickle
 from typing import Any
@@ -12,6 +13,8 @@ from anarchon.backends import (
     ClaimDecision,
     ClaimRequest,
     ClaimResult,
+    JobState,
+    JobStatus,
     Lease,
     LeaseRecord,
     ReleaseDecision,
@@ -42,9 +45,13 @@ def test_a_record_made_by_its_init_is_the_frozen_dataclass_it_was(cls: type[Any]
         assert dataclasses.astuple(made) == tuple(values.values())
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(made, fields[0].name, "changed")
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            delattr(made, fields[0].name)
         assert dataclasses.replace(made, **{fields[0].name: "other"}) == _slowly(
             cls, {**values, fields[0].name: "other"})
-        assert pickle.loads(pickle.dumps(made)) == made
+        unpickled = pickle.loads(pickle.dumps(made))
+        assert type(unpickled) is cls and unpickled == made
+        assert type(copy.copy(made)) is cls and copy.deepcopy(made) == made
     # Defaults are applied as the dataclass declares them.
     required = [f for f in fields if f.default is dataclasses.MISSING]
     defaults = {f.name: f.default for f in fields if f.default is not dataclasses.MISSING}
@@ -61,3 +68,11 @@ def test_a_subclass_that_inherits_the_quick_init_keeps_its_own_class() -> None:
     assert dataclasses.astuple(made) == ("ns", "job", 1, 1, 1, "owner", 2)
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.slot = 3  # type: ignore[misc]
+
+
+def test_a_dataclass_subclass_with_fields_of_its_own_is_filled_by_its_own_init() -> None:
+    state = JobState(slot=1, attempt=2, token=3, owner="o", status=JobStatus.RUNNING, expires_at=5,
+                     fingerprint="f", updated_at=4, namespace="ns", job="job", now=2)
+    assert type(state) is JobState
+    assert dataclasses.astuple(state) == (1, 2, 3, "o", JobStatus.RUNNING, 5, "f", 4, "ns", "job", 2)
+    assert state.live(4) and not state.live(5)

@@ -139,16 +139,18 @@ def _quick_init(cls: type[_T]) -> type[_T]:
 
     The generated `__init__` calls `object.__setattr__` per field, and storing through each slot's
     descriptor (`__set__`) still costs a call with an argument tuple per field. This one lends the
-    new instance, for the length of `__init__`, a twin class with the same slots and no frozen
-    `__setattr__`, so each field is a plain slot store; then gives it its own class back. (`__class__`
-    assignment between two classes of identical layout; an instance of a subclass that inherits this
+    new instance, for the length of `__init__`, a twin class with no frozen `__setattr__`, so each
+    field is a plain slot store; then gives it its own class back. The twin is a subclass that adds
+    no slots: `__class__` assignment then finds the layouts equal by the common base, without
+    comparing two classes' `__slots__` name by name. (An instance of a subclass that inherits this
     `__init__` is filled through the descriptors instead.)
     """
     params: list[str] = []
     fast: list[str] = []
     slow: list[str] = []
-    twin = type(f"_{cls.__name__}Fill", (), {"__slots__": vars(cls)["__slots__"],
-                                             "__module__": cls.__module__})
+    twin = type(f"_{cls.__name__}Fill", (cls,), {"__slots__": (), "__module__": cls.__module__,
+                                                 "__setattr__": object.__setattr__,
+                                                 "__delattr__": object.__delattr__})
     names: dict[str, Any] = {"_cls": cls, "_twin": twin, "_set_class": object.__setattr__}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         assert f.init and f.default_factory is dataclasses.MISSING and not f.kw_only
