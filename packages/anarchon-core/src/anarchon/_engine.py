@@ -253,11 +253,12 @@ class Engine:
         """Boundaries whose slots the store pushed as won by another instance: each is settled as a
         claim answered `taken` would be (watched as a backup), with no claim sent."""
         facts, log, settle = self._facts, self._log, self.planner.settle
+        info = log.isEnabledFor(logging.INFO)  # (the level of a pushed win's line: asked once a batch)
         for entry in batch:
             plan = entry.plan
             job = plan.job
             action = react_taken(job, entry.slot, plan.decided_by, watching=False, facts=facts)
-            if log.isEnabledFor(action.level):
+            if info if action.level == logging.INFO else log.isEnabledFor(action.level):
                 extra = fields(job.name, entry.slot, self._config.instance_id, outcome="taken")
                 log.log(action.level, action.message + " (pushed)", *action.args, extra=extra)
             settle(plan, action)

@@ -124,7 +124,9 @@ class Planner:
         self._seq = 0
         self._wake = asyncio.Event()
         self._rng = random.Random()
-        self._slot_draws: dict[tuple[int, int], tuple[float, str | None]] = {}
+        self._slot_draws: dict[int, tuple[float, str | None]] = {}
+        """Each (slot, group)'s jitter draw and leader, by `slot * _JITTER_GROUPS + group` (an int key:
+        no tuple to build and hash, twice per claim attempt)."""
         self._self_id = shares
         self._seen: dict[str, int] = {}
         """Other instances whose wins were pushed, and when last (the clock's ms)."""
@@ -299,7 +301,7 @@ class Planner:
         pushed win. (An earlier win by another instance is one that counts itself the leader, as a new
         one does until it has heard of the others; a much later one is a takeover or a handover.)
         """
-        drawn = self._slot_draws.get((slot, plan.group))
+        drawn = self._slot_draws.get(slot * _JITTER_GROUPS + plan.group)
         if drawn is None:
             return
         leader = drawn[1]
@@ -354,7 +356,7 @@ class Planner:
         jitter = plan.jitter_ms
         if jitter <= 0:
             return 0
-        key = (slot, plan.group)
+        key = slot * _JITTER_GROUPS + plan.group
         drawn = self._slot_draws.get(key)
         if drawn is None:
             if len(self._slot_draws) > 4096:
