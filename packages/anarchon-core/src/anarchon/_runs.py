@@ -59,7 +59,7 @@ def running_for() -> object | None:
 class _Run:
     job: Job
     ctx: JobContext
-    runs: Runs
+    runs: Runs = field(repr=False)
     held: Held = field(init=False)
     task: asyncio.Task[None] | None = None
     in_handler: bool = False
