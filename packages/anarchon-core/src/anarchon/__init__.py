@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING
 
 from ._clock import Clock, SystemClock
 from ._context import CancelSignal, JobContext
-from ._decorators import at, cron, every
 from ._duration import Duration, parse_duration
 from ._errors import (
     AnarchonError,
@@ -89,6 +88,7 @@ from .backends import lazy_exports as _lazy_exports
 from .hookspecs import hookimpl
 
 if TYPE_CHECKING:
+    from ._decorators import at, cron, every
     from .backends import MemoryBackend, MemoryClaimBackend, MemoryStore
 
 __version__ = "0.1.0"
@@ -158,6 +158,10 @@ __all__ = [
 ]
 
 if not TYPE_CHECKING:
-    # The in-process backends are imported on first use (PEP 562), as in `anarchon.backends`.
-    __getattr__, __dir__ = _lazy_exports(__name__, dict.fromkeys(
-        ("MemoryBackend", "MemoryClaimBackend", "MemoryStore"), "backends"))
+    # Imported on first use (PEP 562): the in-process backends, as in `anarchon.backends`, and the
+    # decorators that declare jobs on methods, which a process that registers its jobs with
+    # `scheduler.every(...)` never needs.
+    __getattr__, __dir__ = _lazy_exports(__name__, {
+        **dict.fromkeys(("MemoryBackend", "MemoryClaimBackend", "MemoryStore"), "backends"),
+        **dict.fromkeys(("at", "cron", "every"), "_decorators"),
+    })

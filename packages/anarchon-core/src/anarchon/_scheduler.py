@@ -12,9 +12,9 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Generic, Never, Self, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, Generic, Never, Self, TypeVar, Unpack, overload
 
-from . import _decorators, _options
+from . import _options
 from ._clock import Clock, SystemClock
 from ._context import JobContext
 from ._controls import set_control
@@ -28,8 +28,10 @@ from ._options import ClaimOnlyJobOptions, LeaseJobOptions, NeedsControlBackend,
 from ._plugins import backend_for_url, plugin_manager, url_of
 from ._runs import running_for
 from ._schedules import At, Cron, DstFold, DstGap, Every, Schedule
-from ._thread import SchedulerThread
 from .backends import DEFAULT_HISTORY, Capability, ClaimBackend, ControlBackend, JobControl, LeaseBackend
+
+if TYPE_CHECKING:
+    from ._thread import SchedulerThread
 
 __all__ = ["Scheduler"]
 
@@ -259,7 +261,9 @@ class Scheduler(Generic[B]):
 
     def register(self, obj: object) -> Self:
         """Add the jobs declared with `anarchon.every`/`cron`/`at` on an instance, module or function."""
-        _decorators.register(self, obj)
+        from ._decorators import register  # only for jobs declared with the decorators
+
+        register(self, obj)
         return self
 
     def _check_options(self, method: str, options: dict[str, Any], extra: frozenset[str]) -> None:
@@ -503,6 +507,8 @@ class Scheduler(Generic[B]):
                 raise RuntimeError(f"{self!r} is already running in thread {runner.thread.name!r}")
         if self._engine is not None:
             raise RuntimeError(f"{self!r} is already running (started with start() on an event loop)")
+        from ._thread import SchedulerThread  # only sync apps run a scheduler in a thread
+
         runner = self._thread_runner = SchedulerThread(self)
         return runner.start(parse_duration(timeout, name="timeout") / 1000)
 
