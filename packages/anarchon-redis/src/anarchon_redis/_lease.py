@@ -327,11 +327,20 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         if self._cluster:
             # One script call per job there: a PUBLISH per won job would cost more than it saves.
             self.capabilities = frozenset(type(self).capabilities - {Capability.ANNOUNCE})  # type: ignore[misc]
+        scripts = (_CLAIM, _CLAIM_BATCH, _RENEW, _RENEW_BATCH, _RELEASE, _RELEASE_BATCH, _INSPECT,
+                   _SET_CONTROL, _RECORD_RUNS, _RECORD_RUNS_BATCH, _PUBLISH_CATALOGUE, _CATALOGUE)
         async with self._op("connecting"):
-            await self.client.ping()
-            for script in (_CLAIM, _CLAIM_BATCH, _RENEW, _RENEW_BATCH, _RELEASE, _RELEASE_BATCH, _INSPECT,
-                           _SET_CONTROL, _RECORD_RUNS, _RECORD_RUNS_BATCH, _PUBLISH_CATALOGUE, _CATALOGUE):
-                await self.client.script_load(script.source)
+            if self._cluster:  # SCRIPT LOAD goes to every primary, one command at a time
+                await self.client.ping()
+                for script in scripts:
+                    await self.client.script_load(script.source)
+                return
+            # One round trip, not thirteen: every replica (and its keeper's connection) opens this way.
+            pipe = self.client.pipeline(transaction=False)
+            pipe.ping()
+            for script in scripts:
+                pipe.script_load(script.source)
+            await pipe.execute()
 
     async def _shutdown(self) -> None:
         """Stop the release listener."""
