@@ -38,7 +38,7 @@ from anarchon import (
 from anarchon._context import TRIGGER_SUFFIX
 from anarchon_postgres import PostgresBackend
 from anarchon_postgres._migrations import FILLFACTOR
-from anarchon_postgres._sql import CLAIM_COLUMNS, array_literal, numbers_literal
+from anarchon_postgres._sql import CLAIM_COLUMNS, Statements, array_literal, numbers_literal
 
 URL = os.environ.get("ANARCHON_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 pytestmark = pytest.mark.services
@@ -625,6 +625,34 @@ async def test_migrations_concurrent_and_idempotent(schema: str) -> None:
         assert sum(r.won for r in results) == 1
     finally:
         await asyncio.gather(*(b.close() for b in backends))
+
+
+async def test_a_table_already_current_is_opened_without_the_migration_lock(schema: str) -> None:
+    first = PostgresBackend(URL, schema=schema, table="jobs")
+    await first.open()
+    await first.close()
+    holder = await asyncpg.connect(URL)
+    try:
+        # Another replica migrating holds the lock: a replica that finds the table current need not wait.
+        await holder.execute("SELECT pg_advisory_lock($1)", Statements(schema, "jobs").lock_key)
+        again = PostgresBackend(URL, schema=schema, table="jobs")
+        try:
+            await asyncio.wait_for(again.open(), 20)
+        finally:
+            await again.close()
+        # A table with something left to do (here: its fillfactor) still waits for the lock.
+        await holder.execute(f'ALTER TABLE "{schema}".jobs RESET (fillfactor)')
+        behind = PostgresBackend(URL, schema=schema, table="jobs")
+        opening = asyncio.ensure_future(behind.open())
+        await asyncio.sleep(0.5)
+        assert not opening.done()
+        await holder.execute("SELECT pg_advisory_unlock_all()")
+        await asyncio.wait_for(opening, 20)
+        await behind.close()
+        reloptions = f"SELECT reloptions FROM pg_class WHERE oid = '\"{schema}\".jobs'::regclass"
+        assert await holder.fetchval(reloptions) == [f"fillfactor={FILLFACTOR}"]
+    finally:
+        await holder.close()
 
 
 async def test_the_record_table_leaves_room_for_hot_updates(schema: str) -> None:
