@@ -15,9 +15,10 @@ reads its own CPU time (user + system, every thread) at the end of each phase:
 
 The CPU of each phase is the difference of two readings; `total` is the CPU at the end of the first
 claim round. The URLs default to the four lease backends (SQLite, Redis, PostgreSQL, NATS KV) on the
-local services: the PostgreSQL database `bench_startup` and the SQLite file are created afresh, the Redis
-DB 10 is flushed. One unmeasured run per URL first creates the schema, so that the measured runs open
-a store that is ready, as a replica that restarts does. Every process uses a namespace of its own.
+local services: the PostgreSQL database `bench_startup`, the SQLite file and the Key-Value buckets
+`bench_startup` are created afresh, the Redis DB 10 is flushed. One unmeasured run per URL first
+creates the schema, so that the measured runs open a store that is ready, as a replica that restarts
+does. Every process uses a namespace of its own.
 
 Processes run in bench/.venv-anarchon (the core and the drivers, nothing else), as bench/run.py's do.
 `--baseline CHECKOUT` runs the same processes in CHECKOUT's bench/.venv-anarchon too, alternating with
@@ -47,7 +48,7 @@ def replica(url: str, jobs: int) -> None:
     marks.append(cpu())
     backend = anarchon.backend_for_url(url)
     marks.append(cpu())
-    scheduler: anarchon.Scheduler[object] = anarchon.Scheduler(backend, namespace=f"startup{os.getpid()}")
+    scheduler = anarchon.Scheduler(backend, namespace=f"startup{os.getpid()}")
     started = 0
     all_started = asyncio.Event()
 
@@ -83,10 +84,12 @@ DEFAULT_URLS = (
 
 
 def reset_store(url: str) -> None:
-    """Start from an empty store: a new PostgreSQL database, an empty Redis DB, no SQLite file."""
+    """Start from an empty store: a new PostgreSQL database, an empty Redis DB, no SQLite file, no
+    NATS Key-Value buckets."""
+    import contextlib
     import subprocess
     from pathlib import Path
-    from urllib.parse import urlsplit
+    from urllib.parse import parse_qsl, urlsplit
 
     from run import psql
 
@@ -101,6 +104,24 @@ def reset_store(url: str) -> None:
     elif parts.scheme == "sqlite":
         for suffix in ("", "-wal", "-shm"):
             Path(parts.path + suffix).unlink(missing_ok=True)
+    elif parts.scheme == "nats-kv":
+        import asyncio
+
+        import nats
+        from nats.js.errors import NotFoundError
+
+        bucket = dict(parse_qsl(parts.query)).get("bucket", "anarchon")
+
+        async def delete_buckets() -> None:
+            nc = await nats.connect(f"nats://{parts.netloc}")
+            try:
+                for stream in (f"KV_{bucket}", f"KV_{bucket}_state"):
+                    with contextlib.suppress(NotFoundError):
+                        await nc.jetstream().delete_stream(stream)
+            finally:
+                await nc.close()
+
+        asyncio.run(delete_buckets())
 
 
 def measure(python: str, url: str, jobs: int) -> list[float]:
@@ -121,15 +142,15 @@ def importtime(python: str, url: str, jobs: int, top: int = 25) -> None:
 
     err = subprocess.run([python, "-X", "importtime", __file__, "--replica", url, str(jobs)], check=True,
                          capture_output=True, text=True, timeout=60).stderr
-    rows = []
+    rows: list[tuple[int, int, str]] = []
     for line in err.splitlines():
         if line.startswith("import time:") and "|" in line and "self [us]" not in line:
             own, cumulative, name = line.removeprefix("import time:").split("|")
-            rows.append((int(own), int(cumulative), name.rstrip()))
+            rows.append((int(own), int(cumulative), name.strip()))
     own_ms = sum(r[0] for r in rows) / 1000
     print(f"{url}: {len(rows)} modules, {own_ms:.1f} ms own import time; the largest:")
-    for own, cumulative, name in sorted(rows, reverse=True)[:top]:
-        print(f"  {own / 1000:7.2f} ms own {cumulative / 1000:8.2f} ms with imports  {name.strip()}")
+    for own_us, cumulative_us, module in sorted(rows, reverse=True)[:top]:
+        print(f"  {own_us / 1000:7.2f} ms own {cumulative_us / 1000:8.2f} ms with imports  {module}")
 
 
 def main() -> None:
@@ -151,11 +172,11 @@ def main() -> None:
     urls = [u.format(tmp=tmp) for u in args.urls or DEFAULT_URLS]
     here = Path(__file__).resolve().parents[1]
     checkouts = {"this": here, **({"baseline": args.baseline.resolve()} if args.baseline else {})}
-    pythons = {}
+    pythons: dict[str, str] = {}
     for name, checkout in checkouts.items():
-        python = anarchon_venv(checkout)
-        compile_bytecode(checkout, python)  # as run.py does: a replica does not compile its sources
-        pythons[name] = str(python)
+        venv_python = anarchon_venv(checkout)
+        compile_bytecode(checkout, venv_python)  # as run.py does: a replica does not compile its sources
+        pythons[name] = str(venv_python)
     for url in urls:
         reset_store(url)
         if args.importtime:
