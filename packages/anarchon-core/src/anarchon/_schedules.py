@@ -132,13 +132,18 @@ def _zone(name: str) -> ZoneInfo:
         ) from None
 
 
-@dataclass(frozen=True, slots=True)
 class _Field:
-    name: str
-    lo: int
-    hi: int
-    names: tuple[str, ...] = ()
-    """Names for lo, lo + 1, ... (months and weekdays)."""
+    """One cron field's name and range. A plain class: six are made at import by every process,
+    and a dataclass costs that import about 1 ms to generate its methods, none of which are used."""
+
+    __slots__ = ("hi", "lo", "name", "names")
+
+    def __init__(self, name: str, lo: int, hi: int, names: tuple[str, ...] = ()) -> None:
+        self.name = name
+        self.lo = lo
+        self.hi = hi
+        self.names = names
+        """Names for lo, lo + 1, ... (months and weekdays)."""
 
 
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
