@@ -12,7 +12,7 @@ from redis.crc import key_slot
 
 from anarchon import BackendError, BackendUnavailable
 from anarchon.backends import ClaimOutcome, ClaimRequest, Overlap, ReleaseOutcome
-from anarchon_redis import RedisBackend, RedisStreamBackend, ValkeyBackend
+from anarchon_redis import RedisBackend, RedisStreamBackend, ValkeyBackend, _lease
 
 SECRET = "s3cret-pa55word"
 
@@ -20,6 +20,29 @@ SECRET = "s3cret-pa55word"
 async def _store_now(raw: redis.asyncio.Redis) -> int:
     sec, usec = await raw.time()
     return int(sec) * 1000 + int(usec) // 1000
+
+
+async def test_open_loads_every_script_in_one_round_trip(redis_url: str, prefix: str,
+                                                        raw: redis.asyncio.Redis) -> None:
+    # Every replica opens its store twice (its own connection and its lease keeper's): PING and the
+    # twelve SCRIPT LOADs go out as one pipeline, not as thirteen commands one after another.
+    backend = RedisBackend(redis_url, prefix=prefix)
+    sent: list[object] = []
+    single = backend.client.execute_command
+
+    async def counted(*args: object, **kwargs: object) -> object:
+        sent.append(args[0])
+        return await single(*args, **kwargs)
+
+    backend.client.execute_command = counted
+    await backend.open()
+    try:
+        assert sent == []
+        scripts = [v for v in vars(_lease).values() if isinstance(v, _lease.Script)]
+        assert len(scripts) >= 12
+        assert await raw.script_exists(*(s.sha for s in scripts)) == [True] * len(scripts)
+    finally:
+        await backend.close()
 
 
 @pytest.mark.serial
