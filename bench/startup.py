@@ -1,6 +1,7 @@
 """A replica's start-up CPU, phase by phase, per backend: fresh processes, min and median.
 
-    python bench/startup.py [--runs 7] [--jobs 10] [--baseline CHECKOUT] [--importtime] [URL ...]
+    python bench/startup.py [--runs 7] [--jobs 10] [--baseline CHECKOUT] [--importtime | --callgrind]
+                            [URL ...]
 
 Each run is a new process (scenario S's replica: `--jobs` jobs every 1 s, default settings) that
 reads its own CPU time (user + system, every thread) at the end of each phase:
@@ -24,7 +25,10 @@ Processes run in bench/.venv-anarchon (the core and the drivers, nothing else), 
 `--baseline CHECKOUT` runs the same processes in CHECKOUT's bench/.venv-anarchon too, alternating with
 this checkout's, and prints each phase's median as a ratio (this checkout / the baseline).
 `--importtime` instead prints, per URL, the modules with the largest own import time in one process
-(`python -X importtime`), as a starting point for cutting imports.
+(`python -X importtime`), as a starting point for cutting imports. `--callgrind` instead counts the
+instructions of one whole start-up (every thread, to the end of the first claim round) under
+`valgrind --tool=callgrind`: slow, but free of the noise of a shared machine, so a change of a few
+percent shows.
 """
 
 from __future__ import annotations
@@ -136,6 +140,20 @@ def measure(python: str, url: str, jobs: int) -> list[float]:
     return [marks[0], *(b - a for a, b in pairwise(marks)), marks[-1]]
 
 
+def instructions(python: str, url: str, jobs: int) -> int:
+    """The instructions one start-up executes, every thread counted (callgrind)."""
+    import re
+    import subprocess
+
+    err = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", python, __file__,
+                          "--replica", url, str(jobs)], check=True, capture_output=True, text=True,
+                         timeout=600).stderr
+    found = re.search(r"Collected : (\d+)", err)
+    if found is None:
+        raise RuntimeError(f"no instruction count in callgrind's output: {err[-500:]}")
+    return int(found.group(1))
+
+
 def importtime(python: str, url: str, jobs: int, top: int = 25) -> None:
     """Print the modules with the largest own import time in one start-up."""
     import subprocess
@@ -166,7 +184,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=7, help="fresh processes per URL (and per checkout)")
     ap.add_argument("--jobs", type=int, default=10)
     ap.add_argument("--baseline", type=Path, help="another checkout to compare with")
-    ap.add_argument("--importtime", action="store_true", help="print the largest imports instead")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--importtime", action="store_true", help="print the largest imports instead")
+    mode.add_argument("--callgrind", action="store_true", help="count instructions under valgrind instead")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="anarchon-startup-")
     urls = [u.format(tmp=tmp) for u in args.urls or DEFAULT_URLS]
@@ -186,6 +206,12 @@ def main() -> None:
             continue
         for python in pythons.values():
             measure(python, url, args.jobs)  # creates the schema; not counted
+        if args.callgrind:
+            counts = {name: instructions(python, url, args.jobs) for name, python in pythons.items()}
+            line = ", ".join(f"{name} {n / 1e6:,.1f} M" for name, n in counts.items())
+            ratio = f" ({counts['this'] / counts['baseline']:.3f} this/baseline)" if len(counts) == 2 else ""
+            print(f"{url}: instructions to the end of the first claim round: {line}{ratio}", flush=True)
+            continue
         runs: dict[str, list[list[float]]] = {name: [] for name in pythons}
         for _ in range(args.runs):
             for name, python in pythons.items():
