@@ -9,7 +9,6 @@ people, and it never holds up a claim, a release or a stop for long.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
@@ -21,6 +20,7 @@ from ._job import Job
 from ._logs import short
 from ._options import ResolvedOptions
 from ._schedules import At, Cron, Every, Schedule, from_ms
+from ._wakeup import Wakeup
 from .backends import ERROR_LIMIT, CatalogueEntry, HistoryBackend, ReleaseOutcome, RunRecord
 
 __all__ = [
@@ -155,7 +155,7 @@ class HistoryWriter:
         self._jobs = jobs
         self._leases = leases
         self._buffer: list[RunRecord] = []
-        self._wake = asyncio.Event()
+        self._wake = Wakeup()
         self._republish = False
         self._failing: set[str] = set()
         """What is failing now ("runs", "catalogue"): warned about once, until it works again."""
@@ -188,10 +188,7 @@ class HistoryWriter:
                 self._republish = False
                 await self.publish()
                 due = loop.time() + refresh_s
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.0, due - loop.time())):
-                    await self._wake.wait()
-            if self._wake.is_set():
+            if await self._wake.wait(max(0.0, due - loop.time())):
                 self._wake.clear()
                 if self._buffer:
                     await asyncio.sleep(FLUSH_MS / 1000)  # gather the runs that end meanwhile

@@ -14,7 +14,6 @@ the backend announces wins, the instances share each boundary out (see `_slot_ji
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import heapq
 import logging
@@ -28,6 +27,7 @@ from ._job import Job
 from ._logs import fmt_slot
 from ._outcomes import Action, Step
 from ._schedules import At
+from ._wakeup import Wakeup
 from .backends import Overlap
 
 __all__ = ["Due", "Plan", "Planner"]
@@ -122,7 +122,7 @@ class Planner:
         self._heap: list[int] = []
         self._entries: dict[int, tuple[int, str, int, int, int]] = {}
         self._seq = 0
-        self._wake = asyncio.Event()
+        self._wake = Wakeup()
         self._rng = random.Random()
         self._slot_draws: dict[int, tuple[float, str | None]] = {}
         """Each (slot, group)'s jitter draw and leader, by `slot * _JITTER_GROUPS + group` (an int key:
@@ -169,19 +169,18 @@ class Planner:
         instead, unclaimed."""
         heap, entries = self._heap, self._entries
         plans = self._by_index
+        wake = self._wake
         yielded = False
         while True:
             if not heap:
-                self._wake.clear()
-                await self._wake.wait()
+                wake.clear()
+                await wake.wait()
                 continue
             now = self._clock.now_ms()
             delay = (heap[0] >> _SEQ_BITS) - now
             if delay > 0:
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(delay / 1000):
-                        await self._wake.wait()
+                wake.clear()
+                await wake.wait(delay / 1000)
                 continue
             if decided is not None and not yielded:
                 # One turn of the loop first: wins that other replicas announced while this one was

@@ -29,6 +29,7 @@ from ._batch import StepBatcher
 from ._job import Job
 from ._logs import SlotText, fields, fmt_slot, short
 from ._tasks import Tasks
+from ._wakeup import Wakeup
 from .backends import Lease, LeaseBackend, ReleaseOutcome
 
 __all__ = ["Held", "Renewals", "hold"]
@@ -108,7 +109,7 @@ class Renewals:
         """The live heap entries' leases, by sequence number."""
         self._seq = 0
         self._held: set[Held] = set()
-        self._wake = asyncio.Event()
+        self._wake = Wakeup()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inbox: collections.deque[tuple[Literal["keep", "forget"], Held]] = collections.deque()
         self._wake_at = math.inf
@@ -238,9 +239,7 @@ class Renewals:
             delay = self._wake_at - now
             if delay > 0:
                 self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(None if math.isinf(delay) else delay):
-                        await self._wake.wait()
+                await self._wake.wait(None if math.isinf(delay) else delay)
                 continue
             limit = now + _GROUP_S
             while heap:
