@@ -715,7 +715,9 @@ class RedisBackend(RedisStore, LeaseBackendBase):
                 pubsub = (node_client or self.client).pubsub()
                 await pubsub.subscribe(*self._callbacks, *self._win_callbacks)
                 while not self._closed:
-                    msg = await pubsub.get_message(ignore_subscribe_messages=False, timeout=1.0)
+                    # Blocks until a message comes (no timeout: no wake-up a second, and no timer per
+                    # message); `close` and `_restart_listener` cancel this task.
+                    msg = await pubsub.get_message(ignore_subscribe_messages=False, timeout=None)
                     if msg is None:
                         continue
                     kind = _s(msg.get("type"))
