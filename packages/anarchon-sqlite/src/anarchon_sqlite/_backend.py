@@ -98,10 +98,15 @@ class _Connection:
                  connect: Callable[[str, float], Conn] | None = None) -> None:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="anarchon-sqlite")
         self._conn = self._thread.submit(connect or _sqlite3_connect, path, timeout_s)
+        self._opened: Conn | None = None
+        """The connection once it has opened: later calls need not wait for `_conn` again (waiting
+        on a done future from another thread still costs the loop a wake-up through its self-pipe)."""
 
     async def run(self, fn: Callable[[Conn], T]) -> T:
         """Run `fn(connection)` on the connection's thread."""
-        conn = await asyncio.wrap_future(self._conn)
+        conn = self._opened
+        if conn is None:
+            conn = self._opened = await asyncio.wrap_future(self._conn)
         try:
             done = self._thread.submit(fn, conn)
         except RuntimeError as exc:  # the thread has ended: the backend was closed
