@@ -7,11 +7,11 @@
 Each replica is a process of its own, as in the cluster benchmark's scenario S: `--jobs` jobs due every
 second whose handlers return at once, the default lease and heartbeat, no metrics or tracing plugin
 (the plugins other than drivers are blocked, as `profile_claims.py --block` does). After `--warmup`
-seconds it measures, for `--seconds`: the process CPU time (user + sys, every thread), the event
-loop's iterations, and the timer callbacks that ran, by the function they call. Printed per URL: the
-CPU seconds per 45 s (the benchmark's unit) per replica, the loop iterations per second, and the
-busiest timer callbacks. The replicas share a fresh namespace, deleted by nothing: the store keeps a
-few records per job.
+seconds it measures for `--seconds`. Printed per URL: the process CPU time (user + sys, every thread)
+per 45 s (the benchmark's unit) for each replica and by thread, the scheduler loop's iterations per
+second, and with `--trace` the busiest callbacks of every event loop in the process (the keeper
+thread's too), by the function they call, per replica per second. The replicas share a fresh
+namespace, deleted by nothing: the store keeps a few records per job.
 
 The numbers move with the machine's load: compare two checkouts by running this script from both,
 interleaved, and read the ratio.
