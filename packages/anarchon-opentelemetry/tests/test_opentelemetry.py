@@ -14,7 +14,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import Span, StatusCode
+from opentelemetry.util._once import Once
 
 import anarchon
 from anarchon import JobContext, MemoryBackend, MemoryStore, Scheduler
@@ -129,3 +130,44 @@ def test_a_lost_lease_is_an_event_on_the_span(exporter: InMemorySpanExporter) ->
     assert [e.name for e in lost.events] == ["lease lost"]
     assert dict(lost.events[0].attributes or {}) == {
         "reason": "the store did not answer the renewal before the lease ended"}
+
+
+def test_runs_before_a_global_provider_is_set_go_untraced_and_later_runs_get_spans(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a global provider a run's current span is left as it was; once the app sets one (after
+    the scheduler started), the next run gets its span, current in its handler."""
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER_SET_ONCE", Once())  # as if no provider was ever set
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
+    pm = anarchon.plugin_manager()
+    pm.unregister(name="opentelemetry")  # the default plugin traces to the global provider too
+    tracing = Tracing()
+    pm.register(tracing)
+    clock = VirtualClock(datetime(2026, 12, 1, 10, 0, tzinfo=UTC))
+    scheduler = Scheduler(MemoryBackend(MemoryStore(clock)), instance_id="i0", clock=clock)
+    seen: list[tuple[int, Span, int]] = []
+
+    @scheduler.every("report", "1m", catch_up=0)
+    async def report(ctx: JobContext) -> None:
+        seen.append((ctx.slot, trace.get_current_span(), tracing.open_spans))
+
+    spans = InMemorySpanExporter()
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(61)
+            assert len(seen) == 1
+            trace.set_tracer_provider(exporter_provider(spans))
+            await asyncio.sleep(60)
+
+    try:
+        clock.run(main())
+    finally:
+        pm.unregister(tracing)
+        pm.register(default_tracing, name="opentelemetry")
+    assert len(seen) == 2
+    (_, untraced, open_before), (slot, current, open_after) = seen
+    assert untraced is trace.INVALID_SPAN and open_before == 0
+    [run] = spans.get_finished_spans()
+    assert run.name == "run report" and (run.attributes or {})["anarchon.slot"] == slot
+    assert current.get_span_context() == run.context and open_after == 1
+    assert tracing.open_spans == 0

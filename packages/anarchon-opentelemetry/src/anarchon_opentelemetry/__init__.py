@@ -6,8 +6,9 @@ Install it beside anarchon, and set up OpenTelemetry's SDK the way your app alre
     pip install anarchon-opentelemetry
 
 Nothing else is needed: the plugin is found through the `anarchon` entry-point group and traces with
-the global tracer provider (`opentelemetry.trace.set_tracer_provider`); without one, its spans cost
-next to nothing and go nowhere.
+the global tracer provider (`opentelemetry.trace.set_tracer_provider`). Without one, a run opens no
+span and costs next to nothing; a provider set later, even after the schedulers started, traces the
+runs that start from then on.
 
 Each run on this instance is one span, named `run <job>`, from the handler's call to the run's
 release, with these attributes:

@@ -21,6 +21,7 @@ class Tracing:
     def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
         self._provider = tracer_provider
         self._tracer: Tracer | None = None
+        """The tracer, once it is known for good: the global provider's only once an app has set one."""
         self._open: dict[int, tuple[JobContext, Span, Any]] = {}
         """The span of each run in progress and its context token, by the run's context's id."""
         self._api: _Api | None = None
@@ -30,30 +31,39 @@ class Tracing:
 
     @property
     def open_spans(self) -> int:
-        """How many runs have a span that is not ended yet."""
+        """How many runs have a span that is not ended yet (a run traced by a no-op tracer has none)."""
         return len(self._open)
 
-    def _get_tracer(self) -> Tracer:
-        if self._tracer is None:
-            from opentelemetry import trace
+    def _get_tracer(self) -> tuple[Tracer, _Api]:
+        """The tracer of a run's span, and the API. Until an app sets a global provider, the global
+        one's tracer is a no-op, and it is looked for again at each run, as OpenTelemetry's own proxy
+        tracer does."""
+        api = self._api
+        if api is None:
+            api = self._api = _Api()
+            if self._provider is None:
+                api.trace.get_tracer_provider()  # (loads the provider OTEL_PYTHON_TRACER_PROVIDER names)
+        # The variable OpenTelemetry's proxy tracer reads at each span (`get_tracer_provider()` would
+        # read the environment as well). Should a release rename it, every run takes the tracer
+        # `get_tracer` returns, as before this shortcut.
+        if self._provider is None and getattr(api.trace, "_TRACER_PROVIDER", _ABSENT) is None:
+            return api.noop, api
+        from anarchon import __version__
 
-            from anarchon import __version__
-
-            self._tracer = trace.get_tracer("anarchon", __version__, tracer_provider=self._provider)
-        return self._tracer
-
-    def _get_api(self) -> _Api:
-        """OpenTelemetry's API, imported on the first run (not per run: an import statement in a
-        function looks the module up again each time)."""
-        if self._api is None:
-            self._api = _Api()
-        return self._api
+        self._tracer = api.trace.get_tracer("anarchon", __version__, tracer_provider=self._provider)
+        return self._tracer, api
 
     @hookimpl
     def anarchon_run_started(self, ctx: JobContext) -> None:
         """Open the run's span and make it the current one in the run's task."""
-        api = self._api or self._get_api()  # (the calls only until both exist: this runs per run)
-        tracer = self._tracer or self._get_tracer()
+        tracer, api = self._tracer, self._api
+        if tracer is None or api is None:  # (the call only until both are known: this runs per run)
+            tracer, api = self._get_tracer()
+        if isinstance(tracer, api.noop_tracer) and isinstance(api.get_current_span(), api.non_recording):
+            # A no-op tracer's span would be the current span itself (unless that one records, from
+            # a provider of the app's own), and ending it, setting its attributes or making it
+            # current again would change nothing: skip it all.
+            return
         span = tracer.start_span(f"run {ctx.name}", kind=api.internal, attributes={
             "anarchon.job": ctx.name, "anarchon.slot": ctx.slot, "anarchon.attempt": ctx.attempt,
             "anarchon.namespace": ctx.namespace, "anarchon.instance": ctx.instance_id,
@@ -74,8 +84,9 @@ class Tracing:
         """Set the outcome, record a failure, and end the span."""
         entry = self._open.pop(id(ctx), None)
         if entry is None or entry[0] is not ctx:
-            return  # the handler was never called (a late lease that was gone)
-        api = self._api or self._get_api()
+            return  # the handler was never called (a late lease that was gone), or no span was opened
+        api = self._api
+        assert api is not None  # (set by the run's start, which opened the span)
         _ctx, span, token = entry
         span.set_attribute("anarchon.outcome", "lost" if outcome is None else str(outcome))
         if outcome is _FAILED:
@@ -102,10 +113,16 @@ class _Api:
         self.context = context
         self.trace = trace
         self.internal = trace.SpanKind.INTERNAL
+        self.noop_tracer = trace.NoOpTracer
+        self.non_recording = trace.NonRecordingSpan
+        self.noop = trace.NoOpTracer()
+        self.get_current_span = trace.get_current_span
+
+
+_ABSENT = object()
 
 
 def _describe(error: BaseException | None) -> str:
     if error is None:
         return "timeout"
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-
