@@ -143,3 +143,56 @@ def test_bad_buckets_are_refused_by_prometheus_client_on_first_use(bad: tuple[fl
     metrics = Metrics(CollectorRegistry(), run_buckets=bad)
     with pytest.raises(ValueError, match=r"[Bb]ucket"):
         metrics._metrics()
+
+
+def test_one_job_name_in_two_namespaces_and_outcomes_counts_under_each_label_set() -> None:
+    """The per-run and per-claim hooks look their series up by all of their labels: a job of the same
+    name in another namespace, or a run with another outcome, never lands in an earlier run's series."""
+    registry = CollectorRegistry()
+    mine = Metrics(registry)
+    pm = anarchon.plugin_manager()
+    pm.register(mine)
+    clock = VirtualClock(datetime(2026, 12, 1, 10, 0, tzinfo=UTC))
+    store = MemoryStore(clock)
+    schedulers = [Scheduler(MemoryBackend(store), namespace=ns, instance_id="i0", clock=clock)
+                  for ns in ("blue", "green")]
+    runs = {"blue": 0, "green": 0}
+
+    def handler(namespace: str) -> Any:
+        async def report(ctx: JobContext) -> None:
+            runs[namespace] += 1
+            if namespace == "green" and runs[namespace] % 2 == 0:
+                raise ValueError("every other green run fails")
+        return report
+
+    for s in schedulers:
+        s.every("report", "10s", handler(s.namespace), catch_up=0)
+
+    async def main() -> None:
+        for s in schedulers[:1]:
+            await s.start()
+        await asyncio.sleep(35)  # blue runs first, so its series are looked up first
+        await schedulers[1].start()
+        await asyncio.sleep(40)
+        for s in schedulers:
+            await s.stop()
+
+    try:
+        clock.run(main())
+    finally:
+        pm.unregister(mine)
+    samples = scrape(registry)
+
+    def value(name: str, namespace: str, **labels: str) -> float:
+        return samples.get((name, tuple(sorted({"namespace": namespace, **labels}.items()))), 0.0)
+
+    assert runs["blue"] >= 6 and runs["green"] >= 3
+    assert value("anarchon_runs_total", "blue", job_name="report", outcome="done") == runs["blue"]
+    assert value("anarchon_runs_total", "blue", job_name="report", outcome="failed") == 0
+    green_failed = runs["green"] // 2
+    assert value("anarchon_runs_total", "green", job_name="report", outcome="failed") == green_failed
+    green_done = runs["green"] - green_failed
+    assert value("anarchon_runs_total", "green", job_name="report", outcome="done") == green_done
+    for namespace in runs:
+        assert value("anarchon_run_duration_seconds_count", namespace, job_name="report") == runs[namespace]
+        assert value("anarchon_claim_latency_seconds_count", namespace) == runs[namespace]
