@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import uuid
+from collections.abc import Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,16 @@ def scrape(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str]
     text = generate_latest(registry).decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def run_and_scrape(clock: VirtualClock, main: Coroutine[Any, Any, None], mine: Metrics,
+                   registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Run `main` on the virtual clock, then unregister the plugin `mine` and scrape `registry`."""
+    try:
+        clock.run(main)
+    finally:
+        anarchon.plugin_manager().unregister(mine)
+    return scrape(registry)
 
 
 def test_found_through_the_entry_point_group() -> None:
@@ -118,11 +129,7 @@ def test_takeovers_lost_leases_and_skips_in_a_registry_of_ones_own() -> None:
         for s in everyone:
             await s.stop()
 
-    try:
-        clock.run(main())
-    finally:
-        pm.unregister(mine)
-    samples = scrape(registry)
+    samples = run_and_scrape(clock, main(), mine, registry)
 
     def value(name: str, **labels: str) -> float:
         return samples.get((name, tuple(sorted({"namespace": "ops", **labels}.items()))), 0.0)
@@ -177,11 +184,7 @@ def test_one_job_name_in_two_namespaces_and_outcomes_counts_under_each_label_set
         for s in schedulers:
             await s.stop()
 
-    try:
-        clock.run(main())
-    finally:
-        pm.unregister(mine)
-    samples = scrape(registry)
+    samples = run_and_scrape(clock, main(), mine, registry)
 
     def value(name: str, namespace: str, **labels: str) -> float:
         return samples.get((name, tuple(sorted({"namespace": namespace, **labels}.items()))), 0.0)
