@@ -163,8 +163,12 @@ async def _is_current(conn: asyncpg.Connection, s: Statements) -> bool:
         f"(SELECT reloptions FROM pg_class WHERE oid = $1::regclass) AS options FROM {s.versions}",
         s.qualified)
     assert row is not None  # an aggregate without GROUP BY: always one row
-    return bool(row["version"] == SCHEMA_VERSION
-                and any(o.startswith("fillfactor=") for o in row["options"] or ()))
+    return bool(row["version"] == SCHEMA_VERSION and _has_fillfactor(row["options"]))
+
+
+def _has_fillfactor(options: list[str] | None) -> bool:
+    """True when a table's `reloptions` set a fillfactor (the operator's, or `FILLFACTOR`)."""
+    return any(o.startswith("fillfactor=") for o in options or ())
 
 
 async def _tune(conn: asyncpg.Connection, s: Statements) -> None:
@@ -172,5 +176,5 @@ async def _tune(conn: asyncpg.Connection, s: Statements) -> None:
     set by an earlier start). A storage setting, not a schema version: every release can use the table."""
     options: list[str] | None = await conn.fetchval(
         "SELECT reloptions FROM pg_class WHERE oid = $1::regclass", s.qualified)
-    if not any(o.startswith("fillfactor=") for o in options or ()):
+    if not _has_fillfactor(options):
         await conn.execute(f"ALTER TABLE {s.qualified} SET (fillfactor = {FILLFACTOR})")
