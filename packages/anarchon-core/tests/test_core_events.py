@@ -249,7 +249,8 @@ def test_plugins_and_listeners_added_or_removed_later_are_seen_at_once() -> None
 
     def event(slot: int) -> None:
         request = ClaimRequest("ns", "job", slot, "me")
-        observers("anarchon_takeover", request=request, result=ClaimResult(ClaimOutcome.WON, "job", slot))
+        result = ClaimResult(ClaimOutcome.WON, "job", slot)
+        observers.emit("anarchon_takeover", request=request, result=result)
 
     try:
         assert not observers.wants("anarchon_takeover")

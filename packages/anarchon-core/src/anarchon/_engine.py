@@ -108,9 +108,6 @@ class Engine:
         self._config = config
         self._log = config.log
         self._hook = hook
-        self._emit = hook.__call__
-        """`hook` as a bound method: calling an instance goes through its type's call slot, which
-        packs the keyword arguments twice and costs a third of a plugin's hook call."""
         self.keeper = keeper
         self.tasks = Tasks(config.log)
         caps = backend.capabilities
@@ -277,7 +274,7 @@ class Engine:
             self._log.info("%s slot=%s skipped (paused)", job.name, fmt_slot(entry.slot), extra=extra)
             (request,) = self._requests([entry])
             result = ClaimResult(ClaimOutcome.SKIPPED, job.name, entry.slot)
-            self._emit("anarchon_slot_skipped", request=request, result=result, reason="paused")
+            self._hook.emit("anarchon_slot_skipped", request=request, result=result, reason="paused")
         return True
 
     def _run_trigger(self, job: Job, lease: Lease) -> None:
@@ -353,7 +350,7 @@ class Engine:
         try:
             for entry, request, result in zip(batch, requests, results, strict=True):
                 if observed:
-                    self._emit("anarchon_claim", request=request, result=result, latency_ms=latency_ms)
+                    self._hook.emit("anarchon_claim", request=request, result=result, latency_ms=latency_ms)
                 try:
                     self._apply(entry, request, result, sent)
                 except Exception:  # one bad result must not lose the rest of the batch
@@ -381,7 +378,7 @@ class Engine:
         self.planner.settle(entry.plan, action)
         if result.outcome is _SKIPPED:
             if skips(result, action):
-                self._emit("anarchon_slot_skipped", request=request, result=result, reason="overlap")
+                self._hook.emit("anarchon_slot_skipped", request=request, result=result, reason="overlap")
             if by_itself:
                 self._skipped_by_itself(entry, job, result)
                 return
@@ -396,7 +393,7 @@ class Engine:
                 if self._announced and entry.kind == "slot":
                     self.planner.won(entry.plan, entry.slot, self._config.instance_id, now)
                 if result.lease.attempt > 1 and is_takeover(result):
-                    self._emit("anarchon_takeover", request=request, result=result)
+                    self._hook.emit("anarchon_takeover", request=request, result=result)
                 if result.reissued:
                     # Its own lease again, from a claim whose answer was lost: it may be about to
                     # expire, so it is renewed before the run starts (as a late answer is).

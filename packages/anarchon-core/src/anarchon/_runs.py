@@ -40,7 +40,9 @@ _DONE, _FAILED, _HANDOVER = ReleaseOutcome.DONE, ReleaseOutcome.FAILED, ReleaseO
 class Hook(Protocol):
     """Calls an observer hook by name with keyword arguments; a plugin's failure is logged, never raised."""
 
-    def __call__(self, name: str, /, **kwargs: Any) -> None: ...
+    def emit(self, name: str, /, **kwargs: Any) -> None:
+        """Deliver the hook `name` to whoever receives it."""
+        ...
 
     def wants(self, name: str) -> bool:
         """True when anybody receives the hook `name` (else its arguments need not be built)."""
@@ -85,9 +87,6 @@ class Runs:
         self._tasks = tasks
         self._log = log
         self._hook = hook
-        self._emit = hook.__call__
-        """`hook` as a bound method: calling an instance goes through its type's call slot, which
-        packs the keyword arguments twice and costs a third of a plugin's hook call."""
         self._namespace = namespace
         self._instance_id = instance_id
         self._on_handover = on_handover
@@ -165,7 +164,7 @@ class Runs:
     def _lost(self, run: _Run, why: str) -> None:
         run.lost = True
         run.ctx.signal.set(LEASE_LOST)
-        self._emit("anarchon_lease_lost", ctx=run.ctx, reason=why)
+        self._hook.emit("anarchon_lease_lost", ctx=run.ctx, reason=why)
 
     async def _run(self, run: _Run) -> None:
         # This task's own context: stop() called from the handler must not wait for it.
@@ -182,7 +181,7 @@ class Runs:
                         self._on_handover(job, ctx.slot)
                     return
                 if self._hook.wants("anarchon_run_started"):
-                    self._emit("anarchon_run_started", ctx=ctx)
+                    self._hook.emit("anarchon_run_started", ctx=ctx)
                 run.began = asyncio.get_running_loop().time()
                 try:
                     run.in_handler = True
@@ -270,8 +269,8 @@ class Runs:
                 self._log.info("%s slot=%s ended after %d ms without its lease: not released", job.name,
                                SlotText(ctx.slot), ms, extra=_fields(ctx, "lost"))
         if self._hook.wants("anarchon_run_finished"):
-            self._emit("anarchon_run_finished", ctx=ctx, outcome=outcome, error=error,
-                       duration_ms=duration_ms)
+            self._hook.emit("anarchon_run_finished", ctx=ctx, outcome=outcome, error=error,
+                            duration_ms=duration_ms)
         if self._history is not None and duration_ms is not None:
             timed_out = ctx.signal.reason == TIMEOUT and outcome is _FAILED
             self._history.record(ctx, outcome, error, duration_ms,
