@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import subprocess
 import time
 from typing import Any
+
+from run import proc_cpu
 
 from anarchon import ClaimRequest, ReleaseOutcome
 from anarchon_postgres import PostgresBackend
@@ -39,20 +40,14 @@ class Counting(PostgresBackend):
 
 def server_cpu(pids: list[int]) -> float | None:
     """The CPU seconds the server processes `pids` have used, or None when /proc cannot tell."""
-    total = 0.0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+    cpus = [proc_cpu(pid) for pid in pids]
+    return None if None in cpus else sum(c for c in cpus if c is not None)
 
 
 async def backend_pids(backend: PostgresBackend) -> list[int]:
-    """The server processes of every connection to the benchmark's database."""
-    rows = await backend.pool.fetch("SELECT pid FROM pg_stat_activity WHERE datname = $1", DB)
+    """The server processes of every client connection to the benchmark's database (no autovacuum)."""
+    rows = await backend.pool.fetch(
+        "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'", DB)
     return [r["pid"] for r in rows]
 
 
