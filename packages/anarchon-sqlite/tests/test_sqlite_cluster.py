@@ -52,10 +52,15 @@ def test_handover_after_sigterm_and_takeover_after_kill_9(tmp_path: Path) -> Non
             f"takeover took {taken.t - killed_at:.2f} s, more than lease + heartbeat + jitter ({bound} s)")
         assert taken.t - killed_at >= LEASE_S - HEARTBEAT_S - SLACK_S, "taken over before the lease ran out"
         # Ticks kept running on the survivors through both events: every tick slot from the first
-        # after the replicas were ready to the last whose start line has surely been written.
+        # after the replicas were ready to the last whose start line has surely been written. The one
+        # exception: the killed replica may have held a tick's lease too (its slot shares the long
+        # job's boundary), and under overlap="skip" the ticks after it are skipped until that lease
+        # runs out, as the contract says.
         since, until = cluster.ready_ms + 1000, int(taken.t * 1000) - 1000
         assert until - since >= 6000, "the window covers neither event"
-        assert cluster.missed("tick", since, until) == [], cluster.output()
+        held_from, held_to = int((killed_at - 1) * 1000), int((killed_at + bound + SLACK_S) * 1000)
+        missed = [s for s in cluster.missed("tick", since, until) if not held_from <= s <= held_to]
+        assert missed == [], cluster.output()
         cluster.assert_one_winner()
 
 
