@@ -116,6 +116,32 @@ def summary(rows: list[dict[str, Any]], scenario: str) -> list[str]:
     return lines
 
 
+def _names(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def repeat_text(repeats: int | dict[str, int], scenarios: list[str]) -> str:
+    """How often each scenario ran, and how to read its cells."""
+    counts = repeats if isinstance(repeats, dict) else dict.fromkeys(scenarios, repeats)
+    by_count: dict[int, list[str]] = {}
+    for name in scenarios:
+        by_count.setdefault(counts[name], []).append(name)
+    if len(by_count) == 1:
+        (n,) = by_count
+        text = f"{n} repeat{'s' if n > 1 else ''} of each scenario"
+    else:
+        text = "; ".join(f"{n} repeat{'s' if n > 1 else ''} of {_names(names)}"
+                         for n, names in sorted(by_count.items(), reverse=True))
+    parts = [text + "."]
+    if max(by_count) > 1:
+        parts.append(("Each cell" if len(by_count) == 1 else "Where a scenario ran more than once, each cell")
+                     + " is the median over the repeats, with min and max in brackets; duplicates and missed "
+                     "list every repeat.")
+    if min(by_count) == 1:
+        parts.append("One repeat: read differences of about 10% as noise.")
+    return " ".join(parts)
+
+
 def render(data: dict[str, Any]) -> str:
     """The whole page for one run's results.json."""
     meta = data["meta"]
@@ -137,14 +163,11 @@ def render(data: dict[str, Any]) -> str:
         every = every_text(sc)
         workload.append(
             f"| {name} | {sc.jobs:,} | {every} | {secs:.0f} s{who} | {fault} | {handler} |")
-    repeats = meta["repeats"]
-    cells = ("Each cell is the median over the repeats, with min and max in brackets; duplicates and "
-             "missed list every repeat." if repeats > 1 else
-             "One repeat: read differences of about 10% as noise.")
+    repeats = repeat_text(meta["repeats"], scenarios)
     out = [TEXT.read_text().replace("{workload}", "\n".join(workload)),
            "## Results", "",
-           f"Measured on {meta['machine']}, {repeats} repeat{'s' if repeats > 1 else ''} of each scenario, "
-           f"every store on loopback. {cells} Raw data: [results.json](benchmarks/results.json).", "",
+           f"Measured on {meta['machine']}, every store on loopback, {repeats} "
+           "Raw data: [results.json](benchmarks/results.json).", "",
            "### Against the targets", "", *targets(rows), ""]
     if (ASSETS / "plot.png").exists():
         out += ["![due-to-start latency and CPU per replica, by scheduler and scenario]"

@@ -406,9 +406,9 @@ def tables(rows: list[dict[str, Any]], meta: dict[str, Any], heading: str = "###
 
 
 def resumed(out: Path, scenarios: list[Scenario]) -> list[dict[str, Any]]:
-    """The runs an earlier, cut-short invocation wrote to `out/runs.jsonl`, each with the latencies
-    (left out of that file) read again from its own start log."""
-    by_name = {sc.name: sc for sc in scenarios}
+    """The runs an earlier invocation wrote to `out/runs.jsonl` (every scenario's, those not asked for
+    this time too), each with the latencies (left out of that file) read again from its own start log."""
+    by_name = {**SCENARIOS, **{sc.name: sc for sc in scenarios}}
     runs = []
     for line in (out / "runs.jsonl").read_text().splitlines():
         m = json.loads(line)
@@ -426,6 +426,23 @@ def resumed(out: Path, scenarios: list[Scenario]) -> list[dict[str, Any]]:
     return runs
 
 
+def run_meta(out: Path, scenarios: list[Scenario], runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each scenario's repeats, duration and kill time, for the scenarios of `runs`: those asked for
+    now, and those an earlier invocation in `out` ran (as its results.json says, or as defined)."""
+    durations = {s.name: s.duration for s in SCENARIOS.values()}
+    kill_at = {s.name: s.kill_at for s in SCENARIOS.values()}
+    earlier = out / "results.json"
+    if earlier.exists():
+        meta = json.loads(earlier.read_text())["meta"]
+        durations.update(meta["durations"])
+        kill_at.update(meta["kill_at"])
+    durations.update({s.name: s.duration for s in scenarios})
+    kill_at.update({s.name: s.kill_at for s in scenarios})
+    names = sorted({r["scenario"] for r in runs}, key=list(SCENARIOS).index)
+    return {"repeats": {n: len({r["repeat"] for r in runs if r["scenario"] == n}) for n in names},
+            "durations": {n: durations[n] for n in names}, "kill_at": {n: kill_at[n] for n in names}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="one run of A and B, 30 s each (kill at 15 s)")
@@ -437,7 +454,8 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, default=None,
                     help="another checkout whose anarchon runs beside this one's (in a venv of its own)")
     ap.add_argument("--resume", type=Path, default=None,
-                    help="a results directory whose run was cut short: keep its runs, do the rest")
+                    help="an earlier run's results directory: keep its runs, do those of this invocation "
+                         "it lacks (finish a cut-short run, or add repeats of some scenarios)")
     ap.add_argument("--publish", action="store_true",
                     help="rewrite docs/benchmarks.md, its plot and raw data from this run (make bench)")
     args = ap.parse_args()
@@ -501,8 +519,7 @@ def main() -> None:
         "started": started, "machine": f"{os.cpu_count()} cores, {os.uname().sysname} {os.uname().release}, "
         f"Python {sys.version.split()[0]}",
         "note": "shared machine: other work ran concurrently, so CPU and latency numbers are noisy",
-        "repeats": args.repeats, "durations": {s.name: s.duration for s in scenarios},
-        "kill_at": {s.name: s.kill_at for s in scenarios},
+        **run_meta(out, scenarios, runs),
     }
     rows = aggregate(runs)
     (out / "results.json").write_text(json.dumps({"meta": meta, "summary": rows, "runs": runs}, indent=1))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -68,3 +69,55 @@ def test_the_page_judges_each_target_from_the_runs() -> None:
     assert "5,000 jobs on PostgreSQL" not in page  # no C5 in this run
     assert "| arq-redis | 0 | 0 | 300 / 400 |" in page
     assert "## Every number" in page and "DESIGN" not in page
+
+
+def test_the_page_says_how_often_each_scenario_ran_and_shows_the_spread() -> None:
+    data = {
+        "meta": {"machine": "2 cores", "repeats": {"A": 1, "D": 3, "S": 3},
+                 "durations": {"A": 45, "D": 45, "S": 45}, "kill_at": {"A": 20, "D": None, "S": None}},
+        "runs": [
+            run("anarchon-redis", "A", takeover=5000),
+            run("anarchon-redis", "D", p99=90, steady=2.0),
+            run("anarchon-redis", "D", p99=120, steady=2.4),
+            run("anarchon-redis", "D", p99=95, steady=2.1),
+            *(run("anarchon-redis", "S", steady=s) for s in (0.25, 0.28, 0.31)),
+        ],
+    }
+    data["runs"][2]["missed"] = 7
+    page = render(data)
+    assert "every store on loopback, 3 repeats of D and S; 1 repeat of A. Where a scenario ran more" in page
+    assert "One repeat: read differences of about 10% as noise." in page
+    # The targets are judged on the median of the repeats, and each repeat's misses are listed.
+    line = r"^\| ([^|]+) \| (?:A|D|S) \|.*$"
+    rows = {m.group(1): m.group(0) for m in re.finditer(line, page, re.M)}
+    assert rows["p99 ≤ 100 ms at 2,000 jobs"].endswith("| redis | - |")
+    assert rows["≤ 2.2 CPU s per replica per 45 s at 2,000 jobs"].endswith("| redis | - |")
+    assert rows["0 duplicates and 0 missed at 2,000 jobs"].endswith("| - | redis |")
+    assert "| anarchon-redis | 0, 0, 0 | 0, 7, 0 | 10 / 95 | 2.10 (2.00-2.40) | 1.0 |" in page
+    assert "| anarchon-redis | 0, 0, 0 | 0, 0, 0 | 10 / 40 | 0.28 (0.25-0.31) | 1.0 |" in page
+
+
+def test_one_repeat_of_every_scenario_is_said_once() -> None:
+    data = {"meta": {"machine": "2 cores", "repeats": 1, "durations": {"B": 45}, "kill_at": {"B": None}},
+            "runs": [run("anarchon-redis", "B")]}
+    page = render(data)
+    assert ("every store on loopback, 1 repeat of each scenario. One repeat: read differences of about 10% "
+            "as noise. Raw data") in page
+
+
+def test_a_resumed_run_keeps_the_scenarios_it_does_not_repeat(tmp_path: Path) -> None:
+    from run import SCENARIOS, resumed, run_meta
+
+    stop = 1_000_000_045_000
+    lines = [{"scenario": "A", "scheduler": "anarchon-redis", "run_id": "A01", "repeat": 0, "stop_t": stop},
+             {"scenario": "D", "scheduler": "anarchon-redis", "run_id": "D01", "repeat": 0, "stop_t": stop},
+             {"scenario": "D", "scheduler": "anarchon-redis", "run_id": "D11", "repeat": 1, "stop_t": stop}]
+    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
+    (tmp_path / "results.json").write_text(json.dumps(
+        {"meta": {"durations": {"A": 30.0, "D": 45.0}, "kill_at": {"A": 15.0, "D": None}}}))
+    runs = resumed(tmp_path, [SCENARIOS["D"]])
+    assert [(r["scenario"], r["repeat"]) for r in runs] == [("A", 0), ("D", 0), ("D", 1)]
+    meta = run_meta(tmp_path, [SCENARIOS["D"]], runs)
+    # A keeps the duration and kill time it ran with; D is as asked for now.
+    assert meta == {"repeats": {"A": 1, "D": 2}, "durations": {"A": 30.0, "D": SCENARIOS["D"].duration},
+                    "kill_at": {"A": 15.0, "D": None}}
