@@ -36,6 +36,12 @@ from anarchon import (
     plugin_manager,
     to_ms,
 )
+from anarchon._job import Job
+from anarchon._keeper_thread import KeeperThread
+from anarchon._options import resolve
+from anarchon._renewals import Renewals, hold
+from anarchon._schedules import Every
+from anarchon._tasks import Tasks
 from anarchon.testing import VirtualClock
 
 T = TypeVar("T")
@@ -497,6 +503,75 @@ def test_a_handler_that_blocks_its_loop_beyond_block_limit_is_taken_over(
     assert took >= 1.5, f"taken over after {took:.2f} s, before block_limit"
     assert ("blocker", "lease lost") in ends, ends
     assert "beyond block_limit (1500 ms)" in caplog.text
+
+
+def test_the_keeper_checks_on_the_loop_less_often_while_it_keeps_no_lease() -> None:
+    # Each check wakes the keeper's loop and the scheduler's: at rest, with the default heartbeat,
+    # it comes every half heartbeat (2.5 s), not every half second.
+    async def main() -> None:
+        renewals = Renewals(MemoryBackend(), logging.getLogger("test"), Tasks(logging.getLogger("test")))
+        assert renewals.poke(10.5, 12.5) == 12.5
+        lease = Lease("ns", "job", 0, 1, 1, "me", 0)
+        job = Job("job", Every.parse("1s"), resolve({}, lease_ms=30_000, heartbeat_ms=5_000), lambda: None)
+        held = hold(lease, job, 10.0, 10.0, lambda why: None)
+        renewals.post("keep", held)
+        assert renewals.poke(11.0, 13.0) == 11.0  # a lease is kept: every half second
+        assert renewals.poke(11.5) == 11.5
+        renewals.post("forget", held)
+        assert renewals.poke(12.0, 14.0) == 14.0
+
+    asyncio.run(main())
+
+
+@pytest.mark.usefixtures("no_keeper_left")
+def test_an_idle_keeper_thread_asks_the_loop_every_half_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers: list[float] = []
+    answer = KeeperThread._answer
+
+    def counted(self: KeeperThread, asked: float) -> None:
+        answers.append(asked)
+        answer(self, asked)
+
+    monkeypatch.setattr(KeeperThread, "_answer", counted)
+    scheduler = Scheduler(MemoryBackend())  # the default heartbeat, 5 s
+    scheduler.every("hourly", "1h", lambda: None, catch_up=0)
+
+    async def main() -> None:
+        async with scheduler:
+            assert len(keeper_threads()) == 1
+            await asyncio.sleep(3.2)
+
+    asyncio.run(main())
+    # (A loaded machine can only make the thread ask less often; it asked six times before.)
+    assert 1 <= len(answers) <= 2, answers
+
+
+@pytest.mark.usefixtures("no_keeper_left")
+def test_a_run_that_blocks_the_loop_while_the_keeper_was_idle_is_still_given_up(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The thread checks every 2.5 s while no lease is kept; the run's lease reaches it at its next
+    # check, which then finds the loop silent, and from there it checks every half second.
+    starts: list[int] = []
+
+    def block(ctx: JobContext) -> None:
+        starts.append(ctx.attempt)
+
+    async def blocking(ctx: JobContext) -> None:
+        block(ctx)
+        time.sleep(6)  # noqa: ASYNC251 - the point: the loop is blocked
+        await asyncio.sleep(0.1)  # the loop is back: the lost lease reaches the run
+
+    scheduler = Scheduler(MemoryBackend(), block_limit="1s")
+    scheduler.at("block", time.time() + 0.3, blocking, jitter=0)
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(7)
+
+    asyncio.run(main())
+    assert starts == [1]
+    assert "beyond block_limit (1000 ms)" in caplog.text, caplog.text
 
 
 class _BlockedAfterClaim(MemoryBackend):

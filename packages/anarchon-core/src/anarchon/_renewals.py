@@ -8,7 +8,7 @@ whose deadline passes unconfirmed is lost, and its run is told.
 
 `Renewals` runs on whichever event loop starts it: the scheduler's own, or the keeper's thread. From
 another thread, leases are handed over through `post`, which wakes this loop only when neither its
-renewal task nor its next `poke` (the keeper thread's half-second check) comes before the lease's first
+renewal task nor its next `poke` (the keeper thread's check) comes before the lease's first
 renewal: with the default heartbeat, runs reach the thread without waking it at all.
 """
 
@@ -160,13 +160,17 @@ class Renewals:
             with contextlib.suppress(RuntimeError):  # the loop has closed: nothing is renewed any more
                 self._loop.call_soon_threadsafe(self._wake.set)
 
-    def poke(self, next_at: float) -> None:
-        """Take in what was posted (on this loop); the next poke comes at `next_at` or sooner."""
+    def poke(self, next_at: float, idle_at: float | None = None) -> float:
+        """Take in what was posted (on this loop); the next poke comes at `next_at` or sooner, or, when
+        no lease is kept, at `idle_at` (if given) or sooner. Returns when it comes."""
         self._drain()
+        if idle_at is not None and not self._held:
+            next_at = idle_at
         self._poke_at = next_at
         heap = self._heap
         if heap and heap[0][1] not in self._due:
             self._wake.set()  # the renewal task would wake for a lease released since: let it sleep on
+        return next_at
 
     async def confirm(self, held: Held) -> bool:
         """Renew a late lease before its run starts; False (the lease lost) when that fails."""

@@ -261,7 +261,8 @@ def check_blocked_loops(url: str, workdir: Path | str, *, lease_s: float = 1.0, 
     1. a run that blocks for three leases (less than `block_limit`) ends as attempt 1, and no replica
        starts attempt 2 of its slot meanwhile;
     2. a run that blocks for good is taken over as attempt 2 within block_limit + lease + heartbeat
-       (plus half a second between the keeper's checks, the claim jitter and a round trip).
+       (plus half a second between the keeper's checks at a heartbeat of 1 s or less, the claim
+       jitter and a round trip).
 
     Every replica's keeper renews beside its loop, on a connection its driver's `sibling()` made.
     """
