@@ -44,7 +44,7 @@ _PING_S = 0.5
 """How often the thread asks the scheduler's loop for a sign of life while it keeps a lease."""
 _IDLE_PING_MAX_S = 2.5
 """How often it asks at most while it keeps none (half a heartbeat, at least `_PING_S`): each ask wakes
-both loops, and at rest those wake-ups were a fifth of a replica's CPU."""
+both loops, which twice a second would cost a replica at rest about a fifth of its CPU."""
 
 
 async def open_keeper(backend: ClaimBackend, sibling: Sibling, log: logging.Logger, *, heartbeat_ms: int,
