@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import logging
 import re
 
@@ -11,7 +13,7 @@ import redis.asyncio
 from redis.crc import key_slot
 
 from anarchon import BackendError, BackendUnavailable
-from anarchon.backends import ClaimOutcome, ClaimRequest, Overlap, ReleaseOutcome
+from anarchon.backends import ERROR_LIMIT, ClaimOutcome, ClaimRequest, Overlap, ReleaseOutcome, RunRecord
 from anarchon_redis import RedisBackend, RedisStreamBackend, ValkeyBackend, _lease
 
 SECRET = "s3cret-pa55word"
@@ -342,5 +344,27 @@ async def test_a_burst_of_releases_waits_for_pooled_connections(
         released = await asyncio.gather(*(backend.release(lease, ReleaseOutcome.DONE) for lease in leases))
         assert all(released)
         assert len(await raw.client_list()) - before <= 64
+    finally:
+        await backend.close()
+
+
+async def test_history_stores_each_run_as_sorted_json(redis_url: str, prefix: str,
+                                                      raw: redis.asyncio.Redis) -> None:
+    # The run's JSON is written field by field: it must be exactly what the JSON encoder gives (keys
+    # sorted, text escaped, the error cut), whatever the text holds, and read back as the same run.
+    backend = RedisBackend(redis_url, prefix=prefix)
+    await backend.open()
+    try:
+        texts = ['q"uote \\ back', "new\nline\ttab \x01", "ünï—cödé ☃ 🎉", "</script>", ""]
+        runs = [RunRecord(f"job{i}", 1_764_000_000_000 + i, 1 + i, 10**12 + i, f"host:{text}", "failed",
+                          1_764_000_000_100, 37 * i, text + "e" * (ERROR_LIMIT if i == 0 else 0))
+                for i, text in enumerate(texts)]
+        await backend.record_runs("ns", runs, keep=10)
+        for run in runs:
+            members = await raw.zrange(backend.keys.history("ns", run.job), 0, -1)
+            fields = dataclasses.asdict(run) | {"error": run.error[:ERROR_LIMIT]}
+            assert members == [json.dumps(fields, sort_keys=True, ensure_ascii=False).encode()]
+            stored = dataclasses.replace(run, error=fields["error"])
+            assert await backend.history("ns", run.job, 5) == [stored]
     finally:
         await backend.close()
