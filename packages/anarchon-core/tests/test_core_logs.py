@@ -225,3 +225,38 @@ def test_run_lines_carry_job_slot_attempt_instance_and_outcome_as_record_fields(
         assert by.get((job, outcome)) == {"job": job, "slot": slot, "attempt": 1, "instance": "i1",
                                           "outcome": outcome}, records
     assert not [r for r in records if "slot=" in r["message"] and "job" not in r], records
+
+
+def test_a_handlers_logger_is_named_for_its_job_and_made_only_when_used(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A logger made per job stays for the life of the process: only a handler that uses `ctx.logger`
+    # gets one.
+    clock = VirtualClock(datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC))
+    scheduler = Scheduler(MemoryBackend(clock=clock), clock=clock)
+    quiet, chatty = f"quiet-{os.getpid()}", f"chatty-{os.getpid()}"
+    ran: list[str] = []
+
+    async def silent(ctx: JobContext) -> None:
+        ran.append(ctx.name)
+
+    async def talks(ctx: JobContext) -> None:
+        ran.append(ctx.name)
+        ctx.logger.warning("from %s", ctx.name)
+
+    scheduler.every(quiet, "1s", silent)
+    scheduler.every(chatty, "1s", talks)
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(3.5)
+
+    with caplog.at_level(logging.WARNING):
+        clock.run(main())
+    assert ran.count(quiet) >= 3 and ran.count(chatty) >= 3
+    loggers = logging.Logger.manager.loggerDict
+    assert f"anarchon.job.{quiet}" not in loggers
+    assert f"anarchon.job.{chatty}" in loggers
+    said = [r for r in caplog.records if r.getMessage() == f"from {chatty}"]
+    assert len(said) == ran.count(chatty)
+    assert {r.name for r in said} == {f"anarchon.job.{chatty}"}

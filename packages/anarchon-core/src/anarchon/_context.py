@@ -78,7 +78,7 @@ class CancelSignal:
             self._event.set()
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class JobContext:
     """Everything a handler knows about its run."""
 
@@ -96,11 +96,33 @@ class JobContext:
     """The namespace the job lives in."""
     signal: CancelSignal = field(repr=False)
     """Set when the run must end."""
-    logger: logging.Logger = field(repr=False)
-    """A logger for the handler (`anarchon.job.<name>`)."""
-    triggered: bool = False
+    _logger: logging.Logger | None = field(repr=False)
+    triggered: bool
     """True for a run started by `Scheduler.trigger` (or `anarchon trigger`): `slot` is then the
     trigger's id, not a scheduled slot, and its lease is on the store record `record`."""
+
+    def __init__(self, name: str, slot: int, attempt: int, token: int, instance_id: str, namespace: str,
+                 signal: CancelSignal, logger: logging.Logger | None = None, triggered: bool = False) -> None:
+        """The context of one run; `logger` defaults to `anarchon.job.<name>`."""
+        self.name = name
+        self.slot = slot
+        self.attempt = attempt
+        self.token = token
+        self.instance_id = instance_id
+        self.namespace = namespace
+        self.signal = signal
+        self._logger = logger
+        self.triggered = triggered
+
+    @property
+    def logger(self) -> logging.Logger:
+        """A logger for the handler (`anarchon.job.<name>`)."""
+        # Looked up on first use: a logger made for every job would stay in memory for the life of the
+        # process, and each full garbage collection would traverse it, for handlers that never log.
+        logger = self._logger
+        if logger is None:
+            logger = self._logger = logging.getLogger(f"anarchon.job.{self.name}")
+        return logger
 
     @property
     def record(self) -> str:

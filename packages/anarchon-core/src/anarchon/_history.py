@@ -154,7 +154,10 @@ class HistoryWriter:
         self._log = log
         self._jobs = jobs
         self._leases = leases
-        self._buffer: list[RunRecord] = []
+        self._buffer: list[tuple[str, int, int, int, str, str, int, int, str]] = []
+        """The ended runs not yet written, each a `RunRecord`'s fields: a tuple of strings and ints is
+        untracked by the garbage collector once it survives a collection, where a record waiting for
+        the flush would be promoted to the oldest generation and traversed by every full collection."""
         self._wake = Wakeup()
         self._republish = False
         self._failing: set[str] = set()
@@ -165,9 +168,8 @@ class HistoryWriter:
         """Keep one ended run, to be written with the others that end within `FLUSH_MS`."""
         duration = max(0, round(duration_ms))
         text = "" if error is None and timeout_ms is None else error_text(error, timeout_ms=timeout_ms)
-        # (Positional: this runs once per run.)
-        run = RunRecord(ctx.name, ctx.slot, ctx.attempt, ctx.token, self._instance_id, outcome_name(outcome),
-                        self._clock.now_ms() - duration, duration, text)
+        run = (ctx.name, ctx.slot, ctx.attempt, ctx.token, self._instance_id, outcome_name(outcome),
+               self._clock.now_ms() - duration, duration, text)
         if len(self._buffer) >= BUFFER_LIMIT:
             del self._buffer[: len(self._buffer) - BUFFER_LIMIT + 1]
         self._buffer.append(run)
@@ -206,14 +208,15 @@ class HistoryWriter:
 
     async def flush(self) -> None:
         """Write the runs that ended, in one call; on failure they are dropped."""
-        batch, self._buffer = self._buffer, []
-        if not batch:
+        buffered, self._buffer = self._buffer, []
+        if not buffered:
             return
+        batch = [RunRecord(*run) for run in buffered]
         try:
             await self._write("runs", lambda: self._backend.record_runs(self._namespace, batch, self._keep),
                               dropped=len(batch))
         except asyncio.CancelledError:
-            self._buffer[:0] = batch  # a stop cut the write short: the final flush writes them
+            self._buffer[:0] = buffered  # a stop cut the write short: the final flush writes them
             raise
 
     async def close(self, within_s: float) -> None:

@@ -95,8 +95,11 @@ class Runs:
         self._keys: dict[tuple[str, int], list[int]] = {}
         """(job, slot) of each run in progress: the tokens of its runs (one, but for a takeover of a
         slot that this instance also still runs)."""
-        self._loggers: dict[str, logging.Logger] = {}
         self._stopping = False
+        # Each run's task gets a copy of this context, where `running_for` names the owner already:
+        # setting it in each task would add objects per run that outlive a young GC collection.
+        self._context = contextvars.copy_context()
+        self._context.run(_OWNER.set, owner)
 
     @property
     def active(self) -> list[JobContext]:
@@ -123,20 +126,17 @@ class Runs:
 
     def start(self, job: Job, lease: Lease, sent: float) -> None:
         """Run `job` for the slot `lease` won, by a claim sent at `sent` (keeper clock)."""
-        logger = self._loggers.get(job.name)
-        if logger is None:
-            logger = self._loggers[job.name] = logging.getLogger(f"anarchon.job.{job.name}")
-        # (Positional: this runs once per run. In field order: name, slot, attempt, token, instance_id,
-        # namespace, signal, logger, triggered.)
+        # (Positional: this runs once per run. In order: name, slot, attempt, token, instance_id,
+        # namespace, signal, logger (looked up on first use), triggered.)
         ctx = JobContext(job.name, lease.slot, lease.attempt, lease.token, self._instance_id, self._namespace,
-                         CancelSignal(asyncio.get_running_loop()), logger, lease.job != job.name)
+                         CancelSignal(asyncio.get_running_loop()), None, lease.job != job.name)
         run = _Run(job, ctx, self)
         run.held = self._keeper.hold(lease, job, sent, run)
         if self._stopping:
             ctx.signal.set(STOP)
         self._runs.add(run)
         self._keys.setdefault((job.name, lease.slot), []).append(lease.token)
-        run.task = self._tasks.start(self._run(run), "run")
+        run.task = self._tasks.start(self._run(run), "run", self._context.copy())
 
     def stopping(self) -> None:
         """The scheduler stops: a run that starts from now on has its signal set at once, and a run
@@ -167,8 +167,8 @@ class Runs:
         self._hook.emit("anarchon_lease_lost", ctx=run.ctx, reason=why)
 
     async def _run(self, run: _Run) -> None:
-        # This task's own context: stop() called from the handler must not wait for it.
-        _OWNER.set(self._owner)
+        # (In a context of its own, where `running_for` names the owner: stop() called from the handler
+        # must not wait for it.)
         try:
             job, ctx = run.job, run.ctx
             outcome: ReleaseOutcome | None = _DONE

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Coroutine, Iterable
 from functools import partial
@@ -39,11 +40,12 @@ class Tasks:
         task.add_done_callback(self._callbacks[role])
         return task
 
-    def start(self, coro: Coroutine[Any, Any, T], role: str) -> asyncio.Task[T]:
-        """Start `coro` as a task owned under `role` that reports its own end: its last step calls
-        `ended`, and it logs its own failures. No done callback, so its end costs no loop callback (for
-        the tasks started once per run)."""
-        task = asyncio.get_running_loop().create_task(coro)
+    def start(self, coro: Coroutine[Any, Any, T], role: str,
+              context: contextvars.Context | None = None) -> asyncio.Task[T]:
+        """Start `coro` as a task owned under `role` (in `context`, else a copy of the current one) that
+        reports its own end: its last step calls `ended`, and it logs its own failures. No done
+        callback, so its end costs no loop callback (for the tasks started once per run)."""
+        task = asyncio.get_running_loop().create_task(coro, context=context)
         tasks = self._roles.get(role)
         if tasks is None:
             tasks = self._roles[role] = set()
