@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import zlib
 from collections import Counter
 from collections.abc import Coroutine, Sequence
 from datetime import UTC, datetime
@@ -257,6 +258,30 @@ def test_replicas_share_each_boundary_and_claim_only_their_own_share(clock: Virt
     assert min(share.values()) >= 0.2 * len(later), share
     late = [at - slot for (_, slot, _, _), at in zip(c.starts, c.stamps, strict=True) if slot > T0 + 3500]
     assert max(late) <= 50  # every run within the jitter: each leader claims its own at once
+
+
+def test_each_replica_leads_its_even_part_of_every_boundary(clock: VirtualClock) -> None:
+    """With three replicas, none leads more than two of a slot's four groups of jobs, at any boundary.
+    (Each group led by whichever replica hashes highest gives one replica three or four groups, three
+    quarters of the boundary's runs or all of them, at a third of the boundaries: the boundary's
+    latest runs then wait for that one replica.)"""
+    c = Cluster(clock, 3, lease="6s", heartbeat="1s")
+    c.every_second(60)
+
+    async def main() -> None:
+        # (From the sixth boundary: by then every replica has heard the others' wins.)
+        await c.claims_sent(5.5, 20)
+
+    run(clock, main())
+    groups: dict[tuple[int, str], set[int]] = {}
+    for job, slot, _, inst in c.starts:
+        if slot > T0 + 5500:
+            groups.setdefault((slot, inst), set()).add(zlib.crc32(job.encode()) % 4)
+    slots = {slot for slot, _ in groups}
+    assert len(slots) == 20
+    for slot in slots:
+        led = sorted(len(groups.get((slot, inst), ())) for inst in ("i0", "i1", "i2"))
+        assert sum(led) == 4 and max(led) <= 2, (slot, led)
 
 
 def test_followers_wait_as_long_as_a_leaders_wins_take_to_be_heard(clock: VirtualClock) -> None:

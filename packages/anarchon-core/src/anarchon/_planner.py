@@ -133,6 +133,10 @@ class Planner:
         self._members: list[tuple[str, bytes]] = []
         self._members_at: int | None = None
         """When `_members` was worked out from `_seen`; None: to be worked out again."""
+        self._leaders: list[str] = []
+        """The leader of each group of one slot (see `_leader`)."""
+        self._ranked: tuple[int, list[tuple[str, bytes]]] | None = None
+        """The slot and the members `_leaders` was worked out for."""
         self._heard_ms = 0
         """How long after their slots leaders' wins were heard at most, in the last whole window."""
         self._heard_top = 0
@@ -370,7 +374,13 @@ class Planner:
         return int(draw * jitter) + self._follow(plan)
 
     def _leader(self, slot: int, group: int) -> str | None:
-        """The instance that leads `group` at `slot`: None when it is this one."""
+        """The instance that leads `group` at `slot`: None when it is this one.
+
+        Each group goes to the member with the highest hash of (slot, group, instance id), the same on
+        every instance that knows the same members (rendezvous hashing), unless that one leads its
+        share of the slot's groups already (four groups, three members: two each at most); then to
+        the next. So no instance leads most of a boundary, and a member that comes or goes moves the
+        lead of few groups."""
         now = self._clock.now_ms()
         if self._members_at is None or now - self._members_at >= 1000:
             self._members_at = now
@@ -381,8 +391,21 @@ class Planner:
         members = self._members
         if len(members) < 2:
             return None
-        point = f"{slot}/{group}/".encode()
-        best = max(members, key=lambda m: hashlib.blake2b(point + m[1], digest_size=8).digest())[0]
+        if self._ranked != (slot, members):
+            cap = -(-_JITTER_GROUPS // len(members))
+            led = dict.fromkeys([owner for owner, _ in members], 0)
+            leaders = []
+            for g in range(_JITTER_GROUPS):
+                point = f"{slot}/{g}/".encode()
+                for owner, _ in sorted(members, reverse=True,
+                                       key=lambda m: hashlib.blake2b(point + m[1], digest_size=8).digest()):
+                    if led[owner] < cap:
+                        led[owner] += 1
+                        leaders.append(owner)
+                        break
+            self._leaders = leaders
+            self._ranked = (slot, members)
+        best = self._leaders[group]
         return None if best == self._self_id else best
 
     def _plan_first(self, plan: Plan, now: int) -> None:
