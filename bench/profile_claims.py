@@ -22,6 +22,10 @@ store's) and deletes its records at the end.
 - `--cprofile` prints the Python functions with the most own time over the measured rounds, with
   their call counts (exact, unlike the times).
 - Otherwise it prints the process CPU time per claim attempt (noisy on a shared machine).
+- Every mode also prints the garbage collector's collections per 1,000 claim attempts, by generation,
+  and its CPU time. The collections follow the tracked objects that the claims, runs and releases
+  keep alive while others are made, so they repeat under `--seed`: fewer young collections, and fewer
+  full ones, which traverse every object of the process (a pause of tens of ms in a replica).
 - `--seed N` seeds the jitter draws: the count then repeats to within a few hundredths of a percent,
   where it moves by a percent or two unseeded. Use it to compare two versions of the code.
 
@@ -34,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import glob
 import itertools
 import math
@@ -112,6 +117,38 @@ def _seed_random(seed: int) -> None:
     random.Random = Seeded  # type: ignore[misc]
 
 
+class GcMeter:
+    """The garbage collector's collections by generation, and its CPU time, while it is on.
+
+    Collections follow the tracked objects allocated and kept: a claim path that keeps fewer of them
+    alive across a collection triggers fewer collections, and fewer full ones, which traverse every
+    object of the process (the pause a claim in flight then waits for)."""
+
+    def __init__(self) -> None:
+        self.collections = [0, 0, 0]
+        self.seconds = 0.0
+        self._began = 0.0
+        self._on = False
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if not self._on:
+            return
+        if phase == "start":
+            self._began = time.thread_time()
+        else:
+            self.collections[info["generation"]] += 1
+            self.seconds += time.thread_time() - self._began
+
+    def start(self) -> None:
+        """Count from now on."""
+        self._on = True
+
+    def stop(self) -> None:
+        """Count no more."""
+        self._on = False
+
+
 def _mark() -> None:
     """Where callgrind splits its profile (`--dump-before=os_getppid`)."""
     os.getppid()
@@ -153,7 +190,8 @@ async def _forget(backend: Any, namespace: str) -> None:
 
 
 async def profile(url: str, jobs: int, rounds: int, warmup: int, replicas: int,
-                  profiler: cProfile.Profile | None, clock: SteppedClock) -> tuple[int, float, int]:
+                  profiler: cProfile.Profile | None, clock: SteppedClock, meter: GcMeter
+                  ) -> tuple[int, float, int]:
     """Run the rounds; return (claim attempts, CPU seconds, runs) of the measured ones."""
     start = clock.now
     namespace = f"anarchon-profile-{os.getpid()}-{start}"
@@ -188,9 +226,11 @@ async def profile(url: str, jobs: int, rounds: int, warmup: int, replicas: int,
         if profiler is not None:
             profiler.enable()
         cpu0 = time.process_time()
+        meter.start()
         for _ in range(rounds):
             await _round(schedulers, clock, slot)
             slot += 1000
+        meter.stop()
         cpu = time.process_time() - cpu0
         if profiler is not None:
             profiler.disable()
@@ -265,15 +305,19 @@ def main() -> None:
     if args.seed is not None:
         _seed_random(args.seed)
     profiler = cProfile.Profile() if args.cprofile else None
+    meter = GcMeter()
     # Ten minutes ahead of the store's clock: however long the start and the rounds take, a claim
     # reaches a store whose clock is before its slot's `stale_after` (else every claim is stale).
     clock = SteppedClock((time.time_ns() // 1_000_000 // 1000 + _AHEAD_S) * 1000)
     with asyncio.Runner(loop_factory=lambda: _SteppedLoop(clock)) as runner:
         attempts, cpu, runs = runner.run(profile(args.url, args.jobs, args.rounds, args.warmup,
-                                                 args.replicas, profiler, clock))
+                                                 args.replicas, profiler, clock, meter))
     expected = args.jobs * args.rounds
     print(f"attempts={attempts} runs={runs} (of {expected} slots) "
           f"cpu={cpu:.3f}s: {cpu / attempts * 1e6:.1f} us per claim attempt", flush=True)
+    per = [f"{n * 1000 / attempts:.2f}" for n in meter.collections]
+    print(f"gc: {'/'.join(per)} collections (generation 0/1/2) per 1,000 claim attempts, "
+          f"{meter.seconds:.3f}s of the cpu in them", flush=True)
     if runs != expected:
         print(f"warning: {runs} runs, expected {expected}", file=sys.stderr)
     if profiler is not None:
