@@ -91,7 +91,7 @@ class KeeperThread:
         """The tasks on the scheduler's loop: release sends."""
         self._releases = Releases(backend, log, self._tasks)
         self._thread_tasks = Tasks(log)
-        self._renewals = Renewals(second, log, self._thread_tasks)
+        self._renewals = Renewals(second, log, self._thread_tasks, self._to_main)
         self._thread: threading.Thread | None = None
         self._main: asyncio.AbstractEventLoop | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -126,16 +126,19 @@ class KeeperThread:
 
     def hold(self, lease: Lease, job: Job, sent: float, on_lost: Callable[[str], None]) -> Held:
         """Hand `lease` to the thread at once: the handler may block this loop right after."""
-        main = self._main
-        assert main is not None, "not started"
-
-        def lost(why: str) -> None:
-            with contextlib.suppress(RuntimeError):  # the scheduler's loop has closed
-                main.call_soon_threadsafe(on_lost, why)
-
-        held = hold(lease, job, sent, self.now(), lost)
+        assert self._main is not None, "not started"
+        # (`on_lost` itself, no closure around it: objects made per run cost garbage collections. The
+        # thread's renewals hand it to the scheduler's loop: `_to_main`.)
+        held = hold(lease, job, sent, self.now(), on_lost)
         self._renewals.post("keep", held)
         return held
+
+    def _to_main(self, callback: Callable[[str], None], why: str) -> None:
+        """Call `callback(why)` on the scheduler's loop (from the thread: a lost lease's run)."""
+        main = self._main
+        if main is not None:
+            with contextlib.suppress(RuntimeError):  # the scheduler's loop has closed
+                main.call_soon_threadsafe(callback, why)
 
     async def confirm(self, held: Held) -> bool:
         """Renew a late lease from the thread (see `Keeper.confirm`)."""

@@ -98,10 +98,14 @@ def hold(lease: Lease, job: Job, sent: float, now: float, on_lost: Callable[[str
 class Renewals:
     """Renews the leases it keeps, on the event loop that starts it, through `backend`."""
 
-    def __init__(self, backend: LeaseBackend, log: logging.Logger, tasks: Tasks) -> None:
+    def __init__(self, backend: LeaseBackend, log: logging.Logger, tasks: Tasks,
+                 deliver: Callable[[Callable[[str], None], str], None] | None = None) -> None:
+        """`deliver(on_lost, why)` tells a lost lease's holder, where that is not this loop's code
+        (the keeper thread's leases: on the scheduler's loop); by default `on_lost` is called here."""
         self._backend = backend
         self._log = log
         self._tasks = tasks
+        self._deliver = deliver
         # (due time, sequence): numbers only, so the garbage collector stops tracking the entries, and a
         # lease released or lost is let go at once, not kept alive by its entry until the entry's time.
         self._heap: list[tuple[float, int]] = []
@@ -337,7 +341,10 @@ class Renewals:
         self.forget(held)
         self._log.warning("%s slot=%s lease lost attempt=%d: %s", held.job, fmt_slot(held.lease.slot),
                           held.lease.attempt, why, extra=held.log_fields())
-        held.on_lost(why)
+        if self._deliver is None:
+            held.on_lost(why)
+        else:
+            self._deliver(held.on_lost, why)
 
     # -- the store --------------------------------------------------------------------------------
 
