@@ -82,7 +82,6 @@ class Runs:
     def __init__(self, *, owner: object, keeper: Keeper, tasks: Tasks, log: logging.Logger, hook: Hook,
                  namespace: str, instance_id: str, on_handover: Callable[[Job, int], None],
                  history: HistoryWriter | None = None) -> None:
-        self._owner = owner
         self._keeper = keeper
         self._tasks = tasks
         self._log = log
