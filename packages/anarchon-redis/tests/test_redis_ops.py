@@ -7,13 +7,23 @@ import dataclasses
 import json
 import logging
 import re
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 import redis.asyncio
 from redis.crc import key_slot
 
 from anarchon import BackendError, BackendUnavailable
-from anarchon.backends import ERROR_LIMIT, ClaimOutcome, ClaimRequest, Overlap, ReleaseOutcome, RunRecord
+from anarchon.backends import (
+    ERROR_LIMIT,
+    ClaimOutcome,
+    ClaimRequest,
+    ClaimResult,
+    Overlap,
+    ReleaseOutcome,
+    RunRecord,
+)
 from anarchon_redis import RedisBackend, RedisStreamBackend, ValkeyBackend, _lease
 
 SECRET = "s3cret-pa55word"
@@ -108,6 +118,71 @@ async def test_wins_are_announced_with_exact_names_under_any_prefix_and_namespac
         assert sorted(wins) == sorted((name, now) for name in names)
     finally:
         await listener.close()
+        await backend.close()
+
+
+async def test_a_batch_of_mixed_requests_is_judged_as_each_alone(
+    redis_url: str, prefix: str, raw: redis.asyncio.Redis
+) -> None:
+    """The batch script gets each run of requests that share their arguments once: requests that
+    differ from their neighbours in any one argument, and runs that cross the `BATCH` chunk edge,
+    must each be claimed with their own arguments, and only the first owner's wins announced."""
+    backend = RedisBackend(redis_url, prefix=prefix)
+    alone = RedisBackend(redis_url, prefix=prefix + "-alone")
+    listener = RedisBackend(redis_url, prefix=prefix)
+    await backend.open()
+    await alone.open()
+    await listener.open()
+    try:
+        now = await _store_now(raw)
+        # Held by B in both stores: under skip a newer slot is SKIPPED, under replace it is WON.
+        for b in (backend, alone):
+            await b.claim_many([ClaimRequest("ns", f"held{i}", now - 1000, "B", 60_000) for i in range(4)])
+        # Runs of three, every other one plain: each other run differs from its neighbours in one argument.
+        variants: list[dict[str, Any]] = [
+            {"owner": "B"},
+            {"lease_ms": 1234},
+            {"fingerprint": "other"},
+            {"max_attempts": 1},
+            {"slot": now - 500},
+            {"stale_after": now - 100_000},
+            {"slot": now + 3_600_000},  # beyond max_skew: EARLY
+            {"max_skew_ms": 7_200_000, "slot": now + 3_600_000},
+        ]
+        requests = []
+        for i in range(_lease.BATCH + 20):
+            k = i // 3 % (2 * len(variants))
+            fields: dict[str, Any] = {"slot": now, "owner": "A"} | (variants[k // 2] if k % 2 else {})
+            requests.append(ClaimRequest("ns", f"j{i}", **fields))
+        requests += [ClaimRequest("ns", "held0", now, "A", overlap=Overlap.SKIP),
+                     ClaimRequest("ns", "held1", now, "A", overlap=Overlap.REPLACE),
+                     ClaimRequest("ns", "held2", now, "A", overlap=Overlap.SKIP),
+                     ClaimRequest("ns", "held3", now, "A", overlap=Overlap.REPLACE)]
+        heard: asyncio.Queue[tuple[str, list[tuple[str, int]]]] = asyncio.Queue()
+        await listener.subscribe_wins("ns", lambda owner, wins: heard.put_nowait((owner, list(wins))))
+        batched = await backend.claim_many(requests)
+        single = [await alone.claim(r) for r in requests]
+
+        def seen(results: Sequence[ClaimResult]) -> list[tuple[object, ...]]:
+            return [(r.outcome, r.holder, r.attempt, r.lease and r.lease.expires_at - (r.now or 0))
+                    for r in results]
+
+        assert seen(batched) == seen(single)
+        outcomes = {r.outcome for r in batched}
+        assert {ClaimOutcome.WON, ClaimOutcome.STALE, ClaimOutcome.EARLY, ClaimOutcome.SKIPPED} <= outcomes
+        assert {r.lease.expires_at - (r.now or 0) for r in batched if r.lease} == {30_000, 1234}
+        announced: list[tuple[str, int]] = []
+        owner = ""
+        while len(announced) < sum(1 for r in batched if r.lease and r.lease.owner == "A"):
+            owner, wins = await asyncio.wait_for(heard.get(), 5)
+            assert owner == "A"
+            announced += wins
+        expected = [(r.job, r.slot) for r, b in zip(requests, batched, strict=True)
+                    if r.owner == "A" and b.outcome is ClaimOutcome.WON]
+        assert sorted(announced) == sorted(expected)
+    finally:
+        await listener.close()
+        await alone.close()
         await backend.close()
 
 

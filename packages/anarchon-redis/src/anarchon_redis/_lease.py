@@ -65,6 +65,12 @@ _RELEASED_AS: dict[ReleaseOutcome, str] = {o: o.status.value for o in ReleaseOut
 """The status each release outcome stores (`.value` of an Enum is a Python-level property on 3.11)."""
 
 
+def _claim_args(r: ClaimRequest) -> list[Any]:
+    """The claim script's 8 arguments of one request (`_scripts` `args`)."""
+    return [r.slot, r.owner, r.lease_ms, r.max_attempts, _OVERLAPS.get(r.overlap) or Overlap(r.overlap).value,
+            r.fingerprint, r.max_skew_ms, "" if r.stale_after is None else r.stale_after]
+
+
 class Script:
     """A Lua script: its source and the SHA1 that EVALSHA names it by."""
 
@@ -377,14 +383,6 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         Cluster client, else one script call per chunk of `BATCH` requests."""
         if not requests:
             return []
-        cache = self._key_cache  # (its hit inline: this runs once per claim attempt)
-        calls = [
-            (cache.get((r.namespace, r.job)) or self._job_keys(r.namespace, r.job),
-             [r.slot, r.owner, r.lease_ms, r.max_attempts,
-              _OVERLAPS.get(r.overlap) or Overlap(r.overlap).value, r.fingerprint, r.max_skew_ms,
-              "" if r.stale_after is None else r.stale_after])
-            for r in requests
-        ]
         fresh = self._unindexed(requests)
 
         def index(pipe: Any) -> None:
@@ -394,8 +392,17 @@ class RedisBackend(RedisStore, LeaseBackendBase):
 
         wait = self.wait_timeout_ms if self.wait_replicas and not self._cluster else 0
         waited: list[int] = []
-        replies = await self._eval_calls(_CLAIM, _CLAIM_BATCH, calls, "claiming", extra=index, wait=wait,
-                                         waited=waited, tail=self._announced(requests))
+        if self._cluster:
+            calls = [(self._job_keys(r.namespace, r.job), _claim_args(r)) for r in requests]
+            replies = await self._eval_many(_CLAIM, calls, "claiming", extra=index)
+        else:
+            chunks = self._claim_chunks(requests)
+            replies = [reply for chunk in await self._eval_many(_CLAIM_BATCH, chunks, "claiming", extra=index,
+                                                                wait=wait, waited=waited)
+                       for reply in chunk]
+            if len(replies) != len(requests):
+                problem = RuntimeError(f"{len(replies)} replies for {len(requests)} claims")
+                raise self._drv.error(problem, self._where, "claiming")
         results = [self._result(r, reply) for r, reply in zip(requests, replies, strict=True)]
         if self.wait_replicas:
             won = [r for r, result in zip(requests, results, strict=True) if result.lease is not None]
@@ -404,6 +411,37 @@ class RedisBackend(RedisStore, LeaseBackendBase):
                     waited = await self._wait_on_masters(won)
                 self._check_durable(won, waited)
         return results
+
+    def _claim_chunks(self, requests: Sequence[ClaimRequest]) -> list[tuple[list[str], list[Any]]]:
+        """`CLAIM_BATCH`'s keys and arguments, `BATCH` requests per chunk: the announcement's two
+        arguments, then each run of consecutive requests that share their arguments as its length
+        and the 8 arguments of `_claim_args`."""
+        cache = self._key_cache  # (its hit inline: this runs once per claim attempt)
+        tail = self._announced(requests)
+        chunks = []
+        for start in range(0, len(requests), BATCH):
+            keys: list[str] = []
+            args: list[Any] = list(tail)
+            run: ClaimRequest | None = None
+            count = 0
+            for r in requests[start:start + BATCH]:
+                keys += cache.get((r.namespace, r.job)) or self._job_keys(r.namespace, r.job)
+                if run is not None and (r.slot == run.slot and r.stale_after == run.stale_after
+                                        and r.fingerprint == run.fingerprint and r.owner == run.owner
+                                        and r.lease_ms == run.lease_ms and r.overlap == run.overlap
+                                        and r.max_attempts == run.max_attempts
+                                        and r.max_skew_ms == run.max_skew_ms):
+                    count += 1
+                    continue
+                if run is not None:
+                    args.append(count)
+                    args += _claim_args(run)
+                run, count = r, 1
+            if run is not None:
+                args.append(count)
+                args += _claim_args(run)
+            chunks.append((keys, args))
+        return chunks
 
     async def _wait_on_masters(self, won: Sequence[ClaimRequest]) -> list[int]:
         """On a Cluster: `WAIT` on each master that holds a won job, after a write of its own on the
@@ -478,24 +516,12 @@ class RedisBackend(RedisStore, LeaseBackendBase):
 
     async def _eval_calls(
         self, script: Script, batch_script: Script, calls: Sequence[tuple[list[str], list[Any]]], doing: str,
-        extra: Callable[[Any], None] | None = None, wait: int = 0, waited: list[int] | None = None,
-        tail: list[Any] | None = None,
     ) -> list[Any]:
         """One reply per call, in one round trip: `script` once per call on a Cluster client (each
-        call routed by its keys), else `batch_script` (the same body in a loop) per chunk of calls,
-        each chunk's arguments followed by `tail`."""
+        call routed by its keys), else `batch_script` (`_scripts._batch`: the same body in a loop)
+        per chunk of `BATCH` calls."""
         if self._cluster:
-            return await self._eval_many(script, calls, doing, extra=extra)
-        return await self._eval_batched(batch_script, calls, doing, extra=extra, wait=wait, waited=waited,
-                                        tail=tail)
-
-    async def _eval_batched(
-        self, script: Script, calls: Sequence[tuple[list[str], list[Any]]], doing: str,
-        extra: Callable[[Any], None] | None = None, wait: int = 0, waited: list[int] | None = None,
-        tail: list[Any] | None = None,
-    ) -> list[Any]:
-        """Run a batch script (`_scripts._batch`) over `calls`, `BATCH` at a time, in one pipeline;
-        each chunk's arguments are followed by `tail`."""
+            return await self._eval_many(script, calls, doing)
         chunks = []
         for start in range(0, len(calls), BATCH):
             keys: list[str] = []
@@ -503,10 +529,8 @@ class RedisBackend(RedisStore, LeaseBackendBase):
             for k, a in calls[start:start + BATCH]:
                 keys += k
                 args += a
-            if tail:
-                args += tail
             chunks.append((keys, args))
-        replies = await self._eval_many(script, chunks, doing, extra=extra, wait=wait, waited=waited)
+        replies = await self._eval_many(batch_script, chunks, doing)
         out = [reply for chunk in replies for reply in chunk]
         if len(out) != len(calls):
             problem = RuntimeError(f"{len(out)} replies for {len(calls)} calls")

@@ -252,34 +252,39 @@ return out
     )
 
 
-_ANNOUNCE = r"""
--- After the jobs' ARGV: the wins channel ('' for none) and the length of the job keys' prefix
--- '{prefix:namespace:'. One PUBLISH for the batch: "owner\nslot\tjob\nslot\tjob…", the first
--- attempts and takeovers won by the first request's owner (job names hold no control characters).
+CLAIM_BATCH = _CLAIM_HEAD + r"""
+-- ARGV: the wins channel ('' for none) and the length of the job keys' prefix '{prefix:namespace:'
+-- (for the announcement below), then runs of jobs that share their arguments: each run is its number
+-- of jobs and the 8 ARGV of `args`, and takes that many key pairs from KEYS, in order. A batch of jobs
+-- due together shares slot, owner, lease, overlap and schedule, so a run is most of a batch: the
+-- client packs, and the script parses, a few arguments per job rather than eight. Replies in order.
+local out = {}
+local channel = ARGV[1]
+local announce = channel ~= ''
+local first_owner = ARGV[5]
+local won = {}
+local cut = tonumber(ARGV[2])
 local n = #KEYS / 2
-local channel = ARGV[8 * n + 1]
-if channel and channel ~= '' then
-  local cut = tonumber(ARGV[8 * n + 2])
-  local owner = ARGV[2]
-  local won = {}
-  for i = 1, n do
-    if out[i][1] == 'won' and ARGV[8 * (i - 1) + 2] == owner then
-      won[#won + 1] = ARGV[8 * (i - 1) + 1] .. '\t' .. string.sub(KEYS[2 * i - 1], cut + 1, -2)
+local i, o = 0, 2
+while i < n do
+  local last = i + tonumber(ARGV[o + 1])
+  args(o + 1)
+  o = o + 9
+  while i < last do
+    K1, K2 = KEYS[2 * i + 1], KEYS[2 * i + 2]
+    local r = claim()
+    i = i + 1
+    out[i] = r
+    -- One PUBLISH for the batch: "owner\nslot\tjob\nslot\tjob…", the first attempts and takeovers
+    -- won by the first run's owner (job names hold no control characters).
+    if announce and r[1] == 'won' and owner == first_owner then
+      won[#won + 1] = slot_s .. '\t' .. string.sub(K1, cut + 1, -2)
     end
   end
-  if #won > 0 then redis.call('PUBLISH', channel, owner .. '\n' .. table.concat(won, '\n')) end
 end
+if #won > 0 then redis.call('PUBLISH', channel, first_owner .. '\n' .. table.concat(won, '\n')) end
+return out
 """
-
-CLAIM_BATCH = _CLAIM_HEAD + r"""
--- KEYS in pairs, 8 ARGV per job, then the announcement's arguments; replies in order.
-local out = {}
-for i = 0, #KEYS / 2 - 1 do
-  K1, K2 = KEYS[2 * i + 1], KEYS[2 * i + 2]
-  args(8 * i)
-  out[i + 1] = claim()
-end
-""" + _ANNOUNCE + "return out\n"
 RELEASE_BATCH = _batch(_RELEASE, 6)
 RENEW_BATCH = _batch(_RENEW, 4)
 
