@@ -164,10 +164,16 @@ async def test_a_batch_of_mixed_requests_is_judged_as_each_alone(
         single = [await alone.claim(r) for r in requests]
 
         def seen(results: Sequence[ClaimResult]) -> list[tuple[object, ...]]:
-            return [(r.outcome, r.holder, r.attempt, r.lease and r.lease.expires_at - (r.now or 0))
-                    for r in results]
+            return [(r.outcome, r.holder, r.attempt, r.fingerprint,
+                     r.lease and r.lease.expires_at - (r.now or 0)) for r in results]
 
         assert seen(batched) == seen(single)
+        # Claimed again, each answers with the fingerprint its first claim stored (a win is now its own
+        # lease again, whose remaining time depends on when it was asked).
+        again = await backend.claim_many(requests)
+        alone_again = [await alone.claim(r) for r in requests]
+        assert [x[:4] for x in seen(again)] == [x[:4] for x in seen(alone_again)]
+        assert {r.fingerprint for r in again if r.outcome is ClaimOutcome.WON} >= {"", "other"}
         outcomes = {r.outcome for r in batched}
         assert {ClaimOutcome.WON, ClaimOutcome.STALE, ClaimOutcome.EARLY, ClaimOutcome.SKIPPED} <= outcomes
         assert {r.lease.expires_at - (r.now or 0) for r in batched if r.lease} == {30_000, 1234}
