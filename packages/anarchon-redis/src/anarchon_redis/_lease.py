@@ -397,12 +397,8 @@ class RedisBackend(RedisStore, LeaseBackendBase):
             replies = await self._eval_many(_CLAIM, calls, "claiming", extra=index)
         else:
             chunks = self._claim_chunks(requests)
-            replies = [reply for chunk in await self._eval_many(_CLAIM_BATCH, chunks, "claiming", extra=index,
-                                                                wait=wait, waited=waited)
-                       for reply in chunk]
-            if len(replies) != len(requests):
-                problem = RuntimeError(f"{len(replies)} replies for {len(requests)} claims")
-                raise self._drv.error(problem, self._where, "claiming")
+            replies = self._flat(await self._eval_many(_CLAIM_BATCH, chunks, "claiming", extra=index,
+                                                       wait=wait, waited=waited), len(requests), "claiming")
         results = [self._result(r, reply) for r, reply in zip(requests, replies, strict=True)]
         if self.wait_replicas:
             won = [r for r, result in zip(requests, results, strict=True) if result.lease is not None]
@@ -423,7 +419,7 @@ class RedisBackend(RedisStore, LeaseBackendBase):
             keys: list[str] = []
             args: list[Any] = list(tail)
             run: ClaimRequest | None = None
-            count = 0
+            at = 0  # where the run's length is in `args`
             for r in requests[start:start + BATCH]:
                 keys += cache.get((r.namespace, r.job)) or self._job_keys(r.namespace, r.job)
                 if run is not None and (r.slot == run.slot and r.stale_after == run.stale_after
@@ -431,15 +427,11 @@ class RedisBackend(RedisStore, LeaseBackendBase):
                                         and r.lease_ms == run.lease_ms and r.overlap == run.overlap
                                         and r.max_attempts == run.max_attempts
                                         and r.max_skew_ms == run.max_skew_ms):
-                    count += 1
+                    args[at] += 1
                     continue
-                if run is not None:
-                    args.append(count)
-                    args += _claim_args(run)
-                run, count = r, 1
-            if run is not None:
-                args.append(count)
-                args += _claim_args(run)
+                run, at = r, len(args)
+                args.append(1)
+                args += _claim_args(r)
             chunks.append((keys, args))
         return chunks
 
@@ -530,10 +522,14 @@ class RedisBackend(RedisStore, LeaseBackendBase):
                 keys += k
                 args += a
             chunks.append((keys, args))
-        replies = await self._eval_many(batch_script, chunks, doing)
+        return self._flat(await self._eval_many(batch_script, chunks, doing), len(calls), doing)
+
+    def _flat(self, replies: Sequence[list[Any]], calls: int, doing: str) -> list[Any]:
+        """A batch script's replies, one list per chunk, as one reply per call; a count that differs
+        from the calls' is a BackendError."""
         out = [reply for chunk in replies for reply in chunk]
-        if len(out) != len(calls):
-            problem = RuntimeError(f"{len(out)} replies for {len(calls)} calls")
+        if len(out) != calls:
+            problem = RuntimeError(f"{len(out)} replies for {calls} calls")
             raise self._drv.error(problem, self._where, doing)
         return out
 
