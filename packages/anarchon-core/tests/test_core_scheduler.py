@@ -307,6 +307,30 @@ def test_followers_wait_as_long_as_a_leaders_wins_take_to_be_heard(clock: Virtua
     assert len({inst for *_, inst in later}) == 3
 
 
+def test_followers_wait_past_half_the_interval_for_a_busy_stores_wins(clock: VirtualClock) -> None:
+    """Claims of 1 s jobs that take 600 ms to be answered (a store near its limit): the leader's wins
+    are heard after half the interval. The others keep waiting for them rather than claiming every
+    slot themselves, which would triple the store's load and make the wins later still."""
+
+    class Slower(CountingBackend):
+        async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+            await asyncio.sleep(0.6)
+            return await super().claim_many(requests)
+
+    c = Cluster(clock, 3, backend=Slower, lease="6s", heartbeat="1s")
+    c.every_second(20)
+    sent: list[int] = []
+
+    async def main() -> None:
+        sent.append(await c.claims_sent(5.5, 15.4))  # (stopped after the last slot's runs)
+
+    run(clock, main())
+    later = [(job, slot, inst) for job, slot, _, inst in c.starts if slot > T0 + 5500]
+    assert len(later) == 20 * 15 and len({(job, slot) for job, slot, _ in later}) == len(later)
+    assert sent[0] <= 1.1 * len(later), (sent, len(later))
+    assert len({inst for *_, inst in later}) == 3
+
+
 def test_a_crashed_leaders_share_is_claimed_late_for_one_boundary(clock: VirtualClock) -> None:
     """A replica that crashes leads some groups in the others' view: those slots are claimed two
     jitters late, won, and the winner stops counting it, so the next boundaries run on time."""

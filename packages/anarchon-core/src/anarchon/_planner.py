@@ -61,6 +61,19 @@ _SEQ_MASK = (1 << _SEQ_BITS) - 1
 _WATCH, _ALLOW, _BUFFER_ONE = Step.WATCH, Overlap.ALLOW, Overlap.BUFFER_ONE
 
 
+def _follow_cap(interval_ms: int | None, jitter_ms: int) -> int:
+    """The latest after its slot an instance claims a group another instance leads: 1 s, or for
+    shorter intervals the interval less two jitters (and at least half of it).
+
+    The wait grows to this only while the leaders' wins take that long to be heard (a busy store):
+    claiming before then would send a claim of every slot from every instance, and the added load
+    make the wins later still. Two jitters short of the next slot, a claim of a slot whose leader is
+    gone still comes before the next slot is due."""
+    if interval_ms is None:
+        return _FOLLOW_CAP_MS
+    return min(_FOLLOW_CAP_MS, max(interval_ms // 2, interval_ms - 2 * jitter_ms))
+
+
 @dataclass(eq=False, slots=True)
 class Plan:
     """One job's planning state."""
@@ -87,7 +100,7 @@ class Plan:
     decided_by: str = ""
     """The instance that won `decided`."""
     follow_cap_ms: int = _FOLLOW_CAP_MS
-    """The latest this instance claims, after its slot, a group another instance leads."""
+    """The latest this instance claims, after its slot, a group another instance leads (`_follow_cap`)."""
 
 
 @dataclass(slots=True)
@@ -155,7 +168,7 @@ class Planner:
             jitter = 50 if interval is None else min(50, interval // 10)
         plan = Plan(job, jitter, zlib.crc32(job.name.encode()) % _JITTER_GROUPS, job.schedule.fingerprint,
                     index=len(self._by_index),
-                    follow_cap_ms=_FOLLOW_CAP_MS if interval is None else min(_FOLLOW_CAP_MS, interval // 2))
+                    follow_cap_ms=_follow_cap(interval, jitter))
         self._plans[job.name] = plan
         self._by_index.append(plan)
         self._plan_first(plan, self._clock.now_ms())
@@ -324,7 +337,7 @@ class Planner:
     def _follow(self, plan: Plan) -> int:
         """How long after its slot this instance claims a group another instance leads: once the
         leader's wins are usually heard (a quarter more than the longest lately), at least two
-        jitters, at most a second or half the job's interval."""
+        jitters, at most `plan.follow_cap_ms`."""
         return max(_FOLLOW_JITTERS * plan.jitter_ms, min(self._heard_ms * 5 // 4, plan.follow_cap_ms))
 
     def jitter(self, plan: Plan) -> int:
