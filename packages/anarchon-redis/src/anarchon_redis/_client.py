@@ -179,7 +179,7 @@ def _multi_node_client(driver: Driver, url: str, kwargs: dict[str, Any]) -> Any:
         raise ValueError(f"no master name in {redact_url(url)!r}: write redis+sentinel://h:p,h:p/mymaster")
     kwargs.pop("max_connections", None)
     sentinel_kwargs = {"socket_connect_timeout": kwargs.get("socket_connect_timeout", 5.0)}
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         nodes, sentinel_kwargs=sentinel_kwargs, username=user, password=password, **kwargs)
     return sentinel.master_for(name, redis_class=redis.asyncio.Redis, db=int(db or 0))
 
