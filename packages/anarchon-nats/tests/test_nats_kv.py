@@ -151,11 +151,18 @@ async def test_claims_of_jobs_released_elsewhere_skip_the_reads(
         jobs = [f"j{i}" for i in range(20)]
         first = await kv.claim_many([_req(slot, "a", job) for job in jobs])
         assert all(await kv.release_many([(r.lease, ReleaseOutcome.DONE) for r in first if r.lease]))
+        before = dict(kv._known)
         theirs = await other.claim_many([_req(slot + 1, "b", job) for job in jobs])
         assert all(r.won for r in theirs)
         assert all(await other.release_many([(r.lease, ReleaseOutcome.DONE) for r in theirs if r.lease]))
         await other.client.flush()
         await kv.client.flush()  # the announcement has reached `kv`
+        # ... and its callback has run (on the subscription's own task: a busy machine delays it).
+        for _ in range(500):
+            if all(kv._known.get(key) is not known for key, known in before.items()):
+                break
+            await asyncio.sleep(0.01)
+        assert all(kv._known.get(key) is not known for key, known in before.items())
         batches.clear()
         mine = await kv.claim_many([_req(slot + 2, "a", job) for job in jobs])
         assert [r.outcome for r in mine] == [ClaimOutcome.WON] * 20

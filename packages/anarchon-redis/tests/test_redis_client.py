@@ -8,7 +8,7 @@ import pytest
 import redis.asyncio
 
 from anarchon_redis import RedisBackend
-from anarchon_redis._client import _c_packing
+from anarchon_redis._client import _c_packing, split_url
 
 COMMANDS: list[tuple[Any, ...]] = [
     ("EVALSHA", "a" * 40, 2, "anarchon:{ns}:job", "anarchon:{ns}:others", 1_796_094_960_000, "host:1:ab12",
@@ -34,6 +34,15 @@ def test_backends_built_from_a_url_use_it() -> None:
     assert issubclass(cls, redis.asyncio.Connection)
     unix = RedisBackend("unix:///tmp/redis.sock")
     assert issubclass(unix.client.connection_pool.connection_class, redis.asyncio.UnixDomainSocketConnection)
+
+
+def test_our_options_come_off_the_url_and_the_rest_is_kept_as_written() -> None:
+    schemes = {"redis": "redis", "unix": "unix", "valkey": "redis"}
+    assert split_url("unix:///tmp/r.sock?db=2&prefix=p", ("prefix",), schemes) == (
+        "unix:///tmp/r.sock?db=2", {"prefix": "p"})
+    assert split_url("valkey://:s3cret@h:6380/1?prefix=p&socket_timeout=3", ("prefix",), schemes) == (
+        "redis://:s3cret@h:6380/1?socket_timeout=3", {"prefix": "p"})
+    assert split_url("redis://h", ("prefix",), schemes) == ("redis://h", {})
 
 
 async def test_a_server_that_never_answers_fails_the_operation_at_its_deadline(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from anarchon import BackendError, BackendUnavailable
 from anarchon.backends import redact_url
@@ -116,7 +116,11 @@ def split_url(url: str, ours: tuple[str, ...], scheme_map: dict[str, str]) -> tu
             options[key] = value
         else:
             rest.append((key, value))
-    client_url = urlunsplit((scheme_map[scheme], parts.netloc, parts.path, urlencode(rest), parts.fragment))
+    # Written out, not `urlunsplit`: that drops the `//` of a URL without a host (`unix:///tmp/r.sock`
+    # becomes `unix:/tmp/r.sock`), which redis-py 8.2 refuses.
+    query = urlencode(rest)
+    client_url = (f"{scheme_map[scheme]}://{parts.netloc}{parts.path}" + (f"?{query}" if query else "")
+                  + (f"#{parts.fragment}" if parts.fragment else ""))
     return client_url, options
 
 
