@@ -415,6 +415,51 @@ def test_a_claim_whose_answer_was_lost_runs_at_once_on_its_own_lease_again(
     assert "lease lost" not in caplog.text, caplog.text
 
 
+def test_slots_held_by_unanswered_claims_are_freed_in_one_batch(caplog: pytest.LogCaptureFixture) -> None:
+    # 20 jobs every second. The store wins slot 10 s of each for this instance, but the answer is held
+    # in a partition until 12.3 s; the client gives up on it after 2 s. (Slot 11 s's claims reach the
+    # store after that slot's `stale_after` and are answered STALE.) The claims of slot 12 s are then
+    # skipped behind the slots this instance holds: those are claimed again (answered with its own
+    # leases, `reissued`) in one batch, not one claim per job, released as done (their next slots are
+    # due: one line for the lot), and slot 12 s is claimed again and runs.
+    caplog.set_level(logging.INFO, logger="anarchon")
+    clock = VirtualClock(START)
+
+    class Counted(_Network):
+        singles = 0
+
+        async def claim(self, request: ClaimRequest) -> ClaimResult:
+            self.singles += 1
+            return await super().claim(request)
+
+    net = Counted(MemoryStore(clock), 0.02, 0, deadline=2)
+    scheduler = Scheduler(net, clock=clock, lease="5s", heartbeat="1s", jitter=0)
+    starts: list[tuple[str, int]] = []
+
+    async def job(ctx: JobContext) -> None:
+        starts.append((ctx.name, ctx.slot - T0))
+
+    for i in range(20):
+        scheduler.every(f"j{i}", "1s", job, catch_up=0)
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(10.015)  # the claims of slot 10 s reached the store; not the answer
+            net.partition()
+            await asyncio.sleep(2.285)
+            net.heal()
+            await asyncio.sleep(6)
+
+    clock.run(main())
+    assert net.singles == 0, net.singles
+    assert len(starts) == len(set(starts)), starts
+    for slot in range(12_000, 19_000, 1000):
+        assert {j for j, s in starts if s == slot} == {f"j{i}" for i in range(20)}, (slot, starts)
+    assert not [j for j, s in starts if 10_000 <= s <= 11_000]  # answered or found after the next slot
+    late = [r.getMessage() for r in caplog.records if "late, after" in r.getMessage()]
+    assert 1 <= len(late) <= 2 and "20 slots" in late[0], late
+
+
 # -- the keeper thread (real time) ------------------------------------------------------------------
 
 

@@ -152,6 +152,9 @@ class Engine:
         per job, so that thousands of late wins in one round are all remembered."""
         self._late: list[tuple[Job, Lease, int]] | None = None
         """While a claim batch's results are applied: its wins found too late, told in one line."""
+        self._freeing: list[tuple[Due, Job, int]] | None = None
+        """While a claim batch's results are applied: the older slots held by this instance's own
+        unanswered claims that its skipped claims found (see `_skipped_by_itself`), freed in one batch."""
         self._warned: set[str] = set()
         """Jobs whose schedule differs from the store's, warned about once."""
 
@@ -346,7 +349,8 @@ class Engine:
         latency_ms = (self.keeper.now() - sent) * 1000
         observed = self._hook.wants("anarchon_claim")
         late: list[tuple[Job, Lease, int]] = []
-        self._late = late
+        freeing: list[tuple[Due, Job, int]] = []
+        self._late, self._freeing = late, freeing
         try:
             for entry, request, result in zip(batch, requests, results, strict=True):
                 if observed:
@@ -357,9 +361,11 @@ class Engine:
                     self._log.exception("%s slot=%s: handling the claim's result failed",
                                         entry.plan.job.name, fmt_slot(entry.slot))
         finally:
-            self._late = None
+            self._late = self._freeing = None
             if late:
                 self._say_late(late)
+            if freeing:
+                self.tasks.spawn(self._free_own(freeing), "claim")
 
     def _apply(self, entry: Due, request: ClaimRequest, result: ClaimResult, sent: float) -> None:
         job = entry.plan.job
@@ -423,7 +429,8 @@ class Engine:
         the request still reached the store): claim that older slot, which answers this instance's
         own lease again (`reissued`), release it as done (`_too_late`: the newer slot is due), then
         claim the newer slot again. (A run of this instance that is still going or still releasing
-        is left alone.)
+        is left alone.) The older slots that one batch finds are claimed together: a store that
+        failed to answer a big batch in time holds thousands of them at once.
         """
         older = result.record_slot
         if older is not None and self._not_run.get(job.name) == older:
@@ -431,23 +438,40 @@ class Engine:
             return
         if older is None or self.runs.running(job.name, older):
             return
-        self.tasks.spawn(self._free_own(entry, job, older), "claim")
+        if self._freeing is not None:
+            self._freeing.append((entry, job, older))
+        else:
+            self.tasks.spawn(self._free_own([(entry, job, older)]), "claim")
 
-    async def _free_own(self, entry: Due, job: Job, older: int) -> None:
-        """Release `older`, held by this instance's own unanswered claim, then claim `entry` again."""
-        o, c = job.options, self._config
-        request = ClaimRequest(c.namespace, job.name, older, c.instance_id, o.lease_ms, o.max_attempts,
-                               o.overlap, entry.plan.fingerprint, c.max_skew_ms)
+    async def _free_own(self, held: list[tuple[Due, Job, int]]) -> None:
+        """Release each older slot held by this instance's own unanswered claim (one claim for all),
+        then claim each entry's slot again."""
+        c = self._config
+        requests = [ClaimRequest(c.namespace, job.name, older, c.instance_id, job.options.lease_ms,
+                                 job.options.max_attempts, job.options.overlap, entry.plan.fingerprint,
+                                 c.max_skew_ms) for entry, job, older in held]
+        entries = [entry for entry, _, _ in held]
         try:
-            result = await self._backend.claim(request)
-        except Exception:  # the store is away: the newer slot's claim is retried as any failed one
-            self.planner.retry([entry], self._config.heartbeat_ms)
+            if len(requests) == 1:
+                results = [await self._backend.claim(requests[0])]
+            else:
+                results = await self._backend.claim_many(requests)
+        except Exception:  # the store is away: the newer slots' claims are retried as any failed one
+            self.planner.retry(entries, c.heartbeat_ms)
             return
-        lease = result.lease
-        if result.reissued and lease is not None and not self._too_late(job, lease):
-            self.keeper.hand_back(lease, ReleaseOutcome.DONE)  # not worth running now either
-            self._not_run[job.name] = older
-        self.planner.retry([entry], self._config.heartbeat_ms)
+        late: list[tuple[Job, Lease, int]] = []
+        self._late = late
+        try:
+            for (_, job, older), result in zip(held, results, strict=True):
+                lease = result.lease
+                if result.reissued and lease is not None and not self._too_late(job, lease):
+                    self.keeper.hand_back(lease, ReleaseOutcome.DONE)  # not worth running now either
+                    self._not_run[job.name] = older
+        finally:
+            self._late = None
+            if late:
+                self._say_late(late)
+        self.planner.retry(entries, c.heartbeat_ms)
 
     def _too_late(self, job: Job, lease: Lease, following: int | None = None, now: int | None = None
                   ) -> bool:
