@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 import uuid
@@ -28,6 +29,7 @@ from anarchon.backends import (
 )
 from anarchon.testing import require_service
 from anarchon.testing.cluster import Cluster
+from anarchon.testing.faultproxy import FaultProxy
 from anarchon_nats import NatsKVBackend, _common
 from anarchon_nats._common import request_joined
 
@@ -452,6 +454,28 @@ async def test_the_lease_length_is_fixed_per_bucket(url: str, bucket: str, kv: N
     with pytest.raises(SchemaMismatch, match="TTL 1000 ms"):
         await other.open()
     await other.close()
+
+
+async def test_a_bucket_call_that_times_out_at_open_is_tried_again(
+    bucket: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A cluster placing the replicated buckets of replicas started together can answer later than
+    # one call's timeout: the held calls here are answered after the first has timed out.
+    async with FaultProxy("127.0.0.1", 4222) as proxy:
+        nc = await nats.connect(proxy.url(URL))
+        try:
+            kv = NatsKVBackend(nc, bucket=bucket, lease=f"{LEASE_MS}ms", timeout="0.5s")
+            await proxy.partition()
+            asyncio.get_running_loop().call_later(0.8, lambda: asyncio.ensure_future(proxy.heal()))
+            began = time.monotonic()
+            with caplog.at_level(logging.WARNING, "anarchon.nats"):
+                await asyncio.wait_for(kv.open(), 10)
+            assert time.monotonic() - began >= 0.5
+            assert f"stream 'KV_{bucket}'" in caplog.text and "trying again (2 more)" in caplog.text
+            assert (await kv.claim(_req(_now_slot(), "a"))).won
+            await kv.close()
+        finally:
+            await nc.close()
 
 
 async def test_32_connections_race_for_claims_and_takeovers(url: str, bucket: str) -> None:

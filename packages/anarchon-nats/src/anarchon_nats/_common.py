@@ -56,6 +56,8 @@ stream answers with the second)."""
 
 _PLAIN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+OPEN_TRIES = 3
+"""How many times opening a stream or bucket calls JetStream before a timeout fails `open()`."""
 _UNAVAILABLE = (nats.errors.NoServersError, nats.errors.ConnectionClosedError, nats.errors.TimeoutError,
                 nats.errors.StaleConnectionError, nats.errors.ConnectionReconnectingError,
                 nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError, ConnectionError,
@@ -558,6 +560,29 @@ class NatsConnection(BackendBase):
         if self._js is None:
             self._js = self.client.jetstream(timeout=self._timeout)
         return self._js
+
+    async def _stream_or_create(self, config: nats.js.api.StreamConfig) -> nats.js.api.StreamInfo:
+        """The stream's info, the stream created with `config` if there is none.
+
+        A JetStream API call that times out is tried again, `OPEN_TRIES` tries in all: a cluster
+        placing the replicated streams of several replicas started at once can take longer than one
+        call's timeout. Creating a stream that exists with the same settings is no error.
+        """
+        js = self._jetstream()
+        assert config.name is not None
+        tries_left = OPEN_TRIES
+        while True:
+            tries_left -= 1
+            try:
+                try:
+                    return await js.stream_info(config.name)
+                except nats.js.errors.NotFoundError:
+                    return await js.add_stream(config)
+            except nats.errors.TimeoutError:
+                if not tries_left:
+                    raise
+                log.warning("stream %r on %s: no answer within %g s; trying again (%d more)",
+                            config.name, self.url, self._timeout, tries_left)
 
     def _translate(self, exc: Exception, doing: str) -> BackendError | None:
         """nats-py's errors, and socket errors, as anarchon's."""

@@ -224,20 +224,15 @@ class NatsKVBackend(NatsConnection, LeaseBackendBase):
         await self._ensure_bucket(self.state_bucket, None)
 
     async def _ensure_bucket(self, bucket: str, ttl_ms: int | None) -> None:
-        js = self._jetstream()
-        stream = f"KV_{bucket}"
+        ttl = None if ttl_ms is None else ttl_ms / 1000
         with self._errors(f"open bucket {bucket!r} (is JetStream enabled?)"):
-            try:
-                info = await js.stream_info(stream)
-            except nats.js.errors.NotFoundError:
-                ttl = None if ttl_ms is None else ttl_ms / 1000
-                info = await js.add_stream(StreamConfig(
-                    name=stream, subjects=[f"$KV.{bucket}.>"], max_msgs_per_subject=1,
-                    max_age=ttl, duplicate_window=min(120.0, ttl or 120.0), discard=DiscardPolicy.NEW,
-                    allow_rollup_hdrs=True, deny_delete=True, storage=StorageType.FILE,
-                    num_replicas=self.replicas,
-                    description="anarchon leases" if ttl_ms else "anarchon job records",
-                ))
+            info = await self._stream_or_create(StreamConfig(
+                name=f"KV_{bucket}", subjects=[f"$KV.{bucket}.>"], max_msgs_per_subject=1,
+                max_age=ttl, duplicate_window=min(120.0, ttl or 120.0), discard=DiscardPolicy.NEW,
+                allow_rollup_hdrs=True, deny_delete=True, storage=StorageType.FILE,
+                num_replicas=self.replicas,
+                description="anarchon leases" if ttl_ms else "anarchon job records",
+            ))
         have = round((info.config.max_age or 0) * 1000)
         if have != (ttl_ms or 0):
             fix = (f"use NatsKVBackend(bucket=..., lease='{have}ms') to match, another bucket, or delete it "

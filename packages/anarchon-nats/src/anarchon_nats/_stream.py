@@ -93,24 +93,20 @@ class NatsBackend(NatsConnection):
 
     async def _prepare(self) -> None:
         """Create the stream, or check that an existing one has the expected settings."""
-        js = self._jetstream()
         want = self._expected()
         with self._errors(f"open stream {self.stream!r} (is JetStream enabled?)"):
             try:
-                info = await js.stream_info(self.stream)
-            except nats.js.errors.NotFoundError:
-                try:
-                    info = await js.add_stream(StreamConfig(
-                        name=self.stream, subjects=want["subjects"],
-                        duplicate_window=want["duplicate_window"], max_age=want["max_age"],
-                        storage=StorageType.FILE, num_replicas=self.replicas,
-                        description="anarchon claim gates (Nats-Msg-Id deduplication)",
-                    ))
-                except nats.js.errors.BadRequestError as exc:
-                    raise SchemaMismatch(
-                        f"cannot create stream {self.stream!r} on {self.url}: {exc.description}; another "
-                        f"stream may already capture '{self.prefix}.>': pass another prefix= or stream="
-                    ) from exc
+                info = await self._stream_or_create(StreamConfig(
+                    name=self.stream, subjects=want["subjects"],
+                    duplicate_window=want["duplicate_window"], max_age=want["max_age"],
+                    storage=StorageType.FILE, num_replicas=self.replicas,
+                    description="anarchon claim gates (Nats-Msg-Id deduplication)",
+                ))
+            except nats.js.errors.BadRequestError as exc:
+                raise SchemaMismatch(
+                    f"cannot create stream {self.stream!r} on {self.url}: {exc.description}; another "
+                    f"stream may already capture '{self.prefix}.>': pass another prefix= or stream="
+                ) from exc
         cfg = info.config
         wrong = []
         if want["subjects"][0] not in (cfg.subjects or []):
