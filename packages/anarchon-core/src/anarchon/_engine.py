@@ -8,11 +8,12 @@ supervisor starts a run, or the keeper hands the slot back. The run's lease is t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import os
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -308,10 +309,7 @@ class Engine:
         backend = self._backend
         sent = self.keeper.now()
         try:
-            if len(requests) == 1:
-                results = [await backend.claim(requests[0])]
-            else:
-                results = await backend.claim_many(requests)
+            results = await self._send(requests)
         except Exception as exc:  # the store failed: retry, never lose the slot or die
             # At once, within the jitter (a reset connection is re-established on the way), backing
             # off to half a heartbeat (1 s at most) while the store stays away, so the first claim
@@ -348,24 +346,41 @@ class Engine:
                 self._up_since = now
         latency_ms = (self.keeper.now() - sent) * 1000
         observed = self._hook.wants("anarchon_claim")
-        late: list[tuple[Job, Lease, int]] = []
         freeing: list[tuple[Due, Job, int]] = []
-        self._late, self._freeing = late, freeing
+        self._freeing = freeing
         try:
-            for entry, request, result in zip(batch, requests, results, strict=True):
-                if observed:
-                    self._hook.emit("anarchon_claim", request=request, result=result, latency_ms=latency_ms)
-                try:
-                    self._apply(entry, request, result, sent)
-                except Exception:  # one bad result must not lose the rest of the batch
-                    self._log.exception("%s slot=%s: handling the claim's result failed",
-                                        entry.plan.job.name, fmt_slot(entry.slot))
+            with self._late_in_one_line():
+                for entry, request, result in zip(batch, requests, results, strict=True):
+                    if observed:
+                        self._hook.emit("anarchon_claim", request=request, result=result,
+                                        latency_ms=latency_ms)
+                    try:
+                        self._apply(entry, request, result, sent)
+                    except Exception:  # one bad result must not lose the rest of the batch
+                        self._log.exception("%s slot=%s: handling the claim's result failed",
+                                            entry.plan.job.name, fmt_slot(entry.slot))
         finally:
-            self._late = self._freeing = None
-            if late:
-                self._say_late(late)
+            self._freeing = None
             if freeing:
                 self.tasks.spawn(self._free_own(freeing), "claim")
+
+    async def _send(self, requests: list[ClaimRequest]) -> list[ClaimResult]:
+        """The store's answers to these claims: one request alone as `claim`, more as `claim_many`."""
+        if len(requests) == 1:
+            return [await self._backend.claim(requests[0])]
+        return await self._backend.claim_many(requests)
+
+    @contextlib.contextmanager
+    def _late_in_one_line(self) -> Iterator[None]:
+        """Say the wins that `_too_late` releases inside the block in one warning, after it."""
+        late: list[tuple[Job, Lease, int]] = []
+        self._late = late
+        try:
+            yield
+        finally:
+            self._late = None
+            if late:
+                self._say_late(late)
 
     def _apply(self, entry: Due, request: ClaimRequest, result: ClaimResult, sent: float) -> None:
         job = entry.plan.job
@@ -452,25 +467,16 @@ class Engine:
                                  c.max_skew_ms) for entry, job, older in held]
         entries = [entry for entry, _, _ in held]
         try:
-            if len(requests) == 1:
-                results = [await self._backend.claim(requests[0])]
-            else:
-                results = await self._backend.claim_many(requests)
+            results = await self._send(requests)
         except Exception:  # the store is away: the newer slots' claims are retried as any failed one
             self.planner.retry(entries, c.heartbeat_ms)
             return
-        late: list[tuple[Job, Lease, int]] = []
-        self._late = late
-        try:
+        with self._late_in_one_line():
             for (_, job, older), result in zip(held, results, strict=True):
                 lease = result.lease
                 if result.reissued and lease is not None and not self._too_late(job, lease):
                     self.keeper.hand_back(lease, ReleaseOutcome.DONE)  # not worth running now either
                     self._not_run[job.name] = older
-        finally:
-            self._late = None
-            if late:
-                self._say_late(late)
         self.planner.retry(entries, c.heartbeat_ms)
 
     def _too_late(self, job: Job, lease: Lease, following: int | None = None, now: int | None = None
