@@ -466,10 +466,16 @@ async def test_a_bucket_call_that_times_out_at_open_is_tried_again(
         try:
             kv = NatsKVBackend(nc, bucket=bucket, lease=f"{LEASE_MS}ms", timeout="0.5s")
             await proxy.partition()
-            asyncio.get_running_loop().call_later(0.8, lambda: asyncio.ensure_future(proxy.heal()))
+
+            async def heal_later() -> None:
+                await asyncio.sleep(0.8)
+                await proxy.heal()
+
+            healing = asyncio.create_task(heal_later())
             began = time.monotonic()
             with caplog.at_level(logging.WARNING, "anarchon.nats"):
                 await asyncio.wait_for(kv.open(), 10)
+            await healing
             assert time.monotonic() - began >= 0.5
             assert f"stream 'KV_{bucket}'" in caplog.text and "trying again (2 more)" in caplog.text
             assert (await kv.claim(_req(_now_slot(), "a"))).won
