@@ -309,7 +309,9 @@ def test_followers_wait_as_long_as_a_leaders_wins_take_to_be_heard(
     run(clock, main())
     later = [(job, slot, inst) for job, slot, _, inst in c.starts if slot > T0 + 5500]
     assert len(later) == 20 * 15 and len({(job, slot) for job, slot, _ in later}) == len(later)
-    assert sent[0] <= 1.1 * len(later), (sent, len(later))
+    # Claiming every slot themselves, the followers would send 3 claims a run; the wait keeps it near 1.
+    # (At 600 ms a follower's random jitter now and then sends one group of 5 before the win is heard.)
+    assert sent[0] <= 1.2 * len(later), (sent, len(later))
     assert len({inst for *_, inst in later}) == 3
 
 
