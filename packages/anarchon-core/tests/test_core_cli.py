@@ -144,6 +144,27 @@ def test_run_with_an_unreachable_store_prints_one_line(tmp_path: Path) -> None:
         assert done.stderr.startswith("anarchon: error: cannot open sqlite:///no-such-dir/jobs.db"), done
 
 
+@pytest.mark.parametrize("freeze", [True, False])
+def test_run_leaves_what_exists_at_start_out_of_later_collections(tmp_path: Path, freeze: bool) -> None:
+    """`scheduler.run()` freezes the objects alive once it has started (`gc.freeze()`: a full
+    collection then skips them), unless `freeze_gc=False`. A handler prints how many are frozen."""
+    (tmp_path / "frozen_jobs.py").write_text(
+        "import gc\n"
+        "from anarchon import MemoryBackend, Scheduler\n"
+        "scheduler = Scheduler(MemoryBackend(), lease='2s', heartbeat='0.5s')\n\n"
+        "@scheduler.every('tick', '100ms', jitter=0, catch_up=0)\n"
+        "async def tick() -> None:\n"
+        "    print(gc.get_freeze_count(), flush=True)\n"
+        "    await scheduler.stop()\n\n"
+        f"scheduler.run(freeze_gc={freeze})\n"
+    )
+    done = subprocess.run([sys.executable, "frozen_jobs.py"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done
+    frozen = int(done.stdout.split()[0])
+    assert frozen > 10_000 if freeze else frozen == 0, done.stdout
+
+
 def test_run_runs_a_users_scheduler_and_stops_on_sigterm(tmp_path: Path) -> None:
     out = tmp_path / "runs.txt"
     (tmp_path / "cli_jobs.py").write_text(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import gc
 import logging
 import signal
 import threading
@@ -408,19 +409,24 @@ class Scheduler(Generic[B]):
             engine.controls.apply(name, control)  # this replica need not wait for its next poll
         return control
 
-    def run(self) -> None:
+    def run(self, *, freeze_gc: bool = True) -> None:
         """Run until SIGINT or SIGTERM, then stop gracefully (a blocking helper for scripts).
 
         A store that cannot be opened (unreachable, refused credentials) ends the process with one
         line on stderr and exit status 1; the traceback is logged only at DEBUG.
+
+        `freeze_gc`: once the scheduler has started, the objects alive then (the imports, the app's
+        set-up, the jobs, the store's connections) are left out of the garbage collector's later
+        passes (`gc.freeze()`), so a full collection, a pause of the whole process, traverses only
+        what came after. `False` leaves the collector as it is.
         """
         try:
-            asyncio.run(self._run_until_signal())
+            asyncio.run(self._run_until_signal(freeze_gc))
         except AnarchonError as exc:
             self.log.debug("%s failed", self.instance_id, exc_info=exc)
             raise SystemExit(f"anarchon: error: {' '.join(str(exc).split())}") from None
 
-    async def _run_until_signal(self) -> None:
+    async def _run_until_signal(self, freeze_gc: bool = False) -> None:
         loop = asyncio.get_running_loop()
         done = asyncio.Event()
         installed = []
@@ -430,6 +436,9 @@ class Scheduler(Generic[B]):
                 installed.append(sig)
         try:
             async with self:
+                if freeze_gc:
+                    gc.collect()
+                    gc.freeze()
                 if await self._wait_for_stop_or(done):
                     self.log.info("%s stopping (signal)", self.instance_id)
         finally:
