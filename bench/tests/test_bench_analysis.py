@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import resource
 import sys
 from pathlib import Path
@@ -57,6 +58,25 @@ def test_a_scheduler_never_ready_misses_every_fire_since_its_launch() -> None:
     assert m["runs"] == 0
     assert m["missed"] == 2 * 5  # fires T0+3 s .. T0+7 s (the window leaves 3 s at each edge)
     assert analyse([], ["a"], T0 + 10_000, None)["missed"] == 0
+
+
+def test_a_start_record_reads_back_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start records are formatted by hand, not by json.dumps: they read back as the fields given,
+    a job name that JSON must escape included, with and without an attempt."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "replicas"))
+    from _log import StartLog
+    from analysis import read_log
+
+    log = StartLog(str(tmp_path / "starts.jsonl"), 'sched "x"')
+    names = ["a", 'quote " and \\ back', "ünï\ncode"]
+    for name in names:
+        log.start(name, T0 + 1000, 2)
+        log.start(name, T0 + 2000)
+    starts = [r for r in read_log(tmp_path / "starts.jsonl") if r["ev"] == "start"]
+    assert [(r["s"], r["job"], r["fire"], r.get("attempt"), r["pid"]) for r in starts] == [
+        ('sched "x"', name, T0 + fire, attempt, os.getpid()) for name in names
+        for fire, attempt in ((1000, 2), (2000, None))]
+    assert all(isinstance(r["t"], int) for r in starts)
 
 
 def test_the_start_log_records_the_cpu_spent_before_the_first_run(tmp_path: Path,
