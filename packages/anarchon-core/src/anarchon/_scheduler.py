@@ -426,7 +426,7 @@ class Scheduler(Generic[B]):
             self.log.debug("%s failed", self.instance_id, exc_info=exc)
             raise SystemExit(f"anarchon: error: {' '.join(str(exc).split())}") from None
 
-    async def _run_until_signal(self, freeze_gc: bool = False) -> None:
+    async def _run_until_signal(self, freeze_gc: bool) -> None:
         loop = asyncio.get_running_loop()
         done = asyncio.Event()
         installed = []
