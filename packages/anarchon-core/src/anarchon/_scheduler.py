@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Scheduler"]
 
+_YOUNG_GC_THRESHOLD = 10_000
+"""The youngest generation's threshold that `run()` sets, where it is lower: a young collection every
+10,000 new objects, not every 700 (CPython's default)."""
+
 B = TypeVar("B", bound=ClaimBackend)
 LB = TypeVar("LB", bound=LeaseBackend)
 CB = TypeVar("CB", bound=ClaimBackend)
@@ -409,24 +413,26 @@ class Scheduler(Generic[B]):
             engine.controls.apply(name, control)  # this replica need not wait for its next poll
         return control
 
-    def run(self, *, freeze_gc: bool = True) -> None:
+    def run(self, *, tune_gc: bool = True) -> None:
         """Run until SIGINT or SIGTERM, then stop gracefully (a blocking helper for scripts).
 
         A store that cannot be opened (unreachable, refused credentials) ends the process with one
         line on stderr and exit status 1; the traceback is logged only at DEBUG.
 
-        `freeze_gc`: once the scheduler has started, the objects alive then (the imports, the app's
+        `tune_gc`: once the scheduler has started, the objects alive then (the imports, the app's
         set-up, the jobs, the store's connections) are left out of the garbage collector's later
         passes (`gc.freeze()`), so a full collection, a pause of the whole process, traverses only
-        what came after. `False` leaves the collector as it is.
+        what came after; and the youngest generation is collected every 10,000 new objects instead of
+        every 700, so fewer of the objects of runs in flight are traversed again and again. `False`
+        leaves the collector as it is.
         """
         try:
-            asyncio.run(self._run_until_signal(freeze_gc))
+            asyncio.run(self._run_until_signal(tune_gc))
         except AnarchonError as exc:
             self.log.debug("%s failed", self.instance_id, exc_info=exc)
             raise SystemExit(f"anarchon: error: {' '.join(str(exc).split())}") from None
 
-    async def _run_until_signal(self, freeze_gc: bool) -> None:
+    async def _run_until_signal(self, tune_gc: bool) -> None:
         loop = asyncio.get_running_loop()
         done = asyncio.Event()
         installed = []
@@ -436,9 +442,12 @@ class Scheduler(Generic[B]):
                 installed.append(sig)
         try:
             async with self:
-                if freeze_gc:
+                if tune_gc:
                     gc.collect()
                     gc.freeze()
+                    young, middle, old = gc.get_threshold()
+                    if 0 < young < _YOUNG_GC_THRESHOLD:  # (0: the app turned automatic collection off)
+                        gc.set_threshold(_YOUNG_GC_THRESHOLD, middle, old)
                 if await self._wait_for_stop_or(done):
                     self.log.info("%s stopping (signal)", self.instance_id)
         finally:
