@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import signal
 import subprocess
@@ -167,7 +166,7 @@ def test_run_tunes_the_collector_once_started(tmp_path: Path, tune: bool) -> Non
     if tune:
         assert frozen > 10_000 and young == 10_000, done.stdout
     else:
-        assert frozen == 0 and young == gc.get_threshold()[0], done.stdout
+        assert frozen == 0 and young < 10_000, done.stdout
 
 
 def test_run_leaves_a_higher_young_threshold_and_a_disabled_collector_as_they_are(tmp_path: Path) -> None:
