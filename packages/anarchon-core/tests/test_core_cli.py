@@ -144,49 +144,44 @@ def test_run_with_an_unreachable_store_prints_one_line(tmp_path: Path) -> None:
         assert done.stderr.startswith("anarchon: error: cannot open sqlite:///no-such-dir/jobs.db"), done
 
 
-@pytest.mark.parametrize("tune", [True, False])
-def test_run_tunes_the_collector_once_started(tmp_path: Path, tune: bool) -> None:
-    """`scheduler.run()` freezes the objects alive once it has started (`gc.freeze()`: a collection
-    then skips them) and raises the youngest generation's threshold, unless `tune_gc=False`. A
-    handler prints how many objects are frozen and the threshold."""
-    (tmp_path / "frozen_jobs.py").write_text(
+def _collector_seen_by_a_handler(tmp_path: Path, *, set_up: str = "", run_args: str = "") -> tuple[int, int]:
+    """Run a script that does `set_up`, then `scheduler.run(run_args)`, and return what its first
+    handler run sees: how many objects are frozen, and the youngest generation's threshold."""
+    (tmp_path / "gc_jobs.py").write_text(
         "import gc\n"
         "from anarchon import MemoryBackend, Scheduler\n"
+        f"{set_up}\n"
         "scheduler = Scheduler(MemoryBackend(), lease='2s', heartbeat='0.5s')\n\n"
         "@scheduler.every('tick', '100ms', jitter=0, catch_up=0)\n"
         "async def tick() -> None:\n"
         "    print(gc.get_freeze_count(), gc.get_threshold()[0], flush=True)\n"
         "    await scheduler.stop()\n\n"
-        f"scheduler.run(tune_gc={tune})\n"
+        f"scheduler.run({run_args})\n"
     )
-    done = subprocess.run([sys.executable, "frozen_jobs.py"], cwd=tmp_path, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "gc_jobs.py"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 0, done
     frozen, young = map(int, done.stdout.split()[:2])
+    return frozen, young
+
+
+@pytest.mark.parametrize("tune", [True, False])
+def test_run_tunes_the_collector_once_started(tmp_path: Path, tune: bool) -> None:
+    """`scheduler.run()` freezes the objects alive once it has started (`gc.freeze()`: a collection
+    then skips them) and raises the youngest generation's threshold, unless `tune_gc=False`."""
+    frozen, young = _collector_seen_by_a_handler(tmp_path, run_args=f"tune_gc={tune}")
     if tune:
-        assert frozen > 10_000 and young == 10_000, done.stdout
+        assert frozen > 10_000 and young == 10_000, (frozen, young)
     else:
-        assert frozen == 0 and young < 10_000, done.stdout
+        assert frozen == 0 and young < 10_000, (frozen, young)
 
 
-def test_run_leaves_a_higher_young_threshold_and_a_disabled_collector_as_they_are(tmp_path: Path) -> None:
-    """An app that set a higher threshold, or turned automatic collection off, keeps its setting."""
-    (tmp_path / "gc_jobs.py").write_text(
-        "import gc, sys\n"
-        "from anarchon import MemoryBackend, Scheduler\n"
-        "gc.set_threshold(int(sys.argv[1]))\n"
-        "scheduler = Scheduler(MemoryBackend(), lease='2s', heartbeat='0.5s')\n\n"
-        "@scheduler.every('tick', '100ms', jitter=0, catch_up=0)\n"
-        "async def tick() -> None:\n"
-        "    print(gc.get_threshold()[0], flush=True)\n"
-        "    await scheduler.stop()\n\n"
-        "scheduler.run()\n"
-    )
-    for setting in ("50000", "0"):
-        done = subprocess.run([sys.executable, "gc_jobs.py", setting], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=60, check=False)
-        assert done.returncode == 0, done
-        assert done.stdout.split()[0] == setting, done.stdout
+@pytest.mark.parametrize("setting", [50_000, 0])
+def test_run_leaves_a_higher_young_threshold_and_a_disabled_collector_as_they_are(tmp_path: Path,
+                                                                                  setting: int) -> None:
+    """An app that set a higher threshold, or turned automatic collection off (0), keeps its setting."""
+    _frozen, young = _collector_seen_by_a_handler(tmp_path, set_up=f"gc.set_threshold({setting})")
+    assert young == setting
 
 
 def test_run_runs_a_users_scheduler_and_stops_on_sigterm(tmp_path: Path) -> None:
