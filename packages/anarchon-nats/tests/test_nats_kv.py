@@ -13,6 +13,8 @@ from typing import Any
 
 import nats
 import nats.errors
+import nats.js.api
+import nats.js.errors
 import pytest
 
 from anarchon import ConfigError, Scheduler, SchemaMismatch
@@ -482,6 +484,43 @@ async def test_a_bucket_call_that_times_out_at_open_is_tried_again(
             await kv.close()
         finally:
             await nc.close()
+
+
+async def test_a_bucket_another_replica_creates_before_ours_is_taken_as_found(
+    url: str, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Replicas started at once: this one looks the bucket up and finds none, another creates it (its
+    # settings differ in a way that does not matter), and the server refuses this one's create.
+    other = await nats.connect(url)
+    backend = NatsKVBackend(url, bucket=bucket, lease="5s")
+    real = backend._jetstream
+    looked_up: list[str] = []
+
+    def jetstream() -> Any:
+        js = real()
+
+        async def stream_info(name: str, *args: Any, **kwargs: Any) -> Any:
+            if name not in looked_up:
+                looked_up.append(name)
+                await other.jetstream().add_stream(nats.js.api.StreamConfig(
+                    name=name, subjects=[f"$KV.{name.removeprefix('KV_')}.>"], max_msgs_per_subject=1,
+                    max_age=5.0 if name == f"KV_{bucket}" else None, description="another replica's",
+                ))
+                raise nats.js.errors.NotFoundError
+            return await type(js).stream_info(js, name, *args, **kwargs)
+
+        js.stream_info = stream_info  # type: ignore[method-assign]
+        return js
+
+    monkeypatch.setattr(backend, "_jetstream", jetstream)
+    try:
+        await backend.open()
+        assert looked_up == [f"KV_{bucket}", f"KV_{bucket}_state"]
+        won = await backend.claim(ClaimRequest("ns", "j", _now_slot(), "i1", lease_ms=5000))
+        assert won.won
+    finally:
+        await backend.close()
+        await other.close()
 
 
 async def test_32_connections_race_for_claims_and_takeovers(url: str, bucket: str) -> None:

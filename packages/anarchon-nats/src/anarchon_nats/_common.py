@@ -566,7 +566,10 @@ class NatsConnection(BackendBase):
 
         A JetStream API call that times out is tried again, `OPEN_TRIES` tries in all: a cluster
         placing the replicated streams of several replicas started at once can take longer than one
-        call's timeout. Creating a stream that exists with the same settings is no error.
+        call's timeout. Creating a stream that exists with the same settings is no error. When several
+        replicas create it at the same moment, the server may refuse all but one create (with "subjects
+        overlap" or "name already in use"); a refused create is followed by one more lookup, and the
+        stream another replica made is taken as found.
         """
         js = self._jetstream()
         assert config.name is not None
@@ -577,7 +580,14 @@ class NatsConnection(BackendBase):
                 try:
                     return await js.stream_info(config.name)
                 except nats.js.errors.NotFoundError:
+                    pass
+                try:
                     return await js.add_stream(config)
+                except nats.js.errors.BadRequestError as refused:
+                    try:
+                        return await js.stream_info(config.name)
+                    except nats.js.errors.NotFoundError:
+                        raise refused from None
             except nats.errors.TimeoutError:
                 if not tries_left:
                     raise
