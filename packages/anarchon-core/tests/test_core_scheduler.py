@@ -238,7 +238,7 @@ def test_pushed_wins_spare_the_other_replicas_their_claims(clock: VirtualClock, 
 
 def test_replicas_share_each_boundary_and_claim_only_their_own_share(clock: VirtualClock) -> None:
     """Where wins are announced, each group of jobs has one leader per slot, the same on every replica:
-    the others claim it two jitters later, by when the leader's wins are pushed, so once the replicas
+    the others claim it a jitter later, by when the leader's wins are pushed, so once the replicas
     have heard of each other every slot costs one claim, and the runs spread evenly."""
     c = Cluster(clock, 3, lease="6s", heartbeat="1s")
     c.every_second(60)
@@ -288,7 +288,7 @@ def test_each_replica_leads_its_even_part_of_every_boundary(clock: VirtualClock)
 def test_followers_wait_as_long_as_a_leaders_wins_take_to_be_heard(
     clock: VirtualClock, answered_in: float, until: float
 ) -> None:
-    """Claims of 1 s jobs that take 300 ms to reach the store: the others' claims, two jitters after
+    """Claims of 1 s jobs that take 300 ms to reach the store: the others' claims, a jitter after
     the slot, would go out before the leader's win is heard. They learn how long that takes and wait
     for it. At 600 ms (a store near its limit) the wins are heard after half the interval: the others
     still wait for them rather than claim every slot themselves, which would triple the store's load
@@ -316,8 +316,8 @@ def test_followers_wait_as_long_as_a_leaders_wins_take_to_be_heard(
 
 
 def test_a_crashed_leaders_share_is_claimed_late_for_one_boundary(clock: VirtualClock) -> None:
-    """A replica that crashes leads some groups in the others' view: those slots are claimed two
-    jitters late, won, and the winner stops counting it, so the next boundaries run on time."""
+    """A replica that crashes leads some groups in the others' view: those slots are claimed a jitter
+    late, won, and the winner stops counting it, so the next boundaries run on time."""
     c = Cluster(clock, 3, lease="6s", heartbeat="1s")
     c.every_second(60)
 
@@ -336,9 +336,11 @@ def test_a_crashed_leaders_share_is_claimed_late_for_one_boundary(clock: Virtual
              if slot > crashed]
     slots = sorted({slot for slot, _ in after})
     assert len(after) == 60 * len(slots) and len(slots) >= 9  # nothing missed
-    late = [(slot, late) for slot, late in after if late > 50]
+    # (A leader's runs start within about 25 ms: its claims go within a third of the 50 ms jitter. The
+    # others claim a jitter after the slot at the earliest.)
+    late = [(slot, late) for slot, late in after if late > 40]
     assert late  # the crashed leader's groups waited for the others
-    assert max(ms for _, ms in late) <= 150 + 5  # two jitters, and a claim's own jitter
+    assert max(ms for _, ms in late) <= 100 + 5  # a jitter, and a claim's own jitter
     assert len({slot for slot, _ in late}) == 1  # the first late win tells every replica
 
 

@@ -39,7 +39,7 @@ _JITTER_GROUPS = 4
 # An instance claims a group that another instance leads at least this much later, in jitters, and
 # later still when the leaders' wins take longer to be heard (see `Planner._follow`): by then the
 # leader's wins have been pushed, and those claims are not sent.
-_FOLLOW_JITTERS = 2
+_FOLLOW_JITTERS = 1
 _FOLLOW_CAP_MS = 1000
 # How long after its slot a leader's win is heard is the longest seen in a window of this length.
 _HEARD_WINDOW_MS = 2000
@@ -336,8 +336,8 @@ class Planner:
 
     def _follow(self, plan: Plan) -> int:
         """How long after its slot this instance claims a group another instance leads: once the
-        leader's wins are usually heard (a quarter more than the longest lately), at least two
-        jitters, at most `plan.follow_cap_ms`."""
+        leader's wins are usually heard (a quarter more than the longest lately), at least a
+        jitter (the leader claims within half of one, or less), at most `plan.follow_cap_ms`."""
         return max(_FOLLOW_JITTERS * plan.jitter_ms, min(self._heard_ms * 5 // 4, plan.follow_cap_ms))
 
     def jitter(self, plan: Plan) -> int:
