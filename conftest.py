@@ -1,6 +1,6 @@
 """Fixtures for every test here: the `topology` fixture, production-shaped store topologies (Redis
 Cluster and Sentinel, a NATS cluster, PgBouncer, a PostgreSQL standby) as real processes on loopback
-ports; and jitter draws seeded from each test's name (`ANARCHON_TEST_SEED` varies them)."""
+ports; and jitter draws seeded from each test's id (`ANARCHON_TEST_SEED` varies them)."""
 
 from __future__ import annotations
 
