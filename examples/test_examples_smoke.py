@@ -97,7 +97,7 @@ def test_worker(tmp_path: Path) -> None:
     with running([sys.executable, "-m", "anarchon.cli", "run", "worker:scheduler"], cwd) as p:
         p.wait_for("tick ran: ")
         assert p.stop(signal.SIGTERM) == 0, p.output
-    assert "stopping (signal)" in p.output
+    assert "stopping (signal SIGTERM)" in p.output
 
 
 def test_fastapi(tmp_path: Path) -> None:

@@ -210,7 +210,7 @@ def test_run_runs_a_users_scheduler_and_stops_on_sigterm(tmp_path: Path) -> None
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, output
-    assert "stopping (signal)" in output and "tick slot=" in output
+    assert "stopping (signal SIGTERM)" in output and "tick slot=" in output
 
 
 def test_the_console_script_is_installed() -> None:

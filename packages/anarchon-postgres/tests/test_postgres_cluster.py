@@ -15,11 +15,13 @@ import pytest
 from anarchon.testing import require_service
 from anarchon.testing.cluster import (
     FAULT_SCENARIOS,
+    STOP_SCENARIOS,
     Cluster,
     check_blocked_loops,
     check_controls,
     check_history,
     check_slow_network,
+    check_stop_never_overlaps,
     check_store_fault,
 )
 
@@ -104,3 +106,8 @@ def test_history_keeps_the_newest_runs_and_status_lists_a_job_that_never_ran(
 
 def test_controls_are_pushed_by_notify_well_within_a_heartbeat(cluster_url: str, tmp_path: Path) -> None:
     check_controls(cluster_url, tmp_path, pushed=True, slack_s=1.0)
+
+
+@pytest.mark.parametrize("scenario", STOP_SCENARIOS)
+def test_a_stop_never_runs_a_slot_twice_at_once(cluster_url: str, tmp_path: Path, scenario: str) -> None:
+    check_stop_never_overlaps(cluster_url, tmp_path, scenario)

@@ -19,11 +19,13 @@ from anarchon import JobContext, Scheduler
 from anarchon.testing import require_service
 from anarchon.testing.cluster import (
     FAULT_SCENARIOS,
+    STOP_SCENARIOS,
     Cluster,
     check_blocked_loops,
     check_controls,
     check_history,
     check_slow_network,
+    check_stop_never_overlaps,
     check_store_fault,
 )
 from anarchon_redis import RedisBackend
@@ -190,3 +192,10 @@ def test_store_fault_scenario(scenario: str, prefix: str, tmp_path: Path) -> Non
     url = os.environ.get("ANARCHON_REDIS_URL", "redis://127.0.0.1:6379/0")
     require_service("redis", url, 6379)
     print(check_store_fault(_with_prefix(url, prefix), tmp_path, scenario))
+
+
+@pytest.mark.parametrize("scenario", STOP_SCENARIOS)
+def test_a_stop_never_runs_a_slot_twice_at_once(
+    redis_url: str, prefix: str, tmp_path: Path, scenario: str
+) -> None:
+    check_stop_never_overlaps(_with_prefix(redis_url, prefix), tmp_path, scenario)

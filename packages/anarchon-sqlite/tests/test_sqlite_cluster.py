@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from anarchon.testing.cluster import Cluster, check_blocked_loops, check_history
+from anarchon.testing.cluster import (
+    STOP_SCENARIOS,
+    Cluster,
+    check_blocked_loops,
+    check_history,
+    check_stop_never_overlaps,
+)
 
 LEASE_S = 2.0
 HEARTBEAT_S = 0.5
@@ -72,3 +78,9 @@ def test_a_blocked_event_loop_keeps_its_lease_until_block_limit(tmp_path: Path) 
 @pytest.mark.slow
 def test_history_keeps_the_newest_runs_and_status_lists_a_job_that_never_ran(tmp_path: Path) -> None:
     check_history(f"sqlite:///{tmp_path}/history.db", tmp_path / "replicas")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", STOP_SCENARIOS)
+def test_a_stop_never_runs_a_slot_twice_at_once(tmp_path: Path, scenario: str) -> None:
+    check_stop_never_overlaps(f"sqlite:///{tmp_path}/stop.db", tmp_path / "replicas", scenario)

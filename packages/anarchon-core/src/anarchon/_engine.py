@@ -13,7 +13,7 @@ import logging
 import math
 import os
 import socket
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -199,8 +199,9 @@ class Engine:
         if self.history is not None:
             self.history.jobs_changed()
 
-    async def stop(self) -> None:
-        """No new claims; let claims in flight finish; stop the runs; then the keeper."""
+    async def stop(self, stuck: Callable[[], str] | None = None) -> None:
+        """No new claims; let claims in flight finish; stop the runs; then the keeper. `stuck`: see
+        `Runs.stop`."""
         self._stopping = True
         self.runs.stopping()
         self.planner.close()
@@ -208,7 +209,7 @@ class Engine:
         try:
             # Claims in flight finish, so a slot won just now is handed over, not stranded.
             await self.tasks.wait("claim", within=5)
-            await self.runs.stop(self._config.stop_timeout_ms / 1000)
+            await self.runs.stop(self._config.stop_timeout_ms / 1000, stuck)
         finally:
             await self.keeper.stop()  # whatever happened: its thread never outlives the stop
         if self.history is not None:

@@ -10,7 +10,12 @@ one when it is ready, when SIGTERM arrives (`stopping`) and when it exits, to
 - with `later`, `later`: due once, in 2100 (a job that never runs while the cluster does);
 - with `history` = n, `Scheduler(history=n)`;
 - with `block_for` (a list of seconds), `block`, every `block_every`: an `async def` that blocks its
-  event loop with `time.sleep`, the n-th such run in the cluster for `block_for[n]` seconds, then no more.
+  event loop with `time.sleep`, the n-th such run in the cluster for `block_for[n]` seconds, then no more;
+- with `stubborn` = {"at": epoch seconds, "kind": "thread" or "async", "seconds": s}, `stubborn`, due
+  once at `at`: a handler that ignores its cancellation signal and runs for `s` seconds (a plain
+  function that sleeps in its worker thread, or an `async def` that awaits short sleeps; a cancelled
+  one writes `cancelled`). The replica then runs with `Scheduler.run()`, the product's own signal
+  handling: SIGINT or SIGTERM stops it gracefully, and a second one exits at once.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -82,6 +88,20 @@ def main(argv: list[str]) -> None:
         scheduler.every("block", config["block_every"], block, **options)
     if config.get("later"):
         scheduler.at("later", datetime(2100, 1, 1, tzinfo=UTC), tick)
+    stubborn = config.get("stubborn")
+    if stubborn:
+        _add_stubborn(scheduler, stubborn, emit)
+        # Ready once started: `run()` owns the loop, so a thread watches for the start.
+        def ready() -> None:
+            while not scheduler.running:
+                time.sleep(0.01)
+            fh.write(json.dumps({"event": "ready", "pid": os.getpid(), "t": time.time(),
+                                 "instance": scheduler.instance_id, "keeper": ""}) + "\n")
+
+        threading.Thread(target=ready, daemon=True).start()
+        scheduler.run()
+        fh.write(json.dumps({"event": "exit", "pid": os.getpid(), "t": time.time()}) + "\n")
+        return
 
     async def serve() -> None:
         loop = asyncio.get_running_loop()
@@ -99,6 +119,35 @@ def main(argv: list[str]) -> None:
 
     asyncio.run(serve())
     fh.write(json.dumps({"event": "exit", "pid": os.getpid(), "t": time.time()}) + "\n")
+
+
+def _add_stubborn(scheduler: Scheduler[Any], config: dict[str, Any], emit: Any) -> None:
+    """The `stubborn` job: it ignores its signal for `seconds`."""
+    seconds = float(config["seconds"])
+    when = float(config["at"])
+    if config["kind"] == "thread":
+        def stubborn_thread(ctx: JobContext) -> None:
+            emit("start", ctx)
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
+            emit("end", ctx)
+
+        scheduler.at("stubborn", when, stubborn_thread)
+        return
+
+    async def stubborn_async(ctx: JobContext) -> None:
+        emit("start", ctx)
+        deadline = time.monotonic() + seconds
+        try:
+            while time.monotonic() < deadline:  # noqa: ASYNC110 - the point: it never looks at ctx
+                await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            emit("cancelled", ctx, reason="cancelled")
+            raise
+        emit("end", ctx)
+
+    scheduler.at("stubborn", when, stubborn_async)
 
 
 def _next_block(workdir: Path, block_for: list[float]) -> float:

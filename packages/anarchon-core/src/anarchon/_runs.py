@@ -4,6 +4,10 @@ Each run is one task: it confirms a late lease, calls the handler (an `async def
 function in a worker thread), applies `timeout`, turns the handler's end into an outcome (done, failed,
 handover, or nothing when the lease was lost), retries after an error when asked, and has the keeper
 release the run. `stop` signals every run, waits `stop_timeout`, then cancels the handlers still running.
+
+A run is released only once its handler has really ended. A plain function in a worker thread cannot
+be cancelled: after its `timeout`, or a stop's `stop_timeout`, its run keeps its lease (renewed by the
+keeper) until the thread returns, so no other run of the job starts beside it.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import inspect
 import logging
 from collections.abc import Callable
@@ -22,7 +27,7 @@ from ._errors import RunCancelled
 from ._history import HistoryWriter
 from ._job import Job
 from ._keeper import Held, Keeper
-from ._logs import SlotText, fields, fmt_slot, handler_exc_info, short
+from ._logs import SlotText, fields, fmt_slot, handler_exc_info, qualname, short
 from ._tasks import Tasks
 from .backends import Lease, ReleaseOutcome
 
@@ -35,6 +40,10 @@ TIMEOUT = "timeout"
 # Members bound once: on Python 3.11 an Enum class's attribute lookup goes through
 # EnumType.__getattr__, several times the cost of a global, and these are read per run.
 _DONE, _FAILED, _HANDOVER = ReleaseOutcome.DONE, ReleaseOutcome.FAILED, ReleaseOutcome.HANDOVER
+
+_CANCEL_GRACE_S = 1.0
+"""After a stop cancels the async handlers still running: how long they have to end before the log
+names those that did not."""
 
 
 class Hook(Protocol):
@@ -69,6 +78,13 @@ class _Run:
     lost: bool = False
     began: float | None = None
     """When the handler was called (the loop's clock); None while it has not been."""
+    thread: asyncio.Future[Any] | None = None
+    """A plain function's call in a worker thread: it goes on until it returns, whatever is cancelled."""
+
+    @property
+    def handler_running(self) -> bool:
+        """True while the handler has not ended (a thread outlives a cancelled call)."""
+        return self.in_handler or (self.thread is not None and not self.thread.done())
 
     def __call__(self, why: str) -> None:
         """The keeper lost the run's lease (`Held.on_lost`): the run itself is the callback, so a run
@@ -142,8 +158,12 @@ class Runs:
         handed over after an error is not claimed again."""
         self._stopping = True
 
-    async def stop(self, timeout_s: float) -> None:
-        """Signal every run; after `timeout_s`, cancel the handlers still running; wait for the ends."""
+    async def stop(self, timeout_s: float, stuck: Callable[[], str] | None = None) -> None:
+        """Signal every run; after `timeout_s`, cancel the async handlers still running; wait for the
+        ends, however long a handler that cannot be cancelled takes: its lease is kept meanwhile.
+
+        `stuck` is called once if a handler is still running after that: it says, for the log line
+        naming the handler, what ends the wait early (e.g. a second signal)."""
         self._stopping = True
         runs = list(self._runs)
         for run in runs:
@@ -154,11 +174,33 @@ class Runs:
         # asyncio.wait, not asyncio.timeout: the runs must go on past the timeout (a run that is
         # releasing is never cut); only the handlers still running are cancelled then.
         _done, still = await asyncio.wait(pending, timeout=timeout_s)
+        if not still:
+            return
+        cancelled = False
         for run in runs:
-            if run.task in still and run.in_handler:
+            # A thread cannot be cancelled: cancelling the task would only stop waiting for it.
+            if run.task in still and run.in_handler and run.thread is None:
                 run.task.cancel()
+                cancelled = True
+        if cancelled:  # a cancelled coroutine ends at its next await; one that ignores it does not
+            _done, still = await asyncio.wait(still, timeout=_CANCEL_GRACE_S)
+        left = [r for r in runs if r.task in still and r.handler_running]
+        if left:
+            self._say_stuck(left, timeout_s, stuck() if stuck is not None else "")
         if still:
-            await asyncio.wait(still, timeout=5)
+            await asyncio.wait(still)
+
+    def _say_stuck(self, runs: list[_Run], timeout_s: float, then: str) -> None:
+        """One line per run whose handler outlives a stop's `stop_timeout`: it keeps its lease."""
+        for run in runs:
+            job, ctx = run.job, run.ctx
+            kind = ("a plain function in a worker thread, which cannot be cancelled" if run.thread is not None
+                    else "a coroutine that did not end when cancelled")
+            self._log.warning(
+                "%s slot=%s attempt=%d: handler %s still runs %d ms after the stop began (%s): its lease "
+                "is kept and renewed until it returns, so no other replica runs the slot meanwhile%s",
+                job.name, fmt_slot(ctx.slot), ctx.attempt, qualname(job.handler), int(timeout_s * 1000),
+                kind, f"; {then}" if then else "", extra=_fields(ctx, "stopping"))
 
     def _lost(self, run: _Run, why: str) -> None:
         run.lost = True
@@ -188,7 +230,7 @@ class Runs:
                         if job.is_async and job.options.timeout_ms is None:
                             await job.handler(*((ctx,) if job.takes_ctx else ()))  # (no frames in between)
                         else:
-                            await self._call(job, ctx)
+                            await self._call(run)
                     finally:
                         run.in_handler = False
                 except asyncio.CancelledError as exc:  # stop() cancelled the handler after stop_timeout
@@ -208,6 +250,8 @@ class Runs:
                     outcome = _FAILED
                     self._log.warning("%s slot=%s failed: timeout after %d ms", job.name, fmt_slot(ctx.slot),
                                       job.options.timeout_ms, extra=_fields(ctx, "failed"))
+                if run.thread is not None and not run.thread.done():
+                    await self._outlive(run)
             except asyncio.CancelledError as exc:  # the scheduler itself is going away
                 error, outcome = exc, _HANDOVER
             except BaseException as exc:  # SystemExit or KeyboardInterrupt from the handler: unfinished
@@ -237,20 +281,38 @@ class Runs:
             # (Started with `Tasks.start`: no done callback to end its ownership.)
             self._tasks.ended(run.task, "run")
 
-    async def _call(self, job: Job, ctx: JobContext) -> None:
+    async def _call(self, run: _Run) -> None:
         """Call the handler in this task; with `timeout`, cancel it once that has passed."""
+        job, ctx = run.job, run.ctx
         timeout = job.options.timeout_ms
         if timeout is None:
-            await _invoke(job, ctx)
+            await _invoke(run)
             return
         async with asyncio.timeout(None) as limit:
             # Not asyncio.timeout(seconds) alone: the signal must be set before the cancellation
             # reaches the handler, so its cleanup sees why. The timer sets it, then ends the limit.
             timer = asyncio.get_running_loop().call_later(timeout / 1000, _expire, ctx.signal, limit)
             try:
-                await _invoke(job, ctx)
+                await _invoke(run)
             finally:
                 timer.cancel()
+
+    async def _outlive(self, run: _Run) -> None:
+        """Wait for a handler's thread that outlived its timeout: the run keeps its lease until it
+        returns, so the job's next slot cannot start beside it."""
+        job, ctx, thread = run.job, run.ctx, run.thread
+        assert thread is not None
+        self._log.warning(
+            "%s slot=%s: handler %s outlived its timeout of %d ms (a plain function in a worker thread "
+            "cannot be cancelled): the run keeps its lease until it returns, then ends failed",
+            job.name, fmt_slot(ctx.slot), qualname(job.handler), job.options.timeout_ms,
+            extra=_fields(ctx, "failed"))
+        await asyncio.wait((thread,))
+        if not thread.cancelled():
+            thread.exception()  # (retrieved: its error, if any, is the timeout's to report)
+        self._log.info("%s slot=%s: handler %s returned %d ms after it was called, past its timeout",
+                       job.name, fmt_slot(ctx.slot), qualname(job.handler), _ms_since(run.began),
+                       extra=_fields(ctx, "failed"))
 
     def _finished(self, run: _Run, outcome: ReleaseOutcome | None, error: BaseException | None) -> None:
         """Log the run's end (a failure was logged as it happened), then tell the observers."""
@@ -299,12 +361,16 @@ class Runs:
         return _HANDOVER
 
 
-async def _invoke(job: Job, ctx: JobContext) -> None:
-    args = (ctx,) if job.takes_ctx else ()
+async def _invoke(run: _Run) -> None:
+    job = run.job
+    args = (run.ctx,) if job.takes_ctx else ()
     if job.is_async:
         await job.handler(*args)
         return
-    result = await asyncio.get_running_loop().run_in_executor(None, lambda: job.handler(*args))
+    # Shielded: a cancellation (a timeout) must not stop us from knowing when the thread ends.
+    call = functools.partial(job.handler, *args)
+    thread = run.thread = asyncio.get_running_loop().run_in_executor(None, call)
+    result = await asyncio.shield(thread)
     if inspect.isawaitable(result):
         await result
 

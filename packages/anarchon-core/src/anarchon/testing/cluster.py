@@ -34,8 +34,9 @@ from .faultproxy import FaultProxy
 
 T = TypeVar("T")
 
-__all__ = ["FAULT_SCENARIOS", "Cluster", "Event", "ProxyThread", "check_blocked_loops", "check_controls",
-           "check_every_slot_once", "check_history", "check_slow_network", "check_store_fault"]
+__all__ = ["FAULT_SCENARIOS", "STOP_SCENARIOS", "Cluster", "Event", "ProxyThread", "check_blocked_loops",
+           "check_controls", "check_every_slot_once", "check_history", "check_slow_network",
+           "check_stop_never_overlaps", "check_store_fault"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,7 @@ class Cluster:
         extra_ticks: int = 0,
         history: int | None = None,
         later: bool = False,
+        stubborn: dict[str, Any] | None = None,
         ready_within: float = 30.0,
     ) -> None:
         self.url = url
@@ -102,11 +104,14 @@ class Cluster:
             "extra_ticks": extra_ticks,
             "history": history,
             "later": later,
+            "stubborn": stubborn,
             "block_limit": (None if block_limit is None
                             else f"{parse_duration(block_limit, name='block_limit')}ms"),
         }
         self._env = {**os.environ, **(env or {})}
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.logs: dict[int, Path] = {}
+        """Each replica's stdout and stderr, by pid."""
         self.ready_ms = 0
         """Wall time (epoch ms) when every initial replica was ready: a slot after it has every
         replica as a claimant, so a graceful stop of its winner always has a backup."""
@@ -129,12 +134,14 @@ class Cluster:
 
     def spawn(self, *, wait: bool = True) -> int:
         """Start one more replica; return its pid once it is ready (or at once with wait=False)."""
-        log = (self.workdir / f"replica-{len(self.procs)}-{uuid.uuid4().hex[:4]}.log").open("wb")
+        path = self.workdir / f"replica-{len(self.procs)}-{uuid.uuid4().hex[:4]}.log"
+        log = path.open("wb")
         proc = subprocess.Popen(
             [sys.executable, "-m", "anarchon._replica", json.dumps(self._config)],
             stdout=log, stderr=subprocess.STDOUT, env=self._env,
         )
         self.procs[proc.pid] = proc
+        self.logs[proc.pid] = path
         if wait:
             self.wait_for(lambda e: e.event == "ready" and e.pid == proc.pid, timeout=30)
         return proc.pid
@@ -143,9 +150,25 @@ class Cluster:
         """Pids of replicas still running."""
         return [pid for pid, p in self.procs.items() if p.poll() is None]
 
-    def terminate(self, pid: int) -> None:
-        """Send SIGTERM (a graceful stop) and return at once; `join` waits for the exit."""
-        self.procs[pid].send_signal(signal.SIGTERM)
+    def terminate(self, pid: int, sig: int = signal.SIGTERM) -> None:
+        """Send SIGTERM (a graceful stop), or `sig`, and return at once; `join` waits for the exit."""
+        self.procs[pid].send_signal(sig)
+
+    def log_of(self, pid: int) -> str:
+        """What one replica has written to stdout and stderr so far."""
+        return self.logs[pid].read_text(errors="replace")
+
+    def wait_for_log(self, pid: int, text: str, *, timeout: float) -> str:
+        """Wait up to `timeout` s for a line of replica `pid`'s output that contains `text`; return it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for line in self.log_of(pid).splitlines():
+                if text in line:
+                    return line
+            if time.monotonic() > deadline:
+                raise AssertionError(f"replica {pid} wrote no line with {text!r} within {timeout} s:\n"
+                                     f"{self.log_of(pid)[-4000:]}")
+            time.sleep(0.05)
 
     def join(self, pid: int, *, wait: float = 15.0) -> int | None:
         """Wait for a replica sent SIGTERM to exit; return its exit code."""
@@ -295,6 +318,66 @@ def check_blocked_loops(url: str, workdir: Path | str, *, lease_s: float = 1.0, 
             f"taken over {took:.2f} s after the loop blocked; expected within "
             f"[{block_limit_s}, {bound:.2f}] s\n{c.output()}")
         c.kill(hung.pid)  # it would sleep for an hour
+        c.assert_one_winner()
+
+
+STOP_SCENARIOS = ("thread", "thread-second-signal", "async")
+"""The cases of `check_stop_never_overlaps`."""
+
+
+def check_stop_never_overlaps(url: str, workdir: Path | str, scenario: str, *, lease_s: float = 2.0,
+                              heartbeat_s: float = 0.5, stop_timeout_s: float = 1.0) -> None:
+    """Two replicas on `url` (run with `Scheduler.run()`) share a one-off job whose handler ignores its
+    cancellation signal for 6 s; SIGINT goes to the replica that runs it. Assert that no second run of
+    the slot starts while the first one runs:
+
+    - "thread": a plain function. After `stop_timeout` one line names the handler and says that its
+      lease is kept; the run ends done when the function returns, then the replica exits (status 0);
+      no attempt 2 ever starts.
+    - "thread-second-signal": the same, then a second SIGINT: the replica exits at once (status 130)
+      without releasing, and the other replica takes the slot over as attempt 2 once the lease
+      expires, after the exit.
+    - "async": an `async def` that ignores `ctx.cancelled`: after `stop_timeout` it is cancelled, and
+      the other replica takes the slot over as attempt 2 once it has ended.
+    """
+    kind = "async" if scenario == "async" else "thread"
+    at = time.time() + 4.0
+    with Cluster(url, workdir, replicas=2, lease=f"{lease_s}s", heartbeat=f"{heartbeat_s}s",
+                 tick_every="1h", long_every="1h", stop_timeout=f"{stop_timeout_s}s",
+                 stubborn={"at": at, "kind": kind, "seconds": 6.0}) as c:
+        first = c.wait_for(lambda e: e.event == "start" and e.job == "stubborn", timeout=20)
+        winner = first.pid
+        other = next(pid for pid in c.procs if pid != winner)
+        time.sleep(0.5)
+        c.terminate(winner, signal.SIGINT)
+        signalled = time.time()
+        c.wait_for_log(winner, "a second signal exits at once", timeout=5)
+        if kind == "thread":
+            line = c.wait_for_log(winner, "still runs", timeout=stop_timeout_s + 5)
+            assert "stubborn_thread" in line and "lease is kept" in line, line
+            assert "second SIGINT or SIGTERM exits now" in line, line
+        if scenario == "thread-second-signal":
+            c.terminate(winner, signal.SIGINT)
+            again = time.time()
+            assert c.join(winner, wait=5) == 128 + signal.SIGINT, c.log_of(winner)
+            taken = c.wait_for(lambda e: e.event == "start" and e.job == "stubborn" and e.attempt == 2,
+                               timeout=lease_s + heartbeat_s + 10)
+            assert taken.pid == other and taken.t > again, (taken, again, c.output())
+            ends = [e for e in c.events() if e.pid == winner and e.event in ("end", "cancelled")]
+            assert not ends, f"attempt 1 went on after the second signal: {ends}"
+        elif scenario == "thread":
+            end = c.wait_for(lambda e: e.event == "end" and e.pid == winner, timeout=15)
+            assert end.t - signalled > stop_timeout_s, "the handler did not outlive the stop"
+            assert c.join(winner, wait=10) == 0, c.log_of(winner)
+            time.sleep(lease_s + heartbeat_s + 0.5)  # an attempt 2 would have started by now
+            assert [e.attempt for e in c.starts("stubborn")] == [1], c.output()
+        else:
+            cancelled = c.wait_for(lambda e: e.event == "cancelled" and e.pid == winner,
+                                   timeout=stop_timeout_s + 5)
+            taken = c.wait_for(lambda e: e.event == "start" and e.job == "stubborn" and e.attempt == 2,
+                               timeout=lease_s + heartbeat_s + 10)
+            assert taken.pid == other and taken.t >= cancelled.t, (taken, cancelled, c.output())
+            assert c.join(winner, wait=10) == 0, c.log_of(winner)
         c.assert_one_winner()
 
 
