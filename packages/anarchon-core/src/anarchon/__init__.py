@@ -63,6 +63,7 @@ from ._options import ClaimJobOptions, LeaseJobOptions
 from ._plugins import PluginError, backend_classes, backend_for_url, plugin_errors, plugin_manager
 from ._scheduler import Scheduler
 from ._schedules import At, Cron, Every, Schedule, from_ms, to_ms
+from ._settings import Settings
 from .backends import (
     CONTROLS_CHANGED,
     DEFAULT_HISTORY,
@@ -141,6 +142,7 @@ __all__ = [
     "Schedule",
     "ScheduleError",
     "Scheduler",
+    "Settings",
     "SchemaMismatch",
     "SystemClock",
     "at",

@@ -152,8 +152,16 @@ class Registry(Protocol):
     """What `register` needs of a scheduler: its jobs, its defaults, and `every`, `cron` and `at`."""
 
     jobs: dict[str, Job]
-    lease_ms: int
-    heartbeat_ms: int
+
+    @property
+    def lease_ms(self) -> int:
+        """A job's default lease, ms."""
+        ...
+
+    @property
+    def heartbeat_ms(self) -> int:
+        """The heartbeat, ms."""
+        ...
 
     def _check_options(self, method: str, options: dict[str, Any], extra: frozenset[str]) -> None:
         """Refuse options unknown to `method` or to the backend."""

@@ -11,13 +11,9 @@ import asyncio
 import contextlib
 import logging
 import math
-import os
-import socket
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import cast
 
-from ._clock import Clock
 from ._controls import ControlState
 from ._history import HistoryWriter
 from ._job import Job
@@ -27,6 +23,7 @@ from ._logs import SlotText, fields, fmt_slot, short
 from ._outcomes import Action, Facts, Step, is_takeover, react, react_taken, skips
 from ._planner import Due, Planner
 from ._runs import Hook, Runs
+from ._settings import Settings
 from ._tasks import Tasks
 from .backends import (
     CONTROLS_CHANGED,
@@ -44,7 +41,7 @@ from .backends import (
     ReleaseOutcome,
 )
 
-__all__ = ["Engine", "EngineConfig", "default_instance_id"]
+__all__ = ["Engine", "stale_after"]
 
 _RECOVERY_S = 15.0
 """After a store outage, how long further claim failures count as the same outage (not warned again)."""
@@ -53,28 +50,6 @@ _RECOVERY_S = 15.0
 # EnumType.__getattr__, several times the cost of a global, and these are read per claim.
 _SKIPPED, _RUN, _HAND_BACK, _ALLOW = ClaimOutcome.SKIPPED, Step.RUN, Step.HAND_BACK, Overlap.ALLOW
 
-
-
-def default_instance_id() -> str:
-    """`host:pid:random`, unique per process start."""
-    return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(2).hex()}"
-
-
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    """A scheduler's settings, as the engine needs them."""
-
-    namespace: str
-    instance_id: str
-    heartbeat_ms: int
-    jitter_ms: int | None
-    stop_timeout_ms: int
-    max_skew_ms: int
-    block_limit_ms: int
-    clock: Clock
-    log: logging.Logger
-    history: int = 0
-    """Ended runs kept per job in the store's history; 0: no history and no catalogue written."""
 
 
 def stale_after(entry: Due) -> int | None:
@@ -103,7 +78,7 @@ def stale_after(entry: Due) -> int | None:
 class Engine:
     """One start of a scheduler, until its stop: every claim, run and lease in between."""
 
-    def __init__(self, backend: ClaimBackend, config: EngineConfig, keeper: Keeper, *, hook: Hook,
+    def __init__(self, backend: ClaimBackend, config: Settings, keeper: Keeper, *, hook: Hook,
                  owner: object) -> None:
         self._backend = backend
         self._config = config
@@ -160,7 +135,7 @@ class Engine:
         """Jobs whose schedule differs from the store's, warned about once."""
 
     @classmethod
-    async def start(cls, backend: ClaimBackend, config: EngineConfig, jobs: Iterable[Job], *, hook: Hook,
+    async def start(cls, backend: ClaimBackend, config: Settings, jobs: Iterable[Job], *, hook: Hook,
                     owner: object, sibling: Sibling) -> Engine:
         """Start a keeper (beside the loop when `sibling` gives a second connection), then plan `jobs`."""
         engine: Engine | None = None

@@ -18,20 +18,22 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Never, Self, TypeVar, Unpack, overload
 
 from . import _options
-from ._clock import Clock, SystemClock
+from ._clock import Clock
 from ._context import JobContext
 from ._controls import set_control
 from ._duration import Duration, parse_duration
-from ._engine import Engine, EngineConfig, default_instance_id
-from ._errors import AnarchonError, BackendUnavailable, ConfigError, DuplicateJobError, OptionError
+from ._engine import Engine
+from ._errors import AnarchonError, BackendUnavailable, DuplicateJobError
 from ._events import EventName, Listener, Listeners, Observers, check_event
 from ._job import Job, check_name
-from ._logs import enable_console_logging, logger, qualname
+from ._logs import qualname
 from ._options import ClaimOnlyJobOptions, LeaseJobOptions, NeedsControlBackend, NeedsLeaseBackend
-from ._plugins import backend_for_url, plugin_manager, url_of
+from ._plugins import backend_for_url, plugin_manager
 from ._runs import running_for
 from ._schedules import At, Cron, DstFold, DstGap, Every, Schedule
-from .backends import DEFAULT_HISTORY, Capability, ClaimBackend, ControlBackend, JobControl, LeaseBackend
+from ._settings import Settings
+from ._sibling import second_backend
+from .backends import DEFAULT_HISTORY, ClaimBackend, ControlBackend, JobControl, LeaseBackend
 
 if TYPE_CHECKING:
     from ._thread import SchedulerThread
@@ -48,27 +50,6 @@ CB = TypeVar("CB", bound=ClaimBackend)
 CtB = TypeVar("CtB", bound=ControlBackend)
 H = TypeVar("H", bound=Callable[..., Any])
 L = TypeVar("L", bound=Listener)
-
-_SETTINGS = frozenset({"instance_id", "namespace", "lease", "heartbeat", "jitter", "stop_timeout", "max_skew",
-                       "block_limit", "log", "clock", "history"})
-_LEASE_SETTINGS = ("lease", "heartbeat", "block_limit")
-
-
-def _history_setting(backend: object, caps: frozenset[Capability], value: object) -> int:
-    """The `history` option: the default where the store keeps history, refused where it cannot."""
-    if value is None:
-        return DEFAULT_HISTORY if Capability.HISTORY in caps else 0
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise OptionError(f"invalid history {value!r}: use a whole number of runs kept per job, e.g. "
-                          f"history={DEFAULT_HISTORY}, or history=0 to keep none")
-    if value > 0 and Capability.HISTORY not in caps:
-        raise ConfigError(
-            f"option 'history' needs a backend that keeps a run history, but {backend!r} does not declare "
-            "the 'history' capability: remove 'history' (or pass history=0), or use a backend that "
-            "declares Capability.HISTORY: SQLite, PostgreSQL, Redis or MemoryBackend"
-        )
-    return value
-
 
 class Scheduler(Generic[B]):
     """Registers jobs and runs each slot once across every replica that shares the backend."""
@@ -115,50 +96,9 @@ class Scheduler(Generic[B]):
                 "a backend is required: none is assumed. Pass e.g. Scheduler(backend=MemoryBackend()) "
                 "or use Scheduler.from_url('sqlite:///jobs.db')"
             )
-        caps = getattr(backend, "capabilities", None)
-        if not isinstance(caps, frozenset) or Capability.CLAIM not in caps or not hasattr(backend, "claim"):
-            raise ConfigError(
-                f"{backend!r} is not a backend: it must declare `capabilities` with 'claim' and "
-                "implement the ClaimBackend protocol (anarchon.backends)"
-            )
-        for key in settings:
-            if key not in _SETTINGS:
-                raise ConfigError(
-                    f"unknown option {key!r} for Scheduler(): valid options are "
-                    f"{', '.join(sorted(_SETTINGS))}"
-                )
         self.backend: B = backend
-        self.leases = Capability.LEASE in caps
-        if not self.leases:
-            for key in _LEASE_SETTINGS:
-                if key in settings:
-                    raise ConfigError(
-                        f"option {key!r} needs a lease backend, but {backend!r} is claim-only: "
-                        f"remove {key!r}, or use a lease backend"
-                    )
-        namespace = settings.get("namespace", "anarchon")
-        if not isinstance(namespace, str):
-            raise ConfigError(f"invalid namespace {namespace!r}: use a non-empty string")
-        if not namespace:
-            raise OptionError(f"invalid namespace {namespace!r}: use a non-empty string")
-        self.namespace: str = namespace
-        self.instance_id: str = settings.get("instance_id") or default_instance_id()
-        self.lease_ms = parse_duration(settings.get("lease", "30s"), name="lease")
-        self.heartbeat_ms = parse_duration(settings.get("heartbeat", "5s"), name="heartbeat")
-        _options.check_heartbeat(self.lease_ms, self.heartbeat_ms)
-        jitter = settings.get("jitter")
-        self.jitter_ms = None if jitter is None else parse_duration(jitter, name="jitter", allow_zero=True)
-        self.stop_timeout_ms = parse_duration(settings.get("stop_timeout", "10s"), name="stop_timeout",
-                                              allow_zero=True)
-        self.max_skew_ms = parse_duration(settings.get("max_skew", "2s"), name="max_skew", allow_zero=True)
-        self.block_limit_ms = parse_duration(settings.get("block_limit", "1m"), name="block_limit")
-        self.clock: Clock = settings.get("clock") or SystemClock()
-        self.history: int = _history_setting(backend, caps, settings.get("history"))
-        """Ended runs kept per job in the store (0: none, and no job catalogue either)."""
-        log = settings.get("log", False)
-        self.log: logging.Logger = log if isinstance(log, logging.Logger) else logger
-        if log is True:
-            enable_console_logging(self.log)
+        self.settings: Settings = Settings.parse(backend, settings)
+        """The settings, checked, with every default filled in; the engine gets them as they are."""
         self.jobs: dict[str, Job] = {}
         self._engine: Engine | None = None
         """The running engine: set from `start()` until `stop()` ends."""
@@ -172,8 +112,8 @@ class Scheduler(Generic[B]):
         """True once a SIGINT or SIGTERM ends the process at once (see `_arm_exit`)."""
         self._restore: dict[int, Any] = {}
         """The signal handlers that `_arm_exit` replaced, put back when the stop ends."""
-        self._listeners = Listeners(self.log)
-        self._hook = Observers(plugin_manager(), self._listeners, self.log)
+        self._listeners = Listeners(self.settings.log)
+        self._hook = Observers(plugin_manager(), self._listeners, self.settings.log)
         """Delivers the engine's observer hooks to plugins and listeners (a failure is logged)."""
 
     @classmethod
@@ -183,6 +123,74 @@ class Scheduler(Generic[B]):
 
     def __repr__(self) -> str:
         return f"Scheduler({self.backend!r}, namespace={self.namespace!r}, instance_id={self.instance_id!r})"
+
+    # -- the settings, one by one (read-only: `settings` holds them) ------------------------------
+
+    @property
+    def namespace(self) -> str:
+        """The namespace this scheduler's jobs live in."""
+        return self.settings.namespace
+
+    @property
+    def instance_id(self) -> str:
+        """This replica's name in the store."""
+        return self.settings.instance_id
+
+    @instance_id.setter
+    def instance_id(self, value: str) -> None:
+        if self._engine is not None:
+            raise RuntimeError(f"{self!r} is running: its instance id cannot change")
+        self.settings = self.settings.with_instance_id(value)
+
+    @property
+    def leases(self) -> bool:
+        """True when the backend keeps leases."""
+        return self.settings.leases
+
+    @property
+    def lease_ms(self) -> int:
+        """A job's default lease, ms."""
+        return self.settings.lease_ms
+
+    @property
+    def heartbeat_ms(self) -> int:
+        """The heartbeat, ms."""
+        return self.settings.heartbeat_ms
+
+    @property
+    def jitter_ms(self) -> int | None:
+        """The claim jitter, ms (None: per job, from its interval)."""
+        return self.settings.jitter_ms
+
+    @property
+    def stop_timeout_ms(self) -> int:
+        """How long a stop gives running handlers, ms."""
+        return self.settings.stop_timeout_ms
+
+    @property
+    def max_skew_ms(self) -> int:
+        """How far in the store's future a slot may be claimed, ms."""
+        return self.settings.max_skew_ms
+
+    @property
+    def block_limit_ms(self) -> int:
+        """How long a blocked event loop keeps its leases, ms."""
+        return self.settings.block_limit_ms
+
+    @property
+    def clock(self) -> Clock:
+        """The wall clock."""
+        return self.settings.clock
+
+    @property
+    def history(self) -> int:
+        """Ended runs kept per job in the store (0: none, and no job catalogue either)."""
+        return self.settings.history
+
+    @property
+    def log(self) -> logging.Logger:
+        """Where the scheduler logs."""
+        return self.settings.log
 
     # -- registration -----------------------------------------------------------------------
 
@@ -339,12 +347,9 @@ class Scheduler(Generic[B]):
             raise BackendUnavailable(f"cannot open {self.backend.url}: {exc}") from exc
         self._stopped = asyncio.Event()
         self._stopping = False
-        config = EngineConfig(self.namespace, self.instance_id, self.heartbeat_ms, self.jitter_ms,
-                              self.stop_timeout_ms, self.max_skew_ms, self.block_limit_ms, self.clock,
-                              self.log, self.history)
         try:
-            self._engine = await Engine.start(self.backend, config, list(self.jobs.values()), hook=self._hook,
-                                              owner=self, sibling=self._sibling)
+            self._engine = await Engine.start(self.backend, self.settings, list(self.jobs.values()),
+                                              hook=self._hook, owner=self, sibling=self._sibling)
         except BaseException:
             await self.backend.close()
             raise
@@ -549,29 +554,8 @@ class Scheduler(Generic[B]):
         return self._listeners.remove(check_event(event), listener)
 
     def _sibling(self) -> tuple[Any, str]:
-        """A second, unopened backend on the same store for the lease keeper's thread and where it came
-        from, or None and why not.
-
-        The backend's own `sibling()` is asked first (it knows what it shares, e.g. an in-process store);
-        then a backend made from a URL is made again from that URL.
-        """
-        if not isinstance(self.clock, SystemClock):
-            return None, "the scheduler runs on an injected clock, which a second event loop cannot follow"
-        make = getattr(self.backend, "sibling", None)
-        try:
-            if callable(make):
-                second = make()
-                if second is None:
-                    return None, ("it was given a client object that it does not own, so it cannot open a "
-                                  "second connection")
-                return second, "its sibling()"
-            url = url_of(self.backend)
-            if url is not None:
-                return backend_for_url(url), "the URL it was built from"
-        except Exception as exc:
-            return None, f"making a second backend failed: {exc}"
-        return None, (f"{type(self.backend).__name__} has no sibling() to open a second connection with, "
-                      "and was not made from a URL")
+        """A second backend on the same store for the lease keeper's thread (see `second_backend`)."""
+        return second_backend(self.backend, self.clock)
 
     # -- sync apps and ASGI lifespans (thin: the work is in their own modules) ------------------
 

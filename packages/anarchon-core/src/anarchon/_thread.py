@@ -17,8 +17,8 @@ import threading
 import weakref
 from typing import Protocol
 
-from ._engine import default_instance_id
 from ._errors import AnarchonError
+from ._settings import default_instance_id
 
 __all__ = ["Runnable", "SchedulerThread", "fork_message"]
 
@@ -59,7 +59,11 @@ class Runnable(Protocol):
     """What the thread needs of a scheduler."""
 
     instance_id: str
-    log: logging.Logger
+
+    @property
+    def log(self) -> logging.Logger:
+        """Where the scheduler logs."""
+        ...
 
     async def start(self) -> None:
         """Start scheduling."""
