@@ -1,5 +1,6 @@
-"""`react`, what a claim's result means for its slot, as a pure function: one test per row, each
-checking the whole action (step, slot, delay, backup, superseding) and its log line."""
+"""`react`, what a claim's result means for its slot, and `verdict`, the same refined by what this
+instance knows of itself, as pure functions: one test per row, each checking the whole action (step,
+slot, delay, backup, superseding, what observers are told) and its log line."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from anarchon import BackendError, Job
 from anarchon._options import resolve
-from anarchon._outcomes import Action, Facts, Step, react, react_taken
+from anarchon._outcomes import Action, Claim, Facts, Step, react, react_taken, verdict
 from anarchon._schedules import Every
 from anarchon.backends import ClaimOutcome, ClaimResult, JobStatus, Lease
 
@@ -172,3 +173,111 @@ def test_under_overlap_allow_nothing_supersedes_older_watches() -> None:
         action = react(job("allow"), result(outcome), watching=False, stopping=False, facts=PUSHED)
         assert not action.supersedes, outcome
     assert react(job(), result(ClaimOutcome.TAKEN), watching=False, stopping=False, facts=PUSHED).supersedes
+
+
+# -- verdict: what this instance knows of itself -----------------------------------------------------
+
+NEXT = SLOT + 60_000
+"""The job's slot after SLOT (every minute)."""
+ANNOUNCED = Facts(ME, leases=True, notify=True, announced=True)
+
+
+class Runs:
+    """The runs this instance has in progress: (slot, token) pairs of the job."""
+
+    def __init__(self, *running: tuple[int, int]) -> None:
+        self.runs = set(running)
+
+    def running(self, name: str, slot: int, token: int | None = None) -> bool:
+        return any(s == slot and (token is None or t == token) for s, t in self.runs)
+
+
+def judge(res: ClaimResult, *, claim: Claim | None = None, now: int = NOW, runs: Runs | None = None,
+          not_run: dict[str, int] | None = None, stopping: bool = False, facts: Facts = PUSHED,
+          overlap: str = "skip") -> Action:
+    return verdict(job(overlap), res, claim or Claim(SLOT, "slot", NEXT), stopping=stopping, facts=facts,
+                   now=now, runs=runs or Runs(), not_run=not_run or {})
+
+
+def test_verdict_of_a_plain_win_is_reacts() -> None:
+    won = result(ClaimOutcome.WON)
+    action = judge(won)
+    assert action == react(job(), won, watching=False, stopping=False, facts=PUSHED)
+    assert (action.step, action.takeover, action.renew_first) == (Step.RUN, False, False)
+    assert not action.announce
+
+
+@pytest.mark.parametrize(("kind", "announce"), [("slot", True), ("catchup", False), ("watch", False)])
+def test_a_boundarys_win_is_counted_where_wins_are_pushed(kind: str, announce: bool) -> None:
+    action = judge(result(ClaimOutcome.WON), claim=Claim(SLOT, kind, NEXT), facts=ANNOUNCED)
+    assert (action.step, action.announce) == (Step.RUN, announce)
+
+
+def test_a_reissued_win_of_a_run_still_going_does_nothing() -> None:
+    won = result(ClaimOutcome.WON, reissued=True)
+    action = judge(won, runs=Runs((SLOT, 7)))
+    assert action.step is Step.NOTHING
+    assert judge(won, runs=Runs((SLOT, 8))).step is Step.RUN  # another token: not this run
+
+
+def test_a_reissued_win_runs_after_renewing_first() -> None:
+    action = judge(result(ClaimOutcome.WON, reissued=True))
+    assert (action.step, action.renew_first) == (Step.RUN, True)
+
+
+def test_a_reissued_win_while_stopping_is_handed_back() -> None:
+    assert judge(result(ClaimOutcome.WON, reissued=True), stopping=True).step is Step.HAND_BACK
+
+
+def test_a_first_attempt_won_after_the_next_slot_was_due_is_released_unrun() -> None:
+    action = judge(result(ClaimOutcome.WON), now=NEXT + 5)
+    assert (action.step, action.late_ms) == (Step.UNRUN, NEXT + 5 - SLOT)
+    assert line(action) == f"report slot=2025-12-31T23:59:59.990Z won attempt=1 ({ME})"
+    assert judge(result(ClaimOutcome.WON), now=NEXT - 1).step is Step.RUN  # in time
+
+
+def test_the_next_slot_is_computed_when_the_win_is_of_another_slot_than_claimed() -> None:
+    claim = Claim(SLOT - 5, "slot", SLOT + 1)  # (its `following` is not the lease's)
+    assert judge(result(ClaimOutcome.WON), claim=claim, now=SLOT + 2).step is Step.RUN
+    assert judge(result(ClaimOutcome.WON), claim=claim, now=NEXT).step is Step.UNRUN
+
+
+def test_a_late_takeover_and_overlap_allow_still_run() -> None:
+    takeover = result(ClaimOutcome.WON, attempt=2, previous_status=JobStatus.RUNNING)
+    action = judge(takeover, now=NEXT + 5)
+    assert (action.step, action.takeover) == (Step.RUN, True)
+    handover = result(ClaimOutcome.WON, attempt=2, previous_status=JobStatus.RELEASED)
+    assert not judge(handover).takeover
+    assert judge(result(ClaimOutcome.WON), now=NEXT + 5, overlap="allow").step is Step.RUN
+
+
+def test_skipped_behind_its_own_released_slot_is_claimed_again_after_a_heartbeat() -> None:
+    skipped = result(ClaimOutcome.SKIPPED, holder=ME, record_slot=OLDER, expires_at=NOW + 4_000)
+    action = judge(skipped, not_run={"report": OLDER})
+    assert (action.step, action.skipped) == (Step.RETRY, True)
+
+
+def test_skipped_behind_its_own_run_is_dropped_as_react_says() -> None:
+    skipped = result(ClaimOutcome.SKIPPED, holder=ME, record_slot=OLDER, expires_at=NOW + 4_000)
+    action = judge(skipped, runs=Runs((OLDER, 3)))
+    assert (action.step, action.slot, action.skipped) == (Step.DROP, SLOT, True)
+    assert line(action) == ("report slot=2025-12-31T23:59:59.990Z skipped (overlap): slot "
+                            f"2025-12-31T23:58:59.990Z still runs on {ME}")
+
+
+def test_skipped_behind_its_own_unanswered_claim_frees_that_slot() -> None:
+    skipped = result(ClaimOutcome.SKIPPED, holder=ME, record_slot=OLDER, expires_at=NOW + 4_000)
+    action = judge(skipped)
+    assert (action.step, action.older, action.skipped, action.level) == (
+        Step.FREE_OWN, OLDER, True, logging.INFO)
+    assert line(action) == (
+        "report slot=2025-12-31T23:59:59.990Z waits: slot 2025-12-31T23:58:59.990Z is held by this "
+        "instance's own unanswered claim (its answer was lost); releasing it")
+
+
+def test_skipped_behind_another_instances_run_is_reacts() -> None:
+    skipped = result(ClaimOutcome.SKIPPED, holder="other", record_slot=OLDER, expires_at=NOW + 4_000)
+    action = judge(skipped)
+    assert (action.step, action.slot, action.skipped) == (Step.WATCH, OLDER, True)
+    buffered = judge(skipped, overlap="buffer_one")
+    assert (buffered.step, buffered.slot, buffered.skipped) == (Step.WATCH, SLOT, False)

@@ -19,8 +19,8 @@ from ._history import HistoryWriter
 from ._job import Job
 from ._keeper import Keeper
 from ._keeper_thread import Sibling, open_keeper
-from ._logs import SlotText, fields, fmt_slot, short
-from ._outcomes import Action, Facts, Step, is_takeover, react, react_taken, skips
+from ._logs import fields, fmt_slot, short
+from ._outcomes import Claim, Facts, Step, late_by, react_taken, verdict
 from ._planner import Due, Planner
 from ._runs import Hook, Runs
 from ._settings import Settings
@@ -48,7 +48,8 @@ _RECOVERY_S = 15.0
 
 # Members bound once: on Python 3.11 an Enum class's attribute lookup goes through
 # EnumType.__getattr__, several times the cost of a global, and these are read per claim.
-_SKIPPED, _RUN, _HAND_BACK, _ALLOW = ClaimOutcome.SKIPPED, Step.RUN, Step.HAND_BACK, Overlap.ALLOW
+_RUN, _HAND_BACK, _ALLOW = Step.RUN, Step.HAND_BACK, Overlap.ALLOW
+_UNRUN, _FREE_OWN, _RETRY = Step.UNRUN, Step.FREE_OWN, Step.RETRY
 
 
 
@@ -112,7 +113,7 @@ class Engine:
                 spawn=lambda coro, name: self.tasks.spawn(coro, "claim", name=f"anarchon-trigger-{name}"),
             )
         self._facts = Facts(config.instance_id, leases=Capability.LEASE in caps,
-                            notify=Capability.NOTIFY in caps)
+                            notify=Capability.NOTIFY in caps, announced=self._announced)
         self._stopping = False
         self._down_since: float | None = None
         """Since when claims have failed (the keeper's clock), or None while the store answers."""
@@ -123,14 +124,14 @@ class Engine:
         self._retry_cap_ms = max(1, min(1000, config.heartbeat_ms // 2))
         """The longest wait before a failed claim is sent again."""
         self._not_run: dict[str, int] = {}
-        """Each job's newest slot won too late and released without running (see `_too_late`): the
+        """Each job's newest slot won too late and released without running (see `_release_unrun`): the
         store's record holds a job's newest claimed slot, so only that one is asked after. One entry
         per job, so that thousands of late wins in one round are all remembered."""
         self._late: list[tuple[Job, Lease, int]] | None = None
         """While a claim batch's results are applied: its wins found too late, told in one line."""
         self._freeing: list[tuple[Due, Job, int]] | None = None
         """While a claim batch's results are applied: the older slots held by this instance's own
-        unanswered claims that its skipped claims found (see `_skipped_by_itself`), freed in one batch."""
+        unanswered claims that its skipped claims found (see `Step.FREE_OWN`), freed in one batch."""
         self._warned: set[str] = set()
         """Jobs whose schedule differs from the store's, warned about once."""
 
@@ -324,6 +325,7 @@ class Engine:
         observed = self._hook.wants("anarchon_claim")
         freeing: list[tuple[Due, Job, int]] = []
         self._freeing = freeing
+        now_ms = self._config.clock.now_ms()
         try:
             with self._late_in_one_line():
                 for entry, request, result in zip(batch, requests, results, strict=True):
@@ -331,7 +333,7 @@ class Engine:
                         self._hook.emit("anarchon_claim", request=request, result=result,
                                         latency_ms=latency_ms)
                     try:
-                        self._apply(entry, request, result, sent)
+                        self._apply(entry, request, result, sent, now_ms)
                     except Exception:  # one bad result must not lose the rest of the batch
                         self._log.exception("%s slot=%s: handling the claim's result failed",
                                             entry.plan.job.name, fmt_slot(entry.slot))
@@ -348,7 +350,7 @@ class Engine:
 
     @contextlib.contextmanager
     def _late_in_one_line(self) -> Iterator[None]:
-        """Say the wins that `_too_late` releases inside the block in one warning, after it."""
+        """Say the wins that `_release_unrun` releases inside the block in one warning, after it."""
         late: list[tuple[Job, Lease, int]] = []
         self._late = late
         try:
@@ -358,81 +360,46 @@ class Engine:
             if late:
                 self._say_late(late)
 
-    def _apply(self, entry: Due, request: ClaimRequest, result: ClaimResult, sent: float) -> None:
-        job = entry.plan.job
-        if result.fingerprint and result.fingerprint != entry.plan.fingerprint:
-            self._check_fingerprint(entry.plan.fingerprint, job, result)
-        action = react(job, result, watching=entry.kind == "watch", stopping=self._stopping,
-                       facts=self._facts)
-        by_itself = result.outcome is _SKIPPED and result.holder == self._config.instance_id
-        if by_itself:
-            self._held_by_itself(job, result, action)
+    def _apply(self, entry: Due, request: ClaimRequest, result: ClaimResult, sent: float, now: int) -> None:
+        """Carry out the verdict on one claim's result (`verdict` decides; nothing is decided here)."""
+        plan = entry.plan
+        job = plan.job
+        if result.fingerprint and result.fingerprint != plan.fingerprint:
+            self._check_fingerprint(plan.fingerprint, job, result)
+        action = verdict(job, result, Claim(entry.slot, entry.kind, entry.following), stopping=self._stopping,
+                         facts=self._facts, now=now, runs=self.runs, not_run=self._not_run)
         if self._log.isEnabledFor(action.level):
             attempt = result.lease.attempt if result.lease is not None else result.attempt
             extra = fields(job.name, result.slot, self._config.instance_id, attempt=attempt,
                            outcome=result.outcome.value)
             self._log.log(action.level, action.message, *action.args, extra=extra)
-        self.planner.settle(entry.plan, action)
-        if result.outcome is _SKIPPED:
-            if skips(result, action):
-                self._hook.emit("anarchon_slot_skipped", request=request, result=result, reason="overlap")
-            if by_itself:
-                self._skipped_by_itself(entry, job, result)
-                return
-        if result.lease is not None:
-            if result.reissued and self.runs.running(job.name, result.slot, result.lease.token):
-                return  # its own run, already going
-            if action.step is _RUN:
-                now = self._config.clock.now_ms()
-                if self._too_late(job, result.lease, entry.following if result.lease.slot == entry.slot
-                                  else None, now):
-                    return
-                if self._announced and entry.kind == "slot":
-                    self.planner.won(entry.plan, entry.slot, self._config.instance_id, now)
-                if result.lease.attempt > 1 and is_takeover(result):
-                    self._hook.emit("anarchon_takeover", request=request, result=result)
-                if result.reissued:
-                    # Its own lease again, from a claim whose answer was lost: it may be about to
-                    # expire, so it is renewed before the run starts (as a late answer is).
-                    sent = self.keeper.now() - job.options.lease_ms / 1000
-                self.runs.start(job, result.lease, sent)
-            elif action.step is _HAND_BACK:
-                # Won as the instance stops: hand it over at once (batched).
-                self.keeper.hand_back(result.lease)
-
-    def _held_by_itself(self, job: Job, result: ClaimResult, action: Action) -> None:
-        """The log line of a claim skipped behind an older slot that this very instance holds but
-        does not run (a claim whose answer was lost): say so, instead of naming this instance as
-        another holder (`_skipped_by_itself` frees the older slot)."""
-        held = result.record_slot
-        if held is None or self._not_run.get(job.name) == held or self.runs.running(job.name, held):
-            return
-        action.level = logging.INFO
-        action.message = ("%s slot=%s waits: slot %s is held by this instance's own unanswered claim "
-                          "(its answer was lost); releasing it")
-        action.args = (job.name, SlotText(result.slot), SlotText(held or 0))
-
-    def _skipped_by_itself(self, entry: Due, job: Job, result: ClaimResult) -> None:
-        """The store skipped `result.slot` behind an older slot that this very instance holds.
-
-        Held by a claim answered too late and released just now (`_too_late`): claim again at once,
-        once the release has landed. Held by a claim whose answer never came (the client gave up;
-        the request still reached the store): claim that older slot, which answers this instance's
-        own lease again (`reissued`), release it as done (`_too_late`: the newer slot is due), then
-        claim the newer slot again. (A run of this instance that is still going or still releasing
-        is left alone.) The older slots that one batch finds are claimed together: a store that
-        failed to answer a big batch in time holds thousands of them at once.
-        """
-        older = result.record_slot
-        if older is not None and self._not_run.get(job.name) == older:
+        self.planner.settle(plan, action)
+        if action.skipped:
+            self._hook.emit("anarchon_slot_skipped", request=request, result=result, reason="overlap")
+        step = action.step
+        lease = result.lease
+        if step is _RUN:
+            assert lease is not None
+            if action.announce:
+                self.planner.won(plan, entry.slot, self._config.instance_id, now)
+            if action.takeover:
+                self._hook.emit("anarchon_takeover", request=request, result=result)
+            if action.renew_first:
+                sent = self.keeper.now() - job.options.lease_ms / 1000
+            self.runs.start(job, lease, sent)
+        elif step is _HAND_BACK:  # won as the instance stops: hand it over at once (batched)
+            assert lease is not None
+            self.keeper.hand_back(lease)
+        elif step is _UNRUN:
+            assert lease is not None
+            self._release_unrun(job, lease, action.late_ms)
+        elif step is _FREE_OWN:
+            if self._freeing is not None:
+                self._freeing.append((entry, job, action.older))
+            else:
+                self.tasks.spawn(self._free_own([(entry, job, action.older)]), "claim")
+        elif step is _RETRY:
             self.planner.retry([entry], self._config.heartbeat_ms)
-            return
-        if older is None or self.runs.running(job.name, older):
-            return
-        if self._freeing is not None:
-            self._freeing.append((entry, job, older))
-        else:
-            self.tasks.spawn(self._free_own([(entry, job, older)]), "claim")
 
     async def _free_own(self, held: list[tuple[Due, Job, int]]) -> None:
         """Release each older slot held by this instance's own unanswered claim (one claim for all),
@@ -447,39 +414,32 @@ class Engine:
         except Exception:  # the store is away: the newer slots' claims are retried as any failed one
             self.planner.retry(entries, c.heartbeat_ms)
             return
+        now = c.clock.now_ms()
         with self._late_in_one_line():
             for (_, job, older), result in zip(held, results, strict=True):
                 lease = result.lease
-                if result.reissued and lease is not None and not self._too_late(job, lease):
-                    self.keeper.hand_back(lease, ReleaseOutcome.DONE)  # not worth running now either
-                    self._not_run[job.name] = older
+                if result.reissued and lease is not None:
+                    # Not worth running now either: released as done (and said, where it is late).
+                    late = late_by(job, lease, None, now)
+                    if late is not None:
+                        self._release_unrun(job, lease, late)
+                    else:
+                        self.keeper.hand_back(lease, ReleaseOutcome.DONE)
+                        self._not_run[job.name] = older
         self.planner.retry(entries, c.heartbeat_ms)
 
-    def _too_late(self, job: Job, lease: Lease, following: int | None = None, now: int | None = None
-                  ) -> bool:
-        """A first attempt won after the job's next slot was due (a claim answered late, e.g. when a
-        partition heals) is not run: only the latest slot runs, and this one would make it skip.
-        It is released as done at once. (Takeovers of an older slot, and `overlap="allow"`, run.)
-        `following`: the job's slot after the lease's, and `now`, the clock's time, when the caller
-        knows them."""
-        if lease.attempt > 1 or job.options.overlap is _ALLOW:
-            return False
-        if following is None:
-            following = job.schedule.next_slot(lease.slot)
-        if now is None:
-            now = self._config.clock.now_ms()
-        if following is None or following > now:
-            return False
+    def _release_unrun(self, job: Job, lease: Lease, late_ms: int) -> None:
+        """Release as done a slot won `late_ms` after it, too late to run (see `late_by`); the wins
+        of one claim batch are said in one line."""
         if self._late is not None:
-            self._late.append((job, lease, now - lease.slot))
+            self._late.append((job, lease, late_ms))
         else:
-            self._say_late([(job, lease, now - lease.slot)])
+            self._say_late([(job, lease, late_ms)])
         self.keeper.hand_back(lease, ReleaseOutcome.DONE)
         self._not_run[job.name] = lease.slot
-        return True
 
     def _say_late(self, late: list[tuple[Job, Lease, int]]) -> None:
-        """One warning for the wins of one claim batch that `_too_late` released unrun (an overloaded
+        """One warning for the wins of one claim batch that `_release_unrun` released (an overloaded
         store or replica answers thousands at once: a line each would add to the load)."""
         job, lease, late_ms = late[0]
         extra = fields(job.name, lease.slot, self._config.instance_id, attempt=lease.attempt)

@@ -1,7 +1,9 @@
 """Claim outcomes: what does the store's answer to one claim mean for that slot?
 
-`react` is a pure function, like `decide` on the store's side: the same job, result and facts always
-give the same `Action`, so every row of the table below is tested on its own.
+`verdict` is a pure function, like `decide` on the store's side: the same job, result, claim and facts
+always give the same `Action`, log line included, and the engine only carries it out. It is `react`
+(the store's answer alone, the table below) refined by what this instance knows of itself (the second
+table). Every row of both tables is tested on its own.
 
 | outcome | when | step | slot watched or dropped |
 | --- | --- | --- | --- |
@@ -17,20 +19,36 @@ give the same `Action`, so every row of the table below is tested on its own.
 
 Every outcome but skipped and early also supersedes the watches of older slots (a newer slot's claim
 settles them), except under `overlap="allow"`, where each slot keeps a record of its own.
+
+What this instance knows of itself then refines the action (`verdict`):
+
+| result | when | step |
+| --- | --- | --- |
+| won, reissued | it still runs that slot with that token | nothing: its run goes on |
+| won, attempt 1 | the job's next slot was due first (not "allow") | release unrun, as done |
+| won, reissued | otherwise | run, renewing the lease first |
+| skipped, older slot its own | the slot it released unrun | claim again after a heartbeat |
+| skipped, older slot its own | it does not run it (answer lost) | free it, then claim again |
+
+(A reissued win is this instance's own lease again, from a claim whose answer was lost. Only the
+latest slot runs, so a first attempt won after the next slot was due is released without running.)
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from ._errors import BackendError
 from ._job import Job
 from ._logs import SlotText
-from .backends import ClaimOutcome, ClaimResult, JobStatus, Overlap
+from .backends import ClaimOutcome, ClaimResult, JobStatus, Lease, Overlap
 
-__all__ = ["Action", "Facts", "Step", "is_takeover", "react", "react_taken", "skips"]
+__all__ = ["Action", "Claim", "Facts", "Running", "Step", "is_takeover", "late_by", "react", "react_taken",
+           "skips", "verdict"]
 
 
 class Step(enum.Enum):
@@ -44,11 +62,21 @@ class Step(enum.Enum):
     """Claim `Action.slot` again after `Action.delay_ms` plus the job's jitter."""
     DROP = "drop"
     """Stop watching `Action.slot`."""
+    UNRUN = "release unrun"
+    """Won too late to run (the job's next slot was due): release the lease as done at once."""
+    FREE_OWN = "free own"
+    """Skipped behind `Action.older`, held by this instance's own unanswered claim: claim that slot
+    (its own lease comes back, reissued), release it, then claim the entry's slot again."""
+    RETRY = "retry"
+    """Claim the entry's slot again after a heartbeat (the older slot it waits on is being released)."""
+    NOTHING = "nothing"
+    """This instance already runs the slot: nothing to do."""
 
 
 # Members bound once: on Python 3.11 an Enum class's attribute lookup goes through
 # EnumType.__getattr__, several times the cost of a global, and these are read per claim.
 _RUN, _HAND_BACK, _WATCH, _DROP = Step.RUN, Step.HAND_BACK, Step.WATCH, Step.DROP
+_UNRUN, _FREE_OWN, _RETRY, _NOTHING = Step.UNRUN, Step.FREE_OWN, Step.RETRY, Step.NOTHING
 _WON, _TAKEN, _SKIPPED, _EARLY, _EXHAUSTED = (ClaimOutcome.WON, ClaimOutcome.TAKEN, ClaimOutcome.SKIPPED,
                                               ClaimOutcome.EARLY, ClaimOutcome.EXHAUSTED)
 _ALLOW, _BUFFER_ONE, _RELEASED = Overlap.ALLOW, Overlap.BUFFER_ONE, JobStatus.RELEASED
@@ -64,6 +92,27 @@ class Facts:
     """The backend keeps leases (takeover, backups); claim-only backends do not."""
     notify: bool
     """The backend pushes handovers, so a backup need not poll for them."""
+    announced: bool = False
+    """The backend pushes wins: a boundary's win is told to the planner (leaders' shares)."""
+
+
+class Running(Protocol):
+    """What the verdict asks of this instance's runs."""
+
+    def running(self, name: str, slot: int, token: int | None = None) -> bool:
+        """True while a run of job `name` for `slot` (holding `token`, if given) is in progress."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The claim a result answers, as the planner made it."""
+
+    slot: int
+    kind: str
+    """"slot" (a boundary), "catchup", "retry" or "watch" (a backup's re-claim)."""
+    following: int | None
+    """The job's slot after `slot`, if any."""
 
 
 @dataclass(slots=True)  # (not frozen: a frozen dataclass's __init__ is a call per field, per claim)
@@ -82,6 +131,88 @@ class Action:
     level: int = logging.DEBUG
     message: str = ""
     args: tuple[object, ...] = ()
+    skipped: bool = False
+    """The slot is skipped for good (an overlap skip not buffered to run later): observers are told."""
+    takeover: bool = False
+    """RUN: a takeover of a holder whose lease ran out (observers are told)."""
+    announce: bool = False
+    """RUN: a boundary's win that the planner counts (leaders' shares)."""
+    renew_first: bool = False
+    """RUN: its own lease again (reissued), perhaps about to expire: renewed before the run starts."""
+    older: int = 0
+    """FREE_OWN: the older slot to free."""
+    late_ms: int = 0
+    """UNRUN: how late after its slot the win came."""
+
+
+def verdict(job: Job, result: ClaimResult, claim: Claim, *, stopping: bool, facts: Facts, now: int,
+            runs: Running, not_run: Mapping[str, int]) -> Action:
+    """The whole verdict on `result`, the answer to `claim` of `job`: `react`, refined by what this
+    instance knows of itself (`runs` in progress, each job's slot released unrun in `not_run`) at
+    `now` (the clock's time). The engine carries it out as it is.
+
+    Raises `BackendError` for a won result without a lease: a backend bug, reported per result.
+    """
+    action = react(job, result, watching=claim.kind == "watch", stopping=stopping, facts=facts)
+    outcome = result.outcome
+    if outcome is _SKIPPED:
+        action.skipped = skips(result, action)
+        if result.holder == facts.instance_id:
+            _skipped_by_itself(job, result, action, runs, not_run)
+        return action
+    lease = result.lease
+    if lease is None:
+        return action
+    if result.reissued and runs.running(job.name, result.slot, lease.token):
+        action.step = _NOTHING  # its own run, already going
+        return action
+    if action.step is not _RUN:
+        return action
+    late = late_by(job, lease, claim.following if lease.slot == claim.slot else None, now)
+    if late is not None:
+        action.step, action.late_ms = _UNRUN, late
+        return action
+    action.announce = facts.announced and claim.kind == "slot"
+    action.takeover = lease.attempt > 1 and is_takeover(result)
+    action.renew_first = result.reissued
+    return action
+
+
+def _skipped_by_itself(job: Job, result: ClaimResult, action: Action, runs: Running,
+                       not_run: Mapping[str, int]) -> None:
+    """The store skipped `result.slot` behind an older slot that this very instance holds.
+
+    Held by a claim answered too late and released just now (UNRUN): claim again after a heartbeat,
+    once the release has landed. Held by a claim whose answer never came (the client gave up; the
+    request still reached the store): free that older slot, then claim again (FREE_OWN). A run of
+    this instance that is still going or still releasing is left alone.
+    """
+    older = result.record_slot
+    if older is None:
+        return
+    if not_run.get(job.name) == older:
+        action.step = _RETRY
+        return
+    if runs.running(job.name, older):
+        return
+    action.step, action.older = _FREE_OWN, older
+    action.level = logging.INFO
+    action.message = ("%s slot=%s waits: slot %s is held by this instance's own unanswered claim "
+                      "(its answer was lost); releasing it")
+    action.args = (job.name, SlotText(result.slot), SlotText(older))
+
+
+def late_by(job: Job, lease: Lease, following: int | None, now: int) -> int | None:
+    """How late (ms after its slot) a first attempt was won, when the job's next slot was due before
+    (`following`, computed when not given): only the latest slot runs, and this one would make it
+    skip. None when it may run: in time, a takeover of an older slot, or `overlap="allow"`."""
+    if lease.attempt > 1 or job.options.overlap is _ALLOW:
+        return None
+    if following is None:
+        following = job.schedule.next_slot(lease.slot)
+    if following is None or following > now:
+        return None
+    return now - lease.slot
 
 
 def react(job: Job, result: ClaimResult, *, watching: bool, stopping: bool, facts: Facts) -> Action:
