@@ -24,9 +24,9 @@ HERE = Path(__file__).resolve().parent
 class Process:
     """A subprocess whose merged output is collected line by line."""
 
-    def __init__(self, args: list[str], cwd: Path) -> None:
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, bufsize=1, env=_env())
+                                     text=True, bufsize=1, env={**_env(), **(env or {})})
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -64,8 +64,8 @@ def _env() -> dict[str, str]:
 
 
 @contextmanager
-def running(args: list[str], cwd: Path) -> Iterator[Process]:
-    p = Process(args, cwd)
+def running(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> Iterator[Process]:
+    p = Process(args, cwd, env)
     try:
         yield p
     finally:
@@ -112,6 +112,21 @@ def test_fastapi(tmp_path: Path) -> None:
         # uvicorn shuts down gracefully, then re-raises the signal (recent releases) or exits 0.
         assert p.stop(signal.SIGTERM) in (0, -signal.SIGTERM), p.output
     assert "Application shutdown complete" in p.output
+
+
+def test_fastapi_with_its_store_down_fails_with_one_exception(tmp_path: Path) -> None:
+    cwd = copy("fastapi", tmp_path)
+    url = f"postgresql://postgres:s3cret@127.0.0.1:{unused_port()}/test"
+    with running([sys.executable, "-m", "uvicorn", "app:app", "--port", str(unused_port())], cwd,
+                 {"ANARCHON_URL": url}) as p:
+        assert p.proc.wait(30) != 0, p.output
+        p._reader.join(2)
+    out = p.output
+    assert out.count("Traceback") == 1 and "direct cause" not in out and "During handling" not in out, out
+    errors = [line for line in p.lines if line.startswith("anarchon.BackendUnavailable: ")]
+    assert len(errors) == 1 and "is PostgreSQL up and reachable?" in errors[0], out
+    assert "s3cret" not in out and "postgres:***@" in errors[0], out
+    assert len(p.lines) < 25, out
 
 
 @pytest.mark.parametrize("command", ["runserver", "anarchon-run"])

@@ -90,7 +90,14 @@ def test_pause_from_a_process_with_no_jobs_stops_every_replica_within_a_heartbea
     assert {slot for _, slot in r.skipped} == paused
     assert len(r.skipped) == 3 * len(paused), "each replica reports each paused slot as skipped"
     assert r.reasons == {"paused"}
-    assert "skipped (paused)" in caplog.text
+    # Said once per replica: the pause, the resume, and the skipped slots summed up in one line.
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert [m for m in said if "skipped (paused)" in m] == [], "a line per paused slot at INFO"
+    assert len([m for m in said if m == "tick paused: its slots are skipped until it is resumed"]) == 3, said
+    assert len([m for m in said if m == "tick resumed"]) == 3, said
+    summaries = [m for m in said if "slot(s) skipped in" in m]
+    assert len(summaries) == 3 and all(m.startswith("4 slot(s)") and "(paused: tick x4)" in m
+                                       for m in summaries), summaries
     assert "missed" not in caplog.text
 
 

@@ -19,7 +19,7 @@ from ._history import HistoryWriter
 from ._job import Job
 from ._keeper import Keeper
 from ._keeper_thread import Sibling, open_keeper
-from ._logs import fields, fmt_slot, short
+from ._logs import SkipSummary, fields, fmt_slot, short
 from ._outcomes import Claim, Facts, Step, late_by, react_taken, verdict
 from ._planner import Due, Planner
 from ._runs import Hook, Runs
@@ -134,6 +134,8 @@ class Engine:
         unanswered claims that its skipped claims found (see `Step.FREE_OWN`), freed in one batch."""
         self._warned: set[str] = set()
         """Jobs whose schedule differs from the store's, warned about once."""
+        self._skips = SkipSummary(config.log)
+        """The slots skipped since the last summary line (one a minute at most)."""
 
     @classmethod
     async def start(cls, backend: ClaimBackend, config: Settings, jobs: Iterable[Job], *, hook: Hook,
@@ -188,6 +190,7 @@ class Engine:
             await self.runs.stop(self._config.stop_timeout_ms / 1000, stuck)
         finally:
             await self.keeper.stop()  # whatever happened: its thread never outlives the stop
+        self._skips.say()
         if self.history is not None:
             self.tasks.cancel("history")
             await self.tasks.wait("history", within=1)
@@ -251,8 +254,12 @@ class Engine:
         if job.name not in self.controls.paused:
             return False
         if entry.kind != "watch":  # a watch re-claims a slot already reported
-            extra = fields(job.name, entry.slot, self._config.instance_id, outcome="paused")
-            self._log.info("%s slot=%s skipped (paused)", job.name, fmt_slot(entry.slot), extra=extra)
+            # Per slot at DEBUG: the pause itself was said once, and the skips add up to one line a
+            # minute (`_skips`).
+            self._skips.add("paused", job.name)
+            if self._log.isEnabledFor(logging.DEBUG):
+                extra = fields(job.name, entry.slot, self._config.instance_id, outcome="paused")
+                self._log.debug("%s slot=%s skipped (paused)", job.name, fmt_slot(entry.slot), extra=extra)
             (request,) = self._requests([entry])
             result = ClaimResult(ClaimOutcome.SKIPPED, job.name, entry.slot)
             self._hook.emit("anarchon_slot_skipped", request=request, result=result, reason="paused")
@@ -375,6 +382,7 @@ class Engine:
             self._log.log(action.level, action.message, *action.args, extra=extra)
         self.planner.settle(plan, action)
         if action.skipped:
+            self._skips.add("overlap", job.name)
             self._hook.emit("anarchon_slot_skipped", request=request, result=result, reason="overlap")
         step = action.step
         lease = result.lease

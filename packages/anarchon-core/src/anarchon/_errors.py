@@ -68,3 +68,9 @@ class RunCancelled(AnarchonError):
     def __init__(self, reason: str) -> None:
         super().__init__(f"run cancelled: {reason}")
         self.reason = reason
+
+
+# Named where users import them from: a traceback's last line reads `anarchon.BackendUnavailable: …`.
+for _name in __all__:
+    globals()[_name].__module__ = "anarchon"
+del _name

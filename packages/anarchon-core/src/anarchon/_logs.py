@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import math
 import os
 import sys
 from collections.abc import Iterator
@@ -13,8 +14,8 @@ from typing import Any
 
 from ._schedules import from_ms
 
-__all__ = ["SlotText", "app_logging", "enable_console_logging", "fields", "fmt_slot", "handler_exc_info",
-           "qualname", "short"]
+__all__ = ["SUMMARY_S", "SkipSummary", "SlotText", "app_logging", "enable_console_logging", "fields",
+           "fmt_slot", "handler_exc_info", "qualname", "short"]
 
 logger = logging.getLogger("anarchon")
 """The engine's logger unless the scheduler was given one (`log=<Logger>`)."""
@@ -53,6 +54,51 @@ def fields(job: str, slot: int, instance: str, *, attempt: int = 0, outcome: str
     if outcome is not None:
         extra["outcome"] = outcome
     return extra
+
+
+SUMMARY_S = 60.0
+"""How often, at most, the slots skipped are summed up in one INFO line."""
+
+
+class SkipSummary:
+    """Counts the slots skipped (paused, or behind an older run) and says them in one INFO line a
+    minute after the first of them (and at a stop), instead of a line per slot per replica. (A timer
+    only while there is a count: an idle scheduler wakes for nothing.)"""
+
+    def __init__(self, log: logging.Logger) -> None:
+        self._log = log
+        self._counts: dict[tuple[str, str], int] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._since = 0.0
+        """When the first slot counted now was skipped (the loop's clock)."""
+
+    def add(self, reason: str, job: str) -> None:
+        """One slot of `job` skipped for `reason` ("paused", "overlap"); call on the scheduler's loop."""
+        key = (reason, job)
+        self._counts[key] = self._counts.get(key, 0) + 1
+        if self._timer is None:
+            loop = asyncio.get_running_loop()
+            self._since = loop.time()
+            self._timer = loop.call_at(self._since + SUMMARY_S, self.say)
+
+    def say(self) -> None:
+        """Log what was skipped since the last line, if anything, and start counting again."""
+        seconds = 0.0
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            seconds = asyncio.get_running_loop().time() - self._since
+        counts, self._counts = self._counts, {}
+        if not counts:
+            return
+        by_reason: dict[str, list[str]] = {}
+        for (reason, job), n in sorted(counts.items()):
+            by_reason.setdefault(reason, []).append(f"{job} x{n}")
+        shown = "; ".join(f"{reason}: {', '.join(jobs[:10])}"
+                          + (f" and {len(jobs) - 10} more jobs" if len(jobs) > 10 else "")
+                          for reason, jobs in by_reason.items())
+        self._log.info("%d slot(s) skipped in %d s (%s)", sum(counts.values()), math.ceil(seconds), shown,
+                       extra={"outcome": "skipped"})
 
 
 def short(exc: BaseException) -> str:

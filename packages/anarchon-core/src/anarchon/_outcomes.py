@@ -275,7 +275,8 @@ def react_taken(job: Job, slot: int, holder: str | None, *, watching: bool, fact
     """`react` to a claim of `job`'s `slot` answered TAKEN by `holder` (the holder's lease expiry and
     the store's clock when the answer tells them), without a `ClaimResult`: a win pushed by another
     instance settles a slot as this answer does, thousands of times a boundary."""
-    level = _DEBUG if watching else _INFO
+    # (A loss is no news: every replica but one loses every slot. DEBUG, not INFO.)
+    level = _DEBUG
     supersedes = job.options.overlap is not _ALLOW
     taken: tuple[object, ...] = (job.name, SlotText(slot), holder or "another instance")
     if not facts.leases:

@@ -601,7 +601,22 @@ def _flush_logs(log: logging.Logger) -> None:
             stream.flush()
 
 
+async def start_for_app(scheduler: Scheduler[Any]) -> None:
+    """Start `scheduler` inside a host app (an ASGI lifespan): a start that fails raises one exception,
+    whose message names the store and what to fix, without the driver's chain of causes (dozens of
+    lines in the server's log); the chain is kept where the scheduler logs at DEBUG."""
+    try:
+        await scheduler.start()
+    except AnarchonError as exc:
+        if scheduler.log.isEnabledFor(logging.DEBUG):
+            scheduler.log.debug("%s did not start", scheduler.instance_id, exc_info=exc)
+        raise exc.with_traceback(None) from None
+
+
 @contextlib.asynccontextmanager
 async def _lifespan(scheduler: Scheduler[Any]) -> AsyncIterator[None]:
-    async with scheduler:
+    await start_for_app(scheduler)
+    try:
         yield  # None: Starlette merges a yielded mapping into request state
+    finally:
+        await scheduler.stop()

@@ -23,7 +23,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, TypeVar
 
-from .._scheduler import Scheduler
+from .._scheduler import Scheduler, start_for_app
 
 __all__ = ["lifespan"]
 
@@ -46,7 +46,8 @@ def lifespan(
     async def run(app: App) -> AsyncIterator[Mapping[str, Any] | None]:
         async with contextlib.AsyncExitStack() as stack:
             for scheduler in schedulers:
-                await stack.enter_async_context(scheduler)
+                await start_for_app(scheduler)  # (a failure: one exception, its chain at DEBUG)
+                stack.push_async_callback(scheduler.stop)
             state = None if inner is None else await stack.enter_async_context(inner(app))
             yield state
 
