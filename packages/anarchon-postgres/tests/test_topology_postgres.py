@@ -3,12 +3,14 @@ falling back to polling or to a direct `listen_url`), and through a standby's pr
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from pathlib import Path
 
 import pytest
 
+from anarchon import BackendError
 from anarchon.backends import ClaimOutcome, ClaimRequest
 from anarchon.testing.cluster import check_every_slot_once
 from anarchon.testing.topology import PgBouncer, PgStandby, Topologies, run_through_failover
@@ -51,6 +53,64 @@ async def test_behind_pgbouncer_push_is_checked_and_polling_said(
             await conn.execute(f"DROP TABLE {table}")
     finally:
         await direct.close()
+
+
+async def _claim_rounds(backend: PostgresBackend, rounds: int) -> list[BaseException]:
+    """Claims of eight jobs at once, round after round (so the pooler hands out several server
+    connections); the errors, stopping at the first round that has any."""
+    for r in range(rounds):
+        results = await asyncio.gather(
+            *(backend.claim_many([ClaimRequest("ns", f"job{i}", 1000 * (r + 1), "me", 5000, 1)])
+              for i in range(8)), return_exceptions=True)
+        errors = [x for x in results if isinstance(x, BaseException)]
+        if errors:
+            return errors
+    return []
+
+
+async def _drop(bouncer: PgBouncer, table: str) -> None:
+    direct = PostgresBackend(bouncer.direct_url, table=table)
+    await direct.open()
+    try:
+        async with direct.pool.acquire() as conn:
+            await conn.execute(f"DROP TABLE IF EXISTS {table}")
+    finally:
+        await direct.close()
+
+
+async def test_pgbouncer_without_its_options_fails_with_one_error_naming_the_fix(topology: Topologies) -> None:
+    bouncer = topology.get(PgBouncer)
+    table = _table()
+    backend = PostgresBackend(bouncer.url, table=table, min_size=4, max_size=4)
+    errors: list[BaseException] = []
+    try:
+        try:
+            await backend.open()
+            errors = await _claim_rounds(backend, 30)
+        except BackendError as exc:
+            errors = [exc]
+        finally:
+            await backend.close()
+    finally:
+        await _drop(bouncer, table)
+    assert errors, "no prepared statement was lost behind a transaction-mode pooler: nothing was shown"
+    for exc in errors:
+        assert isinstance(exc, BackendError), repr(exc)
+        assert "statement_cache_size=0" in str(exc) and "listen_url=" in str(exc), str(exc)
+
+
+async def test_the_pgbouncer_url_that_cluster_up_prints_works_as_printed(topology: Topologies) -> None:
+    bouncer = topology.get(PgBouncer)
+    table = _table()
+    backend = PostgresBackend.from_url(f"{bouncer.anarchon_url}&table={table}")
+    try:
+        await backend.open()
+        await backend.subscribe("ns", lambda job, slot: None)
+        assert backend.listener is not None and backend.listener.connected.is_set()
+        assert await _claim_rounds(backend, 30) == []
+    finally:
+        await backend.close()
+        await _drop(bouncer, table)
 
 
 def test_listen_url_is_a_url_option() -> None:

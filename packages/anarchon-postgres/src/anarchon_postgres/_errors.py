@@ -29,6 +29,12 @@ _SCHEMA: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.DatatypeMismatchError,
 )
 
+# Prepared statements that a transaction-mode pooler lost, or found twice, on its server connections.
+_POOLER: tuple[type[BaseException], ...] = (
+    asyncpg.exceptions.InvalidSQLStatementNameError,
+    asyncpg.exceptions.DuplicatePreparedStatementError,
+)
+
 
 def translate(exc: BaseException, what: str, where: str) -> BackendError | None:
     """Return anarchon's error for `exc`, raised while doing `what` on `where` (a redacted URL);
@@ -43,6 +49,13 @@ def translate(exc: BaseException, what: str, where: str) -> BackendError | None:
         )
     if isinstance(exc, _UNAVAILABLE):
         return BackendUnavailable(f"{what} on {where} failed: {detail}; is PostgreSQL up and reachable?")
+    if isinstance(exc, _POOLER):
+        return BackendError(
+            f"{what} on {where} failed: {detail}; prepared statements do not outlive a transaction behind "
+            "a transaction-mode pooler such as PgBouncer: add statement_cache_size=0 to the URL (and "
+            "listen_url=<a direct URL to the server>, which the pooler's LISTEN cannot replace), or use "
+            "session pooling"
+        )
     if isinstance(exc, asyncpg.exceptions.InvalidAuthorizationSpecificationError):
         return BackendUnavailable(f"{what} on {where} failed: {detail}; check the user and password")
     return BackendError(f"{what} on {where} failed: {detail}")

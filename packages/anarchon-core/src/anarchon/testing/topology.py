@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -482,6 +483,10 @@ class PgBouncer(Topology):
         self._add("pgbouncer", _pg_user_cmd([binary, str(conf)]), self.port).start()
         self.url = f"postgresql://{self.user}@{HOST}:{self.port}/{self.database}"
         self.direct_url = f"postgresql://{self.user}@{self.upstream}/{self.database}"
+        self.anarchon_url = (f"{self.url}?statement_cache_size=0&listen_url="
+                             f"{urllib.parse.quote(self.direct_url, safe='')}")
+        """The URL to give anarchon: no prepared statements kept (transaction pooling), and LISTEN on a
+        direct connection (PgBouncer does not pass notifications on)."""
 
 
 class PgStandby(Topology):
@@ -698,10 +703,10 @@ def _up(names: Sequence[str]) -> int:
             continue
         for server in topology.servers:
             server.proc = None  # detach: `down` stops them by pid
-        state[name] = {"url": topology.url, "pids": [s.pid for s in topology.servers],
-                       "dir": str(topology.workdir)}
+        url = getattr(topology, "anarchon_url", topology.url)  # (as printed, it works as it is)
+        state[name] = {"url": url, "pids": [s.pid for s in topology.servers], "dir": str(topology.workdir)}
         state_file.write_text(json.dumps(state, indent=2))
-        print(f"{name}: {topology.url}")
+        print(f"{name}: {url}")
     return status
 
 
