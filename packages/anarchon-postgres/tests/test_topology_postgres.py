@@ -78,7 +78,9 @@ async def _drop(bouncer: PgBouncer, table: str) -> None:
         await direct.close()
 
 
-async def test_pgbouncer_without_its_options_fails_with_one_error_naming_the_fix(topology: Topologies) -> None:
+async def test_pgbouncer_without_its_options_fails_with_one_error_naming_the_fix(
+    topology: Topologies,
+) -> None:
     bouncer = topology.get(PgBouncer)
     table = _table()
     backend = PostgresBackend(bouncer.url, table=table, min_size=4, max_size=4)
@@ -94,9 +96,9 @@ async def test_pgbouncer_without_its_options_fails_with_one_error_naming_the_fix
     finally:
         await _drop(bouncer, table)
     assert errors, "no prepared statement was lost behind a transaction-mode pooler: nothing was shown"
-    for exc in errors:
-        assert isinstance(exc, BackendError), repr(exc)
-        assert "statement_cache_size=0" in str(exc) and "listen_url=" in str(exc), str(exc)
+    for error in errors:
+        assert isinstance(error, BackendError), repr(error)
+        assert "statement_cache_size=0" in str(error) and "listen_url=" in str(error), str(error)
 
 
 async def test_the_pgbouncer_url_that_cluster_up_prints_works_as_printed(topology: Topologies) -> None:
