@@ -15,6 +15,7 @@ from ._contract import (
     TestReleaseManyContract,
     TestRenewManyContract,
 )
+from ._forget import TestForgetContract
 from ._model import TestModel
 from ._races import TestExactCount, TestRaces
 
@@ -24,6 +25,7 @@ __all__ = [
     "TestClaimManyContract",
     "TestControlContract",
     "TestExactCount",
+    "TestForgetContract",
     "TestHistoryContract",
     "TestInspectContract",
     "TestLeaseContract",

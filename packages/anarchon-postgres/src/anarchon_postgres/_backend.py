@@ -167,7 +167,7 @@ class PostgresBackend(LeaseBackendBase):
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT, Capability.CONTROL,
-         Capability.HISTORY, Capability.ANNOUNCE}
+         Capability.HISTORY, Capability.ANNOUNCE, Capability.FORGET}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
 
@@ -545,6 +545,18 @@ class PostgresBackend(LeaseBackendBase):
         """Read every controlled job's controls in a namespace, in one statement."""
         rows = await self._fetch("controls", self.sql.controls, namespace)
         return {str(r["job"]): JobControl(bool(r["paused"]), int(r["trigger_id"])) for r in rows}
+
+    # -- forget ------------------------------------------------------------------------------
+
+    async def forget(self, namespace: str, job: str) -> bool:
+        """Delete a job's record, controls, runs and catalogue entries in one statement (see
+        `ForgetBackend`)."""
+        [row] = await self._fetch("forget", self.sql.forget, namespace, job)
+        return int(row["deleted"]) > 0
+
+    async def namespaces(self) -> list[str]:
+        """Every namespace that holds anything, in one statement."""
+        return sorted(str(r["namespace"]) for r in await self._fetch("namespaces", self.sql.namespaces))
 
     # -- history -----------------------------------------------------------------------------
 

@@ -683,6 +683,27 @@ ON CONFLICT (namespace, job, instance) DO UPDATE SET
     options = excluded.options, next_slot = excluded.next_slot, fingerprint = excluded.fingerprint,
     seen_at = excluded.seen_at, expires_at = excluded.expires_at"""
 
+    # -- forget --------------------------------------------------------------------------------
+
+    @property
+    def forget(self) -> str:
+        """Delete everything of job $2 in namespace $1, every table in one statement (one snapshot,
+        atomic); answers how many rows went, the history's count row aside."""
+        gone = [f"{name} AS (DELETE FROM {table} WHERE namespace = $1 AND job = $2 RETURNING 1)"
+                for name, table in (("r", self.qualified), ("c", self.controls_table),
+                                    ("h", self.history_table), ("k", self.history_count_table),
+                                    ("e", self.catalogue_table))]
+        return (f"WITH {', '.join(gone)} SELECT (SELECT count(*) FROM r) + (SELECT count(*) FROM c) "
+                "+ (SELECT count(*) FROM h) + (SELECT count(*) FROM e) AS deleted")
+
+    @property
+    def namespaces(self) -> str:
+        """Every namespace that holds a record, controls, a run or a live catalogue entry (unordered: the
+        caller sorts them by code point)."""
+        return (f"SELECT namespace FROM {self.qualified} UNION SELECT namespace FROM {self.controls_table} "
+                f"UNION SELECT namespace FROM {self.history_table} UNION SELECT namespace FROM "
+                f"{self.catalogue_table} WHERE expires_at > {NOW_MS}")
+
     @property
     def catalogue(self) -> str:
         """Every live catalogue entry of namespace $1, by job then instance in code-point order."""

@@ -79,6 +79,11 @@ class Script:
         self.sha = hashlib.sha1(source.encode()).hexdigest()
 
 
+def _glob_escape(text: str) -> str:
+    """`text` as a literal in a SCAN MATCH pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
 def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -294,7 +299,7 @@ class RedisBackend(RedisStore, LeaseBackendBase):
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT, Capability.CONTROL,
-         Capability.HISTORY, Capability.ANNOUNCE}
+         Capability.HISTORY, Capability.ANNOUNCE, Capability.FORGET}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster",
                                               "redis+sentinel", "rediss+sentinel")
@@ -704,6 +709,35 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         async with self._op("reading history"):
             raw = await self.client.zrevrange(self.keys.history(namespace, job), 0, limit - 1)
         return [RunRecord(**json.loads(_s(member))) for member in raw]
+
+    # -- forget ----------------------------------------------------------------------------------
+
+    async def forget(self, namespace: str, job: str) -> bool:
+        """Delete a job's hash, older slots and runs (one DEL: they share a hash slot), then its controls,
+        catalogue entries and name in the index: one command each, not atomic (see `ForgetBackend`)."""
+        keys = self.keys
+        catalogue = keys.catalogue(namespace)
+        async with self._op("forgetting a job"):
+            deleted = int(await self.client.delete(keys.job(namespace, job), keys.others(namespace, job),
+                                                   keys.history(namespace, job)))
+            deleted += int(await self.client.hdel(keys.controls(namespace), job))
+            fields = [f for f in await self.client.hkeys(catalogue) if json.loads(_s(f))[0] == job]
+            if fields:
+                deleted += int(await self.client.hdel(catalogue, *fields))
+            deleted += int(await self.client.srem(keys.index(namespace), job))
+        return deleted > 0
+
+    async def namespaces(self) -> list[str]:
+        """Every namespace that holds a key under this backend's prefix: one SCAN (on every primary of
+        a Cluster)."""
+        start = "{" + self.keys.prefix + ":"
+        found: set[str] = set()
+        async with self._op("listing namespaces"):
+            async for raw in self.client.scan_iter(match=_glob_escape(start) + "*", count=1000):
+                rest = _s(raw)[len(start):]
+                cut = min((i for i in (rest.find(":"), rest.find("}")) if i >= 0), default=len(rest))
+                found.add(rest[:cut].replace("%3A", ":").replace("%25", "%"))
+        return sorted(found)
 
     # -- pushed releases -------------------------------------------------------------------------
 

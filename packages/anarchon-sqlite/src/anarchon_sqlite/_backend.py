@@ -163,7 +163,8 @@ class SqliteBackend(LeaseBackendBase):
     """
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.CLAIM, Capability.LEASE, Capability.INSPECT, Capability.CONTROL, Capability.HISTORY}
+        {Capability.CLAIM, Capability.LEASE, Capability.INSPECT, Capability.CONTROL, Capability.HISTORY,
+         Capability.FORGET}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("sqlite",)
 
@@ -245,6 +246,11 @@ class SqliteBackend(LeaseBackendBase):
                                f"seen_at, fingerprint FROM {cat} "
                                f"WHERE namespace = ? AND expires_at > {NOW_MS} "
                                "ORDER BY job, instance")
+        self._sql_forget = [f"DELETE FROM {name} WHERE namespace = ? AND job = ?"
+                            for name in (t, ct, ht, cat)]
+        self._sql_namespaces = (f"SELECT namespace FROM {t} UNION SELECT namespace FROM {ct} UNION "
+                                f"SELECT namespace FROM {ht} UNION SELECT namespace FROM {cat} "
+                                f"WHERE expires_at > {NOW_MS} ORDER BY 1")
 
     @classmethod
     def from_url(cls, url: str) -> SqliteBackend:
@@ -534,6 +540,23 @@ class SqliteBackend(LeaseBackendBase):
             return {str(job): JobControl(bool(paused), int(trigger)) for job, paused, trigger in rows}
 
         return await self._call("controls", read)
+
+    async def forget(self, namespace: str, job: str) -> bool:
+        """Delete a job's records, controls, runs and catalogue entries in one transaction (see
+        `ForgetBackend`)."""
+
+        def body(conn: Conn) -> bool:
+            return sum(conn.execute(sql, (namespace, job)).rowcount for sql in self._sql_forget) > 0
+
+        return await self._call("forget", _transaction(body))
+
+    async def namespaces(self) -> list[str]:
+        """Every namespace that holds anything, sorted."""
+
+        def read(conn: Conn) -> list[str]:
+            return [str(r[0]) for r in conn.execute(self._sql_namespaces).fetchall()]
+
+        return await self._call("namespaces", read)
 
     async def publish_catalogue(self, namespace: str, entries: Sequence[CatalogueEntry], ttl_ms: int) -> None:
         """Upsert one entry per (job, instance) in one transaction, dropping expired ones

@@ -101,7 +101,7 @@ class MemoryBackend(LeaseBackendBase):
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT, Capability.CONTROL,
-         Capability.HISTORY, Capability.ANNOUNCE}
+         Capability.HISTORY, Capability.ANNOUNCE, Capability.FORGET}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("memory",)
 
@@ -314,6 +314,28 @@ class MemoryBackend(LeaseBackendBase):
             self.store.calls += 1
             kept = self.store.history.get((namespace, job), {})
             return [kept[key] for key in sorted(kept, reverse=True)[:max(limit, 0)]]
+
+    async def forget(self, namespace: str, job: str) -> bool:
+        """Delete everything kept of `job` in `namespace` (see `ForgetBackend`)."""
+        with self.store.lock:
+            self.store.calls += 1
+            key = (namespace, job)
+            found = [self.store.jobs.pop(key, None), self.store.controls.pop(key, None),
+                     self.store.history.pop(key, None)]
+            entries = [k for k in self.store.catalogue if k[:2] == key]
+            for k in entries:
+                del self.store.catalogue[k]
+            return bool(entries) or any(f is not None for f in found)
+
+    async def namespaces(self) -> list[str]:
+        """Every namespace that holds anything."""
+        with self.store.lock:
+            self.store.calls += 1
+            now = self._now()
+            held = {ns for ns, _ in self.store.jobs} | {ns for ns, _ in self.store.controls}
+            held |= {ns for ns, _ in self.store.history}
+            held |= {ns for (ns, _, _), (_, expires) in self.store.catalogue.items() if expires > now}
+            return sorted(held)
 
     async def subscribe(self, namespace: str, callback: ReleaseCallback) -> None:
         """Push releases in `namespace` to `callback` (only when `notify` is on)."""

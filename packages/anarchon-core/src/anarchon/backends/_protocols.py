@@ -25,6 +25,7 @@ __all__ = [
     "ClaimRequest",
     "ClaimResult",
     "ControlBackend",
+    "ForgetBackend",
     "HistoryBackend",
     "JobControl",
     "InspectBackend",
@@ -65,6 +66,9 @@ class Capability(enum.StrEnum):
     ANNOUNCE = "announce"
     """Won claims are pushed to `subscribe_wins` subscribers, who then skip claims already decided
     (`AnnounceBackend`)."""
+    FORGET = "forget"
+    """`forget` deletes everything stored of a job, and `namespaces` lists the namespaces the store
+    holds (`ForgetBackend`)."""
 
 
 class ClaimOutcome(enum.StrEnum):
@@ -599,4 +603,33 @@ class HistoryBackend(LeaseBackend, Protocol):
 
     async def history(self, namespace: str, job: str, limit: int) -> list[RunRecord]:
         """The job's newest runs, newest first (by slot, then attempt), at most `limit`; [] for none."""
+        ...
+
+
+@runtime_checkable
+class ForgetBackend(Protocol):
+    """A store that can list its namespaces and forget a job (capability `forget`), e.g. for
+    `anarchon namespaces` and `anarchon forget`. Stores that keep per-job state declare it.
+
+    Neither call is on a scheduler's path: both are for people cleaning up a shared store.
+    """
+
+    async def forget(self, namespace: str, job: str) -> bool:
+        """Delete everything the store keeps of `job` in `namespace`; True when anything was deleted.
+
+        - Its lease records (every slot kept under overlap=allow) and its token counter, its
+          controls, its runs and its catalogue entries, where the store keeps each; other jobs,
+          and the same name in other namespaces, are left alone.
+        - Names are exact: the record of a job's triggers is stored under a name of its own, which
+          the caller forgets with a second call.
+        - A job claimed again after it was forgotten starts over at attempt 1 and token 1: only
+          forget a job that no replica runs.
+        - One atomic step where the store has one (a transaction, a statement); a store whose keys
+          live apart (a Redis Cluster) deletes them one after another.
+        """
+        ...
+
+    async def namespaces(self) -> list[str]:
+        """Every namespace in which the store keeps anything (a record, controls, a run or a catalogue
+        entry), sorted by code point."""
         ...
