@@ -55,6 +55,7 @@ from typing import Any
 
 from anarchon import MemoryBackend, Scheduler, backend_for_url, plugin_manager
 from anarchon.backends import Capability, MemoryStore
+from anarchon.testing import probe
 
 _REAL_WAIT_S = 1.0
 """How long the loop waits for I/O before it moves the stepped clock to its next timer: only when
@@ -158,12 +159,10 @@ async def _settled(schedulers: list[Scheduler[Any]]) -> None:
     """Wait until no claim, run or release of any scheduler is in flight (no polling: the work
     counted must not depend on how fast the process runs)."""
     while True:
-        pending = [t for s in schedulers if s._engine is not None
-                   for t in s._engine.tasks.of("claim", "run", "send")]
+        pending = [t for s in schedulers for t in probe(s).busy("claim", "run", "send")]
         if not pending:
             await asyncio.sleep(0)  # callbacks scheduled by the last task to end run too
-            if not any(s._engine is not None and s._engine.tasks.of("claim", "run", "send")
-                       for s in schedulers):
+            if not any(probe(s).busy("claim", "run", "send") for s in schedulers):
                 return
             continue
         await asyncio.wait(pending)
@@ -173,8 +172,7 @@ async def _round(schedulers: list[Scheduler[Any]], clock: SteppedClock, slot: in
     for t in range(slot, slot + _WINDOW_MS + 1, _STEP_MS):
         clock.now = t
         for s in schedulers:
-            assert s._engine is not None
-            s._engine.planner._wake.set()
+            probe(s).wake()
         await asyncio.sleep(0)
         await _settled(schedulers)
 

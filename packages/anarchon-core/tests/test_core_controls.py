@@ -14,12 +14,15 @@ from anarchon import (
     Event,
     JobContext,
     JobControl,
+    JobRegistered,
     MemoryBackend,
     MemoryClaimBackend,
     MemoryStore,
     Scheduler,
+    UnknownJob,
     to_ms,
 )
+from anarchon.inspect import Inspector
 from anarchon.testing import FaultyBackend, VirtualClock, crash
 
 START = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
@@ -171,7 +174,7 @@ def test_a_paused_job_can_still_be_triggered(clock: VirtualClock) -> None:
     r = Replicas(clock, n=2)
 
     async def main() -> None:
-        await r.admin().pause("tick")  # before any replica starts: even the first slot is skipped
+        await r.admin().pause("tick", force=True)  # before any replica starts: even the first slot is skipped
         for s in r.schedulers:
             await s.start()
         await asyncio.sleep(15)
@@ -188,7 +191,7 @@ def test_a_trigger_issued_while_no_replica_runs_runs_at_the_next_start(clock: Vi
     r = Replicas(clock, n=2)
 
     async def main() -> None:
-        trigger = await r.admin().trigger("tick")
+        trigger = await r.admin().trigger("tick", force=True)  # not deployed yet
         await asyncio.sleep(3)
         for s in r.schedulers:
             await s.start()
@@ -211,11 +214,11 @@ def test_controls_read_back_from_the_store(clock: VirtualClock) -> None:
 
     async def main() -> None:
         s = Scheduler(MemoryBackend(store), clock=clock)
-        await s.pause("a")
-        await s.trigger("b")
+        await s.pause("a", force=True)
+        await s.trigger("b", force=True)
         got = await MemoryBackend(store).controls("anarchon")
         assert got == {"a": JobControl(paused=True), "b": JobControl(trigger=T0)}
-        await s.resume("a")
+        await s.resume("a", force=True)
         assert (await MemoryBackend(store).controls("anarchon"))["a"] == JobControl()
 
     clock.run(main())
@@ -272,5 +275,46 @@ def test_a_crashed_trigger_winner_is_taken_over(clock: VirtualClock) -> None:
         for s in schedulers:
             if s is not winner:
                 await s.stop()
+
+    clock.run(main())
+
+
+def test_controls_refuse_a_job_the_namespace_does_not_know_unless_forced(clock: VirtualClock) -> None:
+    r = Replicas(clock, n=1)
+
+    async def main() -> None:
+        await r.schedulers[0].start()
+        await asyncio.sleep(0.1)  # it has published "tick"
+        admin = r.admin()
+        for verb in ("pause", "resume", "trigger"):
+            with pytest.raises(UnknownJob, match=r"no job 'tikc' in namespace 'anarchon' \(known: tick\)"):
+                await getattr(admin, verb)("tikc")
+        assert await MemoryBackend(r.store).controls("anarchon") == {}, "nothing stored for a typo"
+        await admin.pause("tick")  # known: registered by a live replica
+        await admin.pause("later", force=True)  # not deployed yet
+        assert sorted(await MemoryBackend(r.store).controls("anarchon")) == ["later", "tick"]
+        lone = Scheduler(MemoryBackend(MemoryStore(clock)), clock=clock)
+        lone.every("own", "1m", lambda: None)
+        await lone.pause("own")  # its own job, registered here though never published
+        await r.schedulers[0].stop()
+
+    clock.run(main())
+
+
+def test_forget_is_refused_while_a_replica_registers_the_job(clock: VirtualClock) -> None:
+    r = Replicas(clock, n=1)
+
+    async def main() -> None:
+        await r.schedulers[0].start()
+        await asyncio.sleep(11)  # one slot of "tick" ran: a record and a history
+        async with Inspector(MemoryBackend(r.store)) as store:
+            with pytest.raises(JobRegistered, match=r"cannot forget 'tick' .* register it \(i0\)"):
+                await store.forget("tick")
+            assert (await store.overview()).job("tick") is not None
+            await r.schedulers[0].stop()
+            assert await store.forget("tick", force=True)
+            assert (await store.overview()).jobs == ()
+            assert not await store.forget("tick", force=True), "nothing left to forget"
+            assert await store.namespaces() == {}
 
     clock.run(main())

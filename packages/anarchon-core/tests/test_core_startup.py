@@ -12,7 +12,7 @@ import subprocess
 import sys
 import textwrap
 
-LAZY = ("anarchon._decorators", "anarchon._thread", "anarchon.cli", "croniter")
+LAZY = ("anarchon._decorators", "anarchon._thread", "anarchon.cli", "anarchon.inspect", "croniter")
 """Modules a replica that registers `every` jobs with `scheduler.every(...)` never needs."""
 
 # Builds and runs a scheduler as a replica does (10 jobs, started and stopped), prints which of LAZY

@@ -3,6 +3,7 @@ FastAPI, Starlette and Django apps."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -19,6 +20,7 @@ from starlette.routing import Mount
 from starlette.testclient import TestClient
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+import anarchon
 import anarchon_dashboard
 from anarchon import Every, MemoryBackend, MemoryClaimBackend
 from anarchon.backends import CatalogueEntry, ClaimRequest, MemoryStore, ReleaseOutcome, RunRecord
@@ -61,6 +63,20 @@ async def seed(backend: MemoryBackend, clock: ManualClock) -> None:
         RunRecord(HOSTILE, now - 2000, 1, 2, "host-b", "failed", now - 1990, 12, f"RuntimeError: {HOSTILE}"),
         RunRecord("report", now - 10_500, 1, 1, "host-b", "done", now - 10_490, 40),
     ], keep=100)
+
+
+def deployed(backend: Any, *jobs: str) -> None:
+    """Publish `jobs` as a replica does, so that the controls know them."""
+
+    async def publish() -> None:
+        await backend.open()
+        try:
+            entries = [CatalogueEntry(job, "host-a", "every 10s", "every", "UTC", {}, None) for job in jobs]
+            await backend.publish_catalogue(NS, entries, ttl_ms=600_000)
+        finally:
+            await backend.close()
+
+    asyncio.run(publish())
 
 
 async def state(dashboard: Dashboard) -> dict[str, Any]:
@@ -158,7 +174,9 @@ async def test_the_page_carries_no_store_text_and_forbids_inline_script(
     assert "textContent" in script
 
 
-async def test_the_buttons_pause_resume_and_trigger_through_the_store(backend: MemoryBackend) -> None:
+async def test_the_buttons_pause_resume_and_trigger_through_the_store(backend: MemoryBackend,
+                                                                     clock: ManualClock) -> None:
+    await seed(backend, clock)
     dashboard = anarchon_dashboard.app(backend, namespace=NS)
     reply = await dashboard.respond("POST", "/api/pause", b'{"job": "report"}', JSON)
     assert (reply.status, json.loads(reply.body)) == (200, {"job": "report", "paused": True, "trigger": 0})
@@ -168,6 +186,9 @@ async def test_the_buttons_pause_resume_and_trigger_through_the_store(backend: M
     control = (await backend.controls(NS))["report"]
     assert not control.paused and control.trigger > 0
     assert json.loads(reply.body)["trigger"] == control.trigger
+    reply = await dashboard.respond("POST", "/api/pause", b'{"job": "reprot"}', JSON)
+    assert reply.status == 404 and "no job 'reprot' in namespace 'dash'" in json.loads(reply.body)["error"]
+    assert "reprot" not in await backend.controls(NS)
 
 
 @pytest.mark.parametrize(("method", "path", "body", "headers", "status", "says"), [
@@ -214,6 +235,7 @@ async def test_an_unreachable_store_answers_503_with_the_redacted_url() -> None:
 def test_mounted_in_fastapi_behind_a_dependency(backend: MemoryBackend) -> None:
     """The documented FastAPI recipe: a route that hands the request to `respond`, guarded by a
     dependency."""
+    deployed(backend, "report")
     dashboard = anarchon_dashboard.app(backend, namespace=NS)
     api = FastAPI()
 
@@ -252,6 +274,7 @@ class RequireToken:
 
 
 def test_mounted_in_starlette_behind_middleware(backend: MemoryBackend) -> None:
+    deployed(backend, "report")
     dashboard = anarchon_dashboard.app(backend, namespace=NS)
     app = Starlette(routes=[Mount("/ops/jobs", app=dashboard, middleware=[Middleware(RequireToken)])])
     auth = {"authorization": "Bearer admin"}
@@ -275,6 +298,7 @@ def test_mounted_in_fastapi_as_an_asgi_app(backend: MemoryBackend) -> None:
 
 def test_served_alone_it_opens_the_store_at_startup_and_closes_it_at_shutdown(tmp_path: Path) -> None:
     pytest.importorskip("anarchon_sqlite")
+    deployed(anarchon.backend_for_url(f"sqlite:///{tmp_path}/jobs.db"), "report")
     dashboard = anarchon_dashboard.app(f"sqlite:///{tmp_path}/jobs.db", namespace=NS)
     with TestClient(dashboard) as client:
         assert dashboard._opened
@@ -298,9 +322,12 @@ from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 
 import anarchon_dashboard
-from anarchon import MemoryBackend
+from anarchon import CatalogueEntry, MemoryBackend
 
-dashboard = anarchon_dashboard.app(MemoryBackend(), namespace="dash")
+backend = MemoryBackend()
+asyncio.run(backend.publish_catalogue("dash", [CatalogueEntry("report", "host-a", "every 10s", "every", "UTC",
+                                                              {}, None)], 600_000))
+dashboard = anarchon_dashboard.app(backend, namespace="dash")
 
 
 def staff_only(view):  # stands in for django.contrib.admin's staff_member_required

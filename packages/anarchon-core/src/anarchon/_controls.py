@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine
-from typing import Any, cast
+from typing import Any
 
 from ._context import TRIGGER_SUFFIX
-from ._errors import ConfigError
-from ._job import Job, check_name
+from ._job import Job
 from ._logs import fields, fmt_slot, short
 from .backends import (
-    Capability,
-    ClaimBackend,
     ClaimOutcome,
     ClaimRequest,
     ControlBackend,
@@ -28,7 +25,7 @@ from .backends import (
     Overlap,
 )
 
-__all__ = ["TRIGGER_SUFFIX", "ControlState", "set_control", "trigger_key"]
+__all__ = ["TRIGGER_SUFFIX", "ControlState", "trigger_key"]
 
 # Outcomes after which a trigger is claimed again at the next poll: another replica may still fail it
 # (taken: it is taken over once its lease expires), an older trigger still runs, or a clock is behind.
@@ -38,25 +35,6 @@ _AGAIN = frozenset({ClaimOutcome.TAKEN, ClaimOutcome.SKIPPED, ClaimOutcome.EARLY
 def trigger_key(job: str) -> str:
     """The store's record name for the triggers of `job`."""
     return job + TRIGGER_SUFFIX
-
-
-async def set_control(backend: ClaimBackend, namespace: str, job: str, verb: str, *, opened: bool,
-                      paused: bool | None = None, trigger: bool = False) -> JobControl:
-    """Store a control of `job` (`verb` names it in errors); open and close `backend` unless `opened`."""
-    check_name(job)
-    if Capability.CONTROL not in backend.capabilities:
-        raise ConfigError(
-            f"cannot {verb} {job!r}: {backend!r} does not store controls (it lacks the 'control' "
-            "capability); use a backend that declares Capability.CONTROL: SQLite, PostgreSQL or Redis"
-        )
-    store = cast(ControlBackend, backend)
-    if opened:
-        return await store.set_control(namespace, job, paused=paused, trigger=trigger)
-    await store.open()
-    try:
-        return await store.set_control(namespace, job, paused=paused, trigger=trigger)
-    finally:
-        await store.close()
 
 
 class ControlState:

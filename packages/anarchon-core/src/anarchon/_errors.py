@@ -10,11 +10,13 @@ __all__ = [
     "ConfigError",
     "DuplicateJobError",
     "JobNameError",
+    "JobRegistered",
     "LeaseLost",
     "OptionError",
     "RunCancelled",
     "ScheduleError",
     "SchemaMismatch",
+    "UnknownJob",
 ]
 
 
@@ -40,6 +42,14 @@ class DuplicateJobError(AnarchonError, ValueError):
 
 class JobNameError(AnarchonError, ValueError):
     """A job name that is empty, longer than 200 characters or holds a control character."""
+
+
+class UnknownJob(AnarchonError, LookupError):
+    """A control or a read names a job that the store does not know in that namespace."""
+
+
+class JobRegistered(AnarchonError, RuntimeError):
+    """A job cannot be forgotten: a live replica still registers it."""
 
 
 class BackendNotFound(AnarchonError, LookupError):

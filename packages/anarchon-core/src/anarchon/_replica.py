@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from . import Capability, JobContext, RunCancelled, Scheduler, backend_for_url
+from .testing import probe
 
 
 def main(argv: list[str]) -> None:
@@ -110,10 +111,9 @@ def main(argv: list[str]) -> None:
             loop.add_signal_handler(sig, done.set)
         async with scheduler:
             # Ready only once started: every slot after this moment has this replica as a claimant.
-            engine = scheduler._engine
-            assert engine is not None
             fh.write(json.dumps({"event": "ready", "pid": os.getpid(), "t": time.time(),
-                                 "instance": scheduler.instance_id, "keeper": engine.keeper.where}) + "\n")
+                                 "instance": scheduler.instance_id, "keeper": probe(scheduler).keeper})
+                     + "\n")
             await done.wait()
             fh.write(json.dumps({"event": "stopping", "pid": os.getpid(), "t": time.time()}) + "\n")
 

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Generic, Never, Self, TypeVar, Unpack, ov
 from . import _options
 from ._clock import Clock
 from ._context import JobContext
-from ._controls import set_control
 from ._duration import Duration, parse_duration
 from ._engine import Engine
 from ._errors import AnarchonError, BackendUnavailable, DuplicateJobError
@@ -390,37 +389,52 @@ class Scheduler(Generic[B]):
     # Each has a second signature for backends that store no controls, whose `name` no value has:
     # a type checker then rejects the call (and the call raises ConfigError at run time).
     @overload
-    async def pause(self: Scheduler[CtB], name: str) -> None: ...
+    async def pause(self: Scheduler[CtB], name: str, *, force: bool = False) -> None: ...
     @overload
-    async def pause(self: Scheduler[CB], name: NeedsControlBackend[Never]) -> None: ...
+    async def pause(self: Scheduler[CB], name: NeedsControlBackend[Never], *,
+                    force: bool = False) -> None: ...
 
-    async def pause(self, name: Any) -> None:
-        """Pause job `name` on every replica: its slots are skipped (paused) until `resume`."""
-        await self._control(name, "pause", paused=True)
+    async def pause(self, name: Any, *, force: bool = False) -> None:
+        """Pause job `name` on every replica: its slots are skipped (paused) until `resume`.
 
-    @overload
-    async def resume(self: Scheduler[CtB], name: str) -> None: ...
-    @overload
-    async def resume(self: Scheduler[CB], name: NeedsControlBackend[Never]) -> None: ...
-
-    async def resume(self, name: Any) -> None:
-        """Resume a paused job on every replica, from its next slot."""
-        await self._control(name, "resume", paused=False)
+        A job neither registered here nor known to the store (registered by a live replica, or run
+        once) is refused with `UnknownJob`; `force=True` pauses it all the same (not deployed yet)."""
+        await self._control(name, "pause", force, paused=True)
 
     @overload
-    async def trigger(self: Scheduler[CtB], name: str) -> int: ...
+    async def resume(self: Scheduler[CtB], name: str, *, force: bool = False) -> None: ...
     @overload
-    async def trigger(self: Scheduler[CB], name: NeedsControlBackend[Never]) -> int: ...
+    async def resume(self: Scheduler[CB], name: NeedsControlBackend[Never], *,
+                    force: bool = False) -> None: ...
 
-    async def trigger(self, name: Any) -> int:
-        """Run job `name` once now, on exactly one replica, under a trigger slot of its own; return its id."""
-        return (await self._control(name, "trigger", trigger=True)).trigger
+    async def resume(self, name: Any, *, force: bool = False) -> None:
+        """Resume a paused job on every replica, from its next slot (`force` as for `pause`)."""
+        await self._control(name, "resume", force, paused=False)
 
-    async def _control(self, name: str, verb: str, *, paused: bool | None = None,
+    @overload
+    async def trigger(self: Scheduler[CtB], name: str, *, force: bool = False) -> int: ...
+    @overload
+    async def trigger(self: Scheduler[CB], name: NeedsControlBackend[Never], *,
+                    force: bool = False) -> int: ...
+
+    async def trigger(self, name: Any, *, force: bool = False) -> int:
+        """Run job `name` once now, on exactly one replica, under a trigger slot of its own; return its id
+        (`force` as for `pause`)."""
+        return (await self._control(name, "trigger", force, trigger=True)).trigger
+
+    async def _control(self, name: str, verb: str, force: bool, *, paused: bool | None = None,
                        trigger: bool = False) -> JobControl:
+        from .inspect import Inspector  # only a process that issues controls needs it
+
         engine = self._engine
-        control = await set_control(self.backend, self.namespace, name, verb, opened=engine is not None,
-                                    paused=paused, trigger=trigger)
+        force = force or (isinstance(name, str) and name in self.jobs)  # its own job: known
+        # While running, the backend is open and stays so; otherwise it is opened for this call only.
+        async with Inspector(self.backend, namespace=self.namespace, close=engine is None) as store:
+            if trigger:
+                control = await store.trigger(name, force=force)
+            else:
+                change = store.pause if paused else store.resume
+                control = await change(name, force=force)
         if engine is not None and engine.controls is not None:
             engine.controls.apply(name, control)  # this replica need not wait for its next poll
         return control

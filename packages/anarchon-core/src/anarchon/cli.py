@@ -3,7 +3,9 @@
     anarchon run myapp.jobs:scheduler            # until SIGINT/SIGTERM, then a graceful stop
     anarchon status redis://localhost:6379/0 --namespace myapp [--json]
     anarchon history redis://localhost:6379/0 JOB --namespace myapp [--limit 20] [--json]
-    anarchon pause|resume|trigger sqlite:///jobs.db JOB --namespace myapp
+    anarchon pause|resume|trigger sqlite:///jobs.db JOB --namespace myapp [--force]
+    anarchon forget sqlite:///jobs.db JOB --namespace myapp [--force]
+    anarchon namespaces redis://localhost:6379/0 [--json]
     anarchon dashboard sqlite:///jobs.db --namespace myapp [--port 8321] [--read-only]
     anarchon backends
     anarchon next "0 8 * * 1-5" --timezone Europe/Athens -n 5
@@ -21,32 +23,24 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any, cast
 from zoneinfo import ZoneInfo
 
-from ._controls import TRIGGER_SUFFIX, set_control
-from ._errors import AnarchonError, ConfigError
-from ._history import next_slot_of
+from ._duration import parse_duration
+from ._entrypoints import entry_points
+from ._errors import AnarchonError
 from ._logs import app_logging
 from ._plugins import backend_classes, backend_for_url, plugin_errors
 from ._scheduler import Scheduler
 from ._schedules import Cron, from_ms, to_ms
-from .backends import (
-    Capability,
-    CatalogueEntry,
-    HistoryBackend,
-    InspectBackend,
-    JobState,
-    JobStatus,
-    RunRecord,
-    redact_url,
-)
+from .backends import Capability, JobControl, JobState, JobStatus, RunRecord, redact_url
+from .inspect import MISSED_WINDOW_MS, TRIGGER_SUFFIX, Inspector, JobView, Overview
 
-__all__ = ["Overview", "format_history", "format_overview", "format_status", "main", "read_history",
-           "read_overview", "read_status"]
+__all__ = ["PAGE_GROUP", "Overview", "format_history", "format_overview", "format_status", "main",
+           "read_history", "read_overview", "read_status"]
 
 
 class CliError(Exception):
@@ -99,12 +93,8 @@ def _run(args: argparse.Namespace) -> int:
 
 async def read_status(backend: Any, namespace: str) -> list[JobState]:
     """Open `backend`, read every job record in `namespace`, close it."""
-    _check_inspect(backend)
-    await backend.open()
-    try:
-        return await cast(InspectBackend, backend).jobs(namespace)
-    finally:
-        await backend.close()
+    async with Inspector(backend, namespace=namespace, close=True) as store:
+        return await store.records()
 
 
 def _row(state: JobState) -> dict[str, Any]:
@@ -140,55 +130,15 @@ def format_status(states: Sequence[JobState], *, as_json: bool = False, namespac
     return _columns(table)
 
 
-class Overview:
-    """What `anarchon status` shows: the stored records, the job catalogue and each job's last run."""
-
-    def __init__(self, states: list[JobState], catalogue: list[CatalogueEntry],
-                 last: dict[str, RunRecord], now_ms: int, history: bool) -> None:
-        self.states = states
-        self.catalogue = catalogue
-        self.last = last
-        """Each job's newest ended run, where the store keeps a history."""
-        self.now_ms = now_ms
-        self.history = history
-        """True when the store keeps a history and a catalogue (capability `history`)."""
-
-
-def _require(backend: Any, capability: Capability, what: str, fix: str) -> None:
-    """Raise `ConfigError` saying `backend.url` `what` unless `backend` declares `capability`."""
-    caps: frozenset[Capability] = getattr(backend, "capabilities", frozenset())
-    if capability not in caps:
-        names = ", ".join(sorted(str(c) for c in caps))
-        raise ConfigError(
-            f"{backend.url} {what}: {type(backend).__name__} does not declare the '{capability}' "
-            f"capability (it has: {names}); {fix}"
-        )
-
-
-def _check_inspect(backend: Any) -> None:
-    _require(backend, Capability.INSPECT, "cannot be inspected",
-             "claim-only stores keep no per-job record to show")
-
-
-async def read_overview(backend: Any, namespace: str) -> Overview:
-    """Open `backend`, read the records, the catalogue and each job's last run in `namespace`, close it."""
-    _check_inspect(backend)
-    keeps = Capability.HISTORY in backend.capabilities
-    await backend.open()
-    try:
-        states = await cast(InspectBackend, backend).jobs(namespace)
-        catalogue: list[CatalogueEntry] = []
-        last: dict[str, RunRecord] = {}
-        if keeps:
-            store = cast(HistoryBackend, backend)
-            catalogue = await store.catalogue(namespace)
-            names = sorted({s.job for s in states if not s.job.endswith(TRIGGER_SUFFIX)}
-                           | {e.job for e in catalogue})
-            runs = await asyncio.gather(*(store.history(namespace, name, 1) for name in names))
-            last = {name: found[0] for name, found in zip(names, runs, strict=True) if found}
-        return Overview(states, catalogue, last, to_ms(datetime.now(UTC)), keeps)
-    finally:
-        await backend.close()
+async def read_overview(backend: Any, namespace: str, *,
+                        missed_window_ms: int = MISSED_WINDOW_MS) -> Overview:
+    """Open `backend`, read every job of `namespace` (records, controls, registrations, newest runs),
+    close it."""
+    store = Inspector(backend, namespace=namespace, close=True)
+    store.require(Capability.INSPECT, "cannot be inspected",
+                  "claim-only stores keep no per-job record to show")
+    async with store:
+        return await store.overview(missed_window_ms=missed_window_ms)
 
 
 def _iso(ms: int | None) -> str | None:
@@ -197,57 +147,71 @@ def _iso(ms: int | None) -> str | None:
     return from_ms(ms).isoformat(timespec="milliseconds" if ms % 1000 else "seconds").replace("+00:00", "Z")
 
 
+def _job_row(job: JobView) -> dict[str, Any]:
+    record = job.record
+    row: dict[str, Any] = {
+        "job": job.name, "last_slot": None, "slot_ms": None, "attempt": None, "status": job.status,
+        "holder": None, "lease_expires_in_s": None, "token": None,
+    }
+    if record is not None:
+        row.update(_row(record))
+    nxt = job.next_slot
+    last, success = job.last_run, job.last_success_at
+    row.update(
+        next_run=_iso(nxt), next_run_ms=nxt, schedule=job.schedule, instances=job.instances,
+        last_outcome=None if last is None else last.outcome,
+        last_error=None if last is None else last.error or None,
+        last_instance=None if last is None else last.instance,
+        last_duration_ms=None if last is None else last.duration_ms,
+        paused=job.paused, pending_trigger=job.pending_trigger, trigger_id=job.control.trigger or None,
+        last_success=_iso(success), last_success_ms=success,
+        missed=job.missed, missed_window_s=job.missed_window_ms // 1000,
+    )
+    return row
+
+
 def _overview_rows(o: Overview) -> list[dict[str, Any]]:
-    rows: dict[str, dict[str, Any]] = {}
-    for state in o.states:
-        row = _row(state)
-        row.update(next_run=None, next_run_ms=None, schedule=None, instances=[], last_outcome=None,
-                   last_error=None, last_instance=None, last_duration_ms=None)
-        rows[row["job"]] = row
-    for entry in o.catalogue:
-        if entry.job not in rows:
-            rows[entry.job] = {
-                "job": entry.job, "last_slot": None, "slot_ms": None, "attempt": None, "status": "never run",
-                "holder": None, "lease_expires_in_s": None, "token": None, "next_run": None,
-                "next_run_ms": None, "schedule": None, "instances": [], "last_outcome": None,
-                "last_error": None, "last_instance": None, "last_duration_ms": None,
-            }
-        row = rows[entry.job]
-        row["schedule"] = row["schedule"] or entry.schedule
-        row["instances"].append(entry.instance)
-        nxt = next_slot_of(entry, o.now_ms)
-        if nxt is not None and (row["next_run_ms"] is None or nxt < row["next_run_ms"]):
-            row["next_run_ms"], row["next_run"] = nxt, _iso(nxt)
-    for name, run in o.last.items():
-        if name in rows:
-            rows[name].update(last_outcome=run.outcome, last_error=run.error or None,
-                              last_instance=run.instance, last_duration_ms=run.duration_ms)
-    return [rows[name] for name in sorted(rows)]
+    return [_job_row(job) for job in o.jobs]
+
+
+def _state_cell(row: dict[str, Any]) -> str:
+    marks = [m for m, on in (("paused", row["paused"]), ("trigger pending", row["pending_trigger"])) if on]
+    status: str = row["status"]
+    return status + (f" ({', '.join(marks)})" if marks else "")
 
 
 def format_overview(o: Overview, *, as_json: bool = False, namespace: str | None = None) -> str:
-    """A table (or JSON) of each job: next run, last slot, attempt, status, holder, lease left, and the
-    last run's outcome and error. Jobs published by a scheduler that never ran are listed too."""
+    """A table (or JSON) of each job: next run, last slot, attempt, status (paused, trigger pending),
+    holder, lease left, last success, slots missed in the window, and the last run's outcome and error.
+    Jobs published by a scheduler that never ran are listed too."""
     rows = _overview_rows(o)
     if as_json:
         return json.dumps(rows, indent=2)
     if not rows:
         return _no_jobs(namespace)
+    window = _window_text(rows[0]["missed_window_s"])
     header = ["JOB", "NEXT RUN (UTC)", "LAST SLOT (UTC)", "ATTEMPT", "STATUS", "HOLDER", "LEASE LEFT",
-              "LAST OUTCOME", "ERROR"]
+              "LAST SUCCESS (UTC)", f"MISSED ({window})", "LAST OUTCOME", "ERROR"]
 
     def cell(value: Any) -> str:
         return "-" if value is None else str(value)
 
     table = [header] + [
-        [r["job"], cell(r["next_run"]), cell(r["last_slot"]), cell(r["attempt"]), r["status"],
+        [r["job"], cell(r["next_run"]), cell(r["last_slot"]), cell(r["attempt"]), _state_cell(r),
          cell(r["holder"]), "-" if r["lease_expires_in_s"] is None else f"{r['lease_expires_in_s']:.1f}s",
-         cell(r["last_outcome"]), _cut(r["last_error"] or "-", 60)]
+         cell(r["last_success"]), str(r["missed"]), cell(r["last_outcome"]), _cut(r["last_error"] or "-", 60)]
         for r in rows
     ]
-    if not o.history:
+    if Capability.HISTORY not in o.capabilities:
         table = [line[:1] + line[2:7] for line in table]
     return _columns(table)
+
+
+def _window_text(seconds: int) -> str:
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 def _no_jobs(namespace: str | None) -> str:
@@ -268,25 +232,18 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _check_history(backend: Any) -> None:
-    _require(backend, Capability.HISTORY, "keeps no run history",
-             "use SQLite, PostgreSQL or Redis for a history")
-
-
 async def read_history(backend: Any, namespace: str, job: str, limit: int) -> list[RunRecord]:
     """Open `backend`, read `job`'s newest `limit` runs in `namespace` (newest first), close it."""
-    _check_history(backend)
-    await backend.open()
-    try:
-        return await cast(HistoryBackend, backend).history(namespace, job, limit)
-    finally:
-        await backend.close()
+    async with Inspector(backend, namespace=namespace, close=True) as store:
+        return await store.history(job, limit)
 
 
 def format_history(runs: Sequence[RunRecord], *, as_json: bool = False, job: str = "") -> str:
     """A table (or JSON) of runs: slot, attempt, outcome, instance, start, duration and error."""
     if as_json:
-        return json.dumps([{"job": r.job, "slot": _iso(r.slot), "slot_ms": r.slot, "attempt": r.attempt,
+        return json.dumps([{"job": r.job.removesuffix(TRIGGER_SUFFIX),
+                            "trigger": r.job.endswith(TRIGGER_SUFFIX), "slot": _iso(r.slot),
+                            "slot_ms": r.slot, "attempt": r.attempt,
                             "token": r.token, "instance": r.instance, "outcome": r.outcome,
                             "started_at": _iso(r.started_at), "started_at_ms": r.started_at,
                             "duration_ms": r.duration_ms, "error": r.error} for r in runs], indent=2)
@@ -320,7 +277,8 @@ def _existing_store(args: argparse.Namespace) -> Any:
 
 def _status(args: argparse.Namespace) -> int:
     backend = _existing_store(args)
-    overview = asyncio.run(read_overview(backend, args.namespace))
+    window = parse_duration(args.missed_window, name="--missed-window")
+    overview = asyncio.run(read_overview(backend, args.namespace, missed_window_ms=window))
     print(format_overview(overview, as_json=args.json, namespace=args.namespace))
     return 0
 
@@ -336,11 +294,17 @@ def _history(args: argparse.Namespace) -> int:
 
 # -- pause, resume, trigger -------------------------------------------------------------------------
 
+async def _set_control(backend: Any, namespace: str, job: str, verb: str, force: bool) -> JobControl:
+    async with Inspector(backend, namespace=namespace, close=True) as store:
+        if verb == "trigger":
+            return await store.trigger(job, force=force)
+        return await (store.pause(job, force=force) if verb == "pause" else store.resume(job, force=force))
+
+
 def _control(args: argparse.Namespace) -> int:
     backend = _existing_store(args)
     verb = args.command
-    change: dict[str, Any] = {"trigger": True} if verb == "trigger" else {"paused": verb == "pause"}
-    control = asyncio.run(set_control(backend, args.namespace, args.job, verb, opened=False, **change))
+    control = asyncio.run(_set_control(backend, args.namespace, args.job, verb, args.force))
     if verb == "trigger":
         print(f"{args.job}: triggered (trigger {control.trigger}); one replica runs it within a heartbeat")
     else:
@@ -348,22 +312,75 @@ def _control(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- forget, namespaces ---------------------------------------------------------------------------
+
+async def _forget_job(backend: Any, namespace: str, job: str, force: bool) -> tuple[bool, list[str]]:
+    async with Inspector(backend, namespace=namespace, close=True) as store:
+        if await store.forget(job, force=force):
+            return True, []
+        return False, await store.stored()
+
+
+def _forget(args: argparse.Namespace) -> int:
+    backend = _existing_store(args)
+    gone, stored = asyncio.run(_forget_job(backend, args.namespace, args.job, args.force))
+    if not gone:
+        shown = ", ".join(stored[:10]) + (f", … and {len(stored) - 10} more" if len(stored) > 10 else "")
+        raise CliError(f"nothing stored of {args.job!r} in namespace {args.namespace!r} (jobs stored: "
+                       f"{shown or 'none'}); check the name and --namespace")
+    print(f"{args.job}: forgotten in namespace {args.namespace!r} (its records, controls, history and "
+          "registrations are deleted)")
+    return 0
+
+
+async def _read_namespaces(backend: Any) -> dict[str, int]:
+    async with Inspector(backend, close=True) as store:
+        return await store.namespaces()
+
+
+def _namespaces(args: argparse.Namespace) -> int:
+    args.namespace = "anarchon"  # (the store is the same whatever the namespace)
+    counts = asyncio.run(_read_namespaces(_existing_store(args)))
+    if args.json:
+        print(json.dumps([{"namespace": ns, "jobs": n} for ns, n in counts.items()], indent=2))
+    elif not counts:
+        print("no namespaces in this store yet (nothing was claimed, controlled or published)")
+    else:
+        print(_columns([["NAMESPACE", "JOBS"], *([ns, str(n)] for ns, n in counts.items())]))
+    return 0
+
+
 # -- dashboard ------------------------------------------------------------------------------------
 
-def _dashboard(args: argparse.Namespace) -> int:
+PAGE_GROUP = "anarchon.page"
+"""The entry-point group where a status page declares its `serve` function (anarchon-dashboard does):
+the core names no page distribution, so neither imports the other's modules at import time."""
+
+_PAGE_MISSING = "the dashboard is a distribution of its own: pip install anarchon-dashboard"
+
+
+def _page_server() -> Callable[..., None]:
+    """The installed status page's `serve` function, found through `PAGE_GROUP`."""
+    found = entry_points(PAGE_GROUP)
+    if not found:
+        raise CliError(_PAGE_MISSING)
+    point = found[0]
     try:
-        import anarchon_dashboard
+        serve = point.load()
     except ImportError as exc:
-        if exc.name != "anarchon_dashboard":
+        if exc.name is None or not point.value.startswith(exc.name):
             raise  # installed, but one of its own dependencies is missing: say which
-        raise CliError(
-            "the dashboard is a distribution of its own: pip install anarchon-dashboard"
-        ) from None
+        raise CliError(_PAGE_MISSING) from None
+    return cast(Callable[..., None], serve)
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    serve = _page_server()
     if not 1 <= args.port <= 65535:
         raise CliError(f"invalid --port {args.port!r}: use 1-65535")
     backend = _existing_store(args)
-    anarchon_dashboard.serve(backend, namespace=args.namespace, host=args.host, port=args.port,
-                             read_only=args.read_only, refresh=args.refresh)
+    serve(backend, namespace=args.namespace, host=args.host, port=args.port, read_only=args.read_only,
+          refresh=args.refresh)
     return 0
 
 
@@ -446,6 +463,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("url", help="the store's URL, e.g. redis://localhost:6379/0")
     status.add_argument("--namespace", default="anarchon", help="default: anarchon")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    status.add_argument("--missed-window", default="1d",
+                        help="count the slots missed within this long before now (default 1d)")
     status.set_defaults(func=_status)
 
     history = sub.add_parser("history", help="print a job's newest ended runs, newest first")
@@ -463,7 +482,22 @@ def build_parser() -> argparse.ArgumentParser:
         control.add_argument("url", help="the store's URL, e.g. sqlite:///jobs.db")
         control.add_argument("job", help="the job's name")
         control.add_argument("--namespace", default="anarchon", help="default: anarchon")
+        control.add_argument("--force", action="store_true",
+                             help="accept a job the store does not know yet (not deployed yet)")
         control.set_defaults(func=_control)
+
+    forget = sub.add_parser("forget", help="delete a job's records, controls, history and registrations")
+    forget.add_argument("url", help="the store's URL, e.g. postgresql://user@host/db")
+    forget.add_argument("job", help="the job's name")
+    forget.add_argument("--namespace", default="anarchon", help="default: anarchon")
+    forget.add_argument("--force", action="store_true",
+                        help="forget it even while a live replica still registers it")
+    forget.set_defaults(func=_forget)
+
+    namespaces = sub.add_parser("namespaces", help="list the namespaces a store holds, with job counts")
+    namespaces.add_argument("url", help="the store's URL, e.g. redis://localhost:6379/0")
+    namespaces.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    namespaces.set_defaults(func=_namespaces)
 
     dash = sub.add_parser("dashboard", help="serve a status page with pause, resume and trigger buttons "
                           "(needs pip install anarchon-dashboard)")

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from anarchon import AnarchonError, backend_for_url, parse_duration
-from anarchon._controls import set_control
+from anarchon import AnarchonError, UnknownJob, backend_for_url, parse_duration
 from anarchon.backends import redact_url
+from anarchon.inspect import Inspector
 
 from ._data import capabilities, snapshot
 
@@ -93,6 +93,8 @@ class Dashboard:
         self.refresh_ms = parse_duration(refresh, name="refresh")
         self.title = title or f"anarchon · {namespace}"
         self._owned = isinstance(store, str)
+        self.store = Inspector(self.backend, namespace=namespace, close=False)
+        """The read and control API the page goes through (the dashboard opens and closes the store)."""
         self._opened = False
         self._lock = asyncio.Lock()
         self._cache: tuple[float, dict[str, Any]] | None = None
@@ -202,10 +204,11 @@ class Dashboard:
         if not capabilities(self.backend)["control"]:
             return _error(409, f"cannot {verb} {job!r}: {type(self.backend).__name__} stores no controls "
                           "(it lacks the 'control' capability); use SQLite, PostgreSQL or Redis")
-        change: dict[str, Any] = {"trigger": True} if verb == "trigger" else {"paused": verb == "pause"}
         try:
             await self.open()
-            control = await set_control(self.backend, self.namespace, job, verb, opened=True, **change)
+            control = await getattr(self.store, verb)(job)
+        except UnknownJob as exc:
+            return _error(404, str(exc))
         except AnarchonError as exc:
             return _error(400, str(exc))
         except Exception as exc:

@@ -26,6 +26,7 @@ from ..backends import (
     ClaimRequest,
     ClaimResult,
     ControlBackend,
+    ForgetBackend,
     HistoryBackend,
     InspectBackend,
     JobControl,
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LEASE_ONLY_OPTIONS",
+    "EngineProbe",
     "FaultyBackend",
     "ManualClock",
     "SkewedClock",
@@ -52,6 +54,7 @@ __all__ = [
     "check_start_fails_clearly",
     "claim_race",
     "crash",
+    "probe",
     "require_service",
     "unused_port",
 ]
@@ -351,6 +354,15 @@ class FaultyBackend:
         """Read a job's history (when the wrapped backend declares `history`)."""
         return await cast(HistoryBackend, self.inner).history(namespace, job, limit)
 
+    async def forget(self, namespace: str, job: str) -> bool:
+        """Forget a job (when the wrapped backend declares `forget`), unless crashed or frozen."""
+        await self._gate()
+        return await cast(ForgetBackend, self.inner).forget(namespace, job)
+
+    async def namespaces(self) -> list[str]:
+        """List the namespaces (when the wrapped backend declares `forget`)."""
+        return await cast(ForgetBackend, self.inner).namespaces()
+
     async def subscribe(self, namespace: str, callback: ReleaseCallback) -> None:
         """Subscribe; a crashed instance hears nothing more."""
 
@@ -371,6 +383,53 @@ class FaultyBackend:
         await cast(AnnounceBackend, self.inner).subscribe_wins(namespace, relay)
 
 
+class EngineProbe:
+    """The test hook into a running scheduler's engine: what the project's tests, test replicas and
+    benchmarks may see and do of it, in one place. Not an API for applications: it follows the engine.
+
+    Get one with `probe(scheduler)` after `start()`; it reads the engine of that start.
+    """
+
+    def __init__(self, scheduler: Scheduler[Any]) -> None:
+        self._scheduler = scheduler
+
+    def _engine(self) -> Any:
+        engine = self._scheduler._engine
+        if engine is None:
+            raise RuntimeError(f"{self._scheduler!r} is not running: probe it between start() and stop()")
+        return engine
+
+    @property
+    def running(self) -> bool:
+        """True while the scheduler has an engine (between `start()` and the end of `stop()`)."""
+        return self._scheduler._engine is not None
+
+    @property
+    def keeper(self) -> str:
+        """Where the lease keeper renews leases: in its own thread, on the scheduler's loop, or nowhere."""
+        return str(self._engine().keeper.where)
+
+    def busy(self, *roles: str) -> list[asyncio.Task[Any]]:
+        """The engine's tasks still running in these roles ("claim", "run", "send", ...); [] when stopped."""
+        engine = self._scheduler._engine
+        return [] if engine is None else list(engine.tasks.of(*roles))
+
+    def wake(self) -> None:
+        """Make the planner look at its clock now (after a test moved a stepped clock on)."""
+        self._engine().planner._wake.set()
+
+    async def crash(self) -> None:
+        """Vanish like a killed process: every task ends, nothing is released."""
+        engine, self._scheduler._engine = self._scheduler._engine, None
+        if engine is not None:
+            await engine.crash()
+
+
+def probe(scheduler: Scheduler[Any]) -> EngineProbe:
+    """The test hook into `scheduler`'s engine (see `EngineProbe`)."""
+    return EngineProbe(scheduler)
+
+
 async def crash(scheduler: Scheduler[Any]) -> None:
     """Make `scheduler` vanish like a killed process: its tasks stop and nothing is released.
 
@@ -380,6 +439,4 @@ async def crash(scheduler: Scheduler[Any]) -> None:
     if not isinstance(backend, FaultyBackend):
         raise TypeError("crash() needs a scheduler whose backend is a FaultyBackend")
     backend.crash()
-    engine, scheduler._engine = scheduler._engine, None
-    if engine is not None:
-        await engine.crash()
+    await probe(scheduler).crash()
