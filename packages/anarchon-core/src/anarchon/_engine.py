@@ -20,6 +20,7 @@ from ._job import Job
 from ._keeper import Keeper
 from ._keeper_thread import Sibling, open_keeper
 from ._logs import SkipSummary, fields, fmt_slot, short
+from ._missed import MissedSlots
 from ._outcomes import Claim, Facts, Step, late_by, react_taken, verdict
 from ._planner import Due, Planner
 from ._runs import Hook, Runs
@@ -35,6 +36,7 @@ from .backends import (
     ClaimResult,
     ControlBackend,
     HistoryBackend,
+    InspectBackend,
     Lease,
     LeaseBackend,
     Overlap,
@@ -136,6 +138,8 @@ class Engine:
         """Jobs whose schedule differs from the store's, warned about once."""
         self._skips = SkipSummary(config.log)
         """The slots skipped since the last summary line (one a minute at most)."""
+        self._missed: MissedSlots | None = None
+        """The slots no replica ran before this start, each job's reported by its first won claim."""
 
     @classmethod
     async def start(cls, backend: ClaimBackend, config: Settings, jobs: Iterable[Job], *, hook: Hook,
@@ -162,6 +166,11 @@ class Engine:
         if engine.controls is not None:
             await engine.controls.poll()  # a paused job skips even its first slot
             engine.tasks.spawn(engine._poll_controls(), "ticks", name="anarchon-controls")
+        if Capability.INSPECT in backend.capabilities:
+            engine._missed = await MissedSlots.read(
+                cast(InspectBackend, backend), config.namespace, config.instance_id, jobs,
+                engine.controls.paused if engine.controls is not None else set(), log=config.log,
+                hook=hook, history=engine.history)
         for job in jobs:
             engine.planner.add(job)
         engine.tasks.spawn(engine.planner.run(engine._claim, engine._decided if engine._announced else None),
@@ -371,6 +380,8 @@ class Engine:
         """Carry out the verdict on one claim's result (`verdict` decides; nothing is decided here)."""
         plan = entry.plan
         job = plan.job
+        if self._missed is not None:
+            self._settle_missed(job, result)
         if result.fingerprint and result.fingerprint != plan.fingerprint:
             self._check_fingerprint(plan.fingerprint, job, result)
         action = verdict(job, result, Claim(entry.slot, entry.kind, entry.following), stopping=self._stopping,
@@ -460,6 +471,13 @@ class Engine:
                           "slot=%s): not run (only the latest slot runs); released as done", len(late),
                           min(n for *_, n in late), max(n for *_, n in late), job.name, fmt_slot(lease.slot),
                           extra=extra)
+
+    def _settle_missed(self, job: Job, result: ClaimResult) -> None:
+        """A job's first claim result since the start: the slots missed before it, if this replica won."""
+        assert self._missed is not None
+        self._missed.settle(job, result)
+        if not self._missed.pending:
+            self._missed = None
 
     def _check_fingerprint(self, fingerprint: str, job: Job, result: ClaimResult) -> None:
         if result.fingerprint and result.fingerprint != fingerprint and job.name not in self._warned:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Event", "EventName", "Listener", "Listeners", "Observers"]
 
-EventName: TypeAlias = Literal["claim", "started", "finished", "lease_lost", "takeover", "skipped"]
+EventName: TypeAlias = Literal["claim", "started", "finished", "lease_lost", "takeover", "skipped", "missed"]
 """The events a listener can subscribe to with `Scheduler.on`."""
 
 _HOOKS: dict[str, EventName] = {
@@ -35,6 +35,7 @@ _HOOKS: dict[str, EventName] = {
     "anarchon_lease_lost": "lease_lost",
     "anarchon_takeover": "takeover",
     "anarchon_slot_skipped": "skipped",
+    "anarchon_slots_missed": "missed",
 }
 """Each observer hook and the listener event it is delivered as."""
 _NAMES: frozenset[str] = frozenset(get_args(EventName))
@@ -45,7 +46,7 @@ class Event:
     """One thing that happened to one slot on this instance, as a listener receives it."""
 
     name: EventName
-    """`claim`, `started`, `finished`, `lease_lost`, `takeover` or `skipped`."""
+    """`claim`, `started`, `finished`, `lease_lost`, `takeover`, `skipped` or `missed`."""
     job: str
     slot: int
     """The slot, epoch milliseconds (UTC)."""
@@ -70,6 +71,8 @@ class Event:
     """For `claim`, `skipped` and `takeover`: the instance the store names as the slot's holder."""
     context: JobContext | None = None
     """For `started`, `finished` and `lease_lost`: the run's context."""
+    count: int | None = None
+    """For `missed`, how many slots no replica ran (`slot` is the newest of them)."""
 
 
 Listener: TypeAlias = Callable[[Event], object]
@@ -94,6 +97,10 @@ def _from_hook(name: EventName, kwargs: dict[str, Any]) -> Event:
             error=kwargs.get("error"), duration_ms=kwargs.get("duration_ms"), reason=kwargs.get("reason"),
             context=ctx,
         )
+    if name == "missed":
+        slots: list[int] = kwargs["slots"]
+        return Event(name, kwargs["job"], slots[0], kwargs["namespace"], kwargs["instance"],
+                     outcome="missed", count=kwargs["count"])
     request: ClaimRequest = kwargs["request"]
     result: ClaimResult = kwargs["result"]
     attempt = result.lease.attempt if result.lease is not None else result.attempt

@@ -175,6 +175,18 @@ class HistoryWriter:
         self._buffer.append(run)
         self._wake.set()
 
+    @property
+    def keep(self) -> int:
+        """Ended runs kept per job."""
+        return self._keep
+
+    def record_missed(self, job: str, slots: list[int], text: str) -> None:
+        """Keep `slots` of `job` (at most `keep` of them) as missed: outcome `missed`, attempt 0."""
+        now = self._clock.now_ms()
+        for slot in slots[: self._keep]:
+            self._buffer.append((job, slot, 0, 0, self._instance_id, "missed", now, 0, text[:ERROR_LIMIT]))
+        self._wake.set()
+
     def jobs_changed(self) -> None:
         """A job was registered while running: publish the catalogue again soon."""
         self._republish = True

@@ -8,11 +8,11 @@ import its client library only inside its hooks. A backend plugin implements `an
 `anarchon_backend_schemes` as well, `backend_for_url` imports only the one class a URL needs.
 
 The observer hooks (`anarchon_claim`, `anarchon_run_started`, `anarchon_run_finished`,
-`anarchon_lease_lost`, `anarchon_takeover`, `anarchon_slot_skipped`) are called on the scheduler's event
-loop, in every process that runs a scheduler, for each scheduler there; they must return quickly. Each
-plugin's implementation is called on its own: one that raises is logged, and the others still run. An
-implementation may take any subset of a hook's arguments. `Scheduler.on` delivers the same events to
-one scheduler's listeners.
+`anarchon_lease_lost`, `anarchon_takeover`, `anarchon_slot_skipped`, `anarchon_slots_missed`) are called
+on the scheduler's event loop, in every process that runs a scheduler, for each scheduler there; they
+must return quickly. Each plugin's implementation is called on its own: one that raises is logged, and
+the others still run. An implementation may take any subset of a hook's arguments. `Scheduler.on`
+delivers the same events to one scheduler's listeners.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ __all__ = [
     "anarchon_run_finished",
     "anarchon_run_started",
     "anarchon_slot_skipped",
+    "anarchon_slots_missed",
     "anarchon_takeover",
     "hookimpl",
     "hookspec",
@@ -86,3 +87,9 @@ def anarchon_takeover(request: ClaimRequest, result: ClaimResult) -> None:
 def anarchon_slot_skipped(request: ClaimRequest, result: ClaimResult) -> None:
     """Observe a slot skipped: an older slot of the job still runs (`overlap`), or the job is paused
     (then `result.holder` is None and the store was not asked)."""
+
+
+@hookspec
+def anarchon_slots_missed(namespace: str, job: str, count: int, slots: list[int], instance: str) -> None:
+    """Observe slots of `job` that no replica ran, found by `instance` when it started and won the job's
+    next slot: `count` of them, `slots` the newest (epoch ms, newest first). Reported once per gap."""

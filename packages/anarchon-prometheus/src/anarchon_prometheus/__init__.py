@@ -14,12 +14,16 @@ event of any scheduler in the process creates these metrics in `prometheus_clien
 | `anarchon_takeovers_total` | counter | `namespace`, `job_name` |
 | `anarchon_leases_lost_total` | counter | `namespace`, `job_name` |
 | `anarchon_slots_skipped_total` | counter | `namespace`, `job_name` |
+| `anarchon_slots_missed_total` | counter | `namespace`, `job_name` |
+| `anarchon_last_success_timestamp_seconds` | gauge | `namespace`, `job_name` |
 | `anarchon_run_duration_seconds` | histogram | `namespace`, `job_name` |
 | `anarchon_claim_latency_seconds` | histogram | `namespace` |
 
 Each replica counts what happened on it: sum over the replicas for the cluster's totals. A run counts
 once, on the replica that ran it; a slot skipped because its older run still runs is counted by every
-replica that claimed it. `job_name`, not `job`: Prometheus sets `job` on every scraped series itself.
+replica that claimed it. Slots that no replica ran are counted once, by the replica that found them
+when it started (it won the job's next slot). The last-success gauge is this replica's: take the
+`max` over the replicas. `job_name`, not `job`: Prometheus sets `job` on every scraped series itself.
 
 For a registry of your own, block the default plugin and register one on that registry:
 

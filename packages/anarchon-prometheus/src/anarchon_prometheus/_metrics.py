@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from anarchon import ClaimRequest, ClaimResult, JobContext, ReleaseOutcome, hookimpl
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry, Counter, Histogram
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 __all__ = ["CLAIM_BUCKETS", "RUN_BUCKETS", "Metrics"]
 
@@ -25,12 +26,14 @@ class _Made:
     takeovers: Counter
     leases_lost: Counter
     slots_skipped: Counter
+    slots_missed: Counter
+    last_success: Gauge
     run_duration: Histogram
     claim_latency: Histogram
     children: dict[tuple[object, ...], Any] = field(default_factory=dict)
     """Each metric's child by (the metric's id, *labels): `labels()` validates and locks on every call."""
 
-    def child(self, metric: Counter | Histogram, *labels: str) -> Any:
+    def child(self, metric: Counter | Gauge | Histogram, *labels: str) -> Any:
         """`metric.labels(*labels)`, looked up once per label set."""
         key = (id(metric), *labels)
         found = self.children.get(key)
@@ -53,8 +56,9 @@ class Metrics:
         # The children the per-claim and per-run hooks use, by their labels: one dict look-up each.
         self._latency: dict[str, Any] = {}
         """The claim-latency histogram's child by namespace."""
-        self._ended: dict[tuple[str, str, ReleaseOutcome | None], tuple[Any, Any]] = {}
-        """(The runs counter's child, the run-duration histogram's child) by (namespace, job, outcome)."""
+        self._ended: dict[tuple[str, str, ReleaseOutcome | None], tuple[Any, Any, Any]] = {}
+        """(The runs counter's child, the run-duration histogram's child, the last-success gauge's child
+        for a `done` run, else None) by (namespace, job, outcome)."""
 
     def __repr__(self) -> str:
         return f"Metrics(registry={self._registry!r})"
@@ -74,7 +78,7 @@ class Metrics:
         return made
 
     def _make(self) -> _Made:
-        from prometheus_client import REGISTRY, Counter, Histogram
+        from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 
         registry = REGISTRY if self._registry is None else self._registry
         job = ["namespace", "job_name"]
@@ -87,6 +91,11 @@ class Metrics:
                                 registry=registry),
             slots_skipped=Counter("anarchon_slots_skipped", "Slots skipped because an older run of the job "
                                   "still ran (overlap).", job, registry=registry),
+            slots_missed=Counter("anarchon_slots_missed", "Slots that no replica ran, counted by the replica "
+                                 "that found them at its start (it won the job's next slot).", job,
+                                 registry=registry),
+            last_success=Gauge("anarchon_last_success_timestamp_seconds", "When a run of the job last "
+                               "ended done on this instance (Unix time).", job, registry=registry),
             run_duration=Histogram("anarchon_run_duration_seconds", "How long handlers ran.", job,
                                    buckets=self._run_buckets, registry=registry),
             claim_latency=Histogram("anarchon_claim_latency_seconds", "From sending a claim to the store's "
@@ -112,10 +121,13 @@ class Metrics:
             m = self._metrics()
             children = self._ended[key] = (
                 m.child(m.runs, ctx.namespace, ctx.name, "lost" if outcome is None else outcome.value),
-                m.child(m.run_duration, ctx.namespace, ctx.name))
+                m.child(m.run_duration, ctx.namespace, ctx.name),
+                m.child(m.last_success, ctx.namespace, ctx.name) if outcome is ReleaseOutcome.DONE else None)
         children[0].inc()
         if duration_ms is not None:
             children[1].observe(duration_ms / 1000)
+        if children[2] is not None:
+            children[2].set(time.time())
 
     @hookimpl
     def anarchon_lease_lost(self, ctx: JobContext) -> None:
@@ -134,3 +146,9 @@ class Metrics:
         """Count the skipped slot."""
         m = self._metrics()
         m.child(m.slots_skipped, request.namespace, request.job).inc()
+
+    @hookimpl
+    def anarchon_slots_missed(self, namespace: str, job: str, count: int) -> None:
+        """Count the slots no replica ran."""
+        m = self._metrics()
+        m.child(m.slots_missed, namespace, job).inc(count)
