@@ -402,3 +402,68 @@ def test_all_is_honest_and_public_names_have_docstrings() -> None:
         if callable(value):
             assert value.__doc__, f"anarchon_dashboard.{name} has no docstring"
 
+
+
+async def test_a_jobs_own_state_has_its_history_next_slots_and_full_errors(
+        backend: MemoryBackend, clock: ManualClock) -> None:
+    await seed(backend, clock)
+    long_error = ("Traceback (most recent call last):\n" + "  File \"x.py\", line 1\n" * 40
+                  + "ValueError: boom")
+    await backend.record_runs(NS, [RunRecord("report", clock.now - 20_500, 1, 1, "host-b", "failed",
+                                             clock.now - 20_490, 7, long_error)], keep=100)
+    entry = CatalogueEntry("report", "host-a", "every 10s", "every", "UTC", {}, clock.now + 9500,
+                           fingerprint=Every(10_000).fingerprint)
+    await backend.publish_catalogue(NS, [entry], ttl_ms=60_000)
+    dashboard = anarchon_dashboard.app(backend, namespace=NS)
+    reply = await dashboard.respond("GET", "/api/job/report")
+    assert reply.status == 200, reply.body
+    job = json.loads(reply.body)["job"]
+    assert [r["outcome"] for r in job["runs"]] == ["done", "failed"] and job["runs"][1]["error"] == long_error
+    assert len(job["next_slots"]) == 5 and job["next_slots"][1] - job["next_slots"][0] == 10_000
+    hostile = await dashboard.respond("GET", "/api/job/" + HOSTILE)
+    assert json.loads(hostile.body)["job"]["job"] == HOSTILE
+    missing = await dashboard.respond("GET", "/api/job/nosuch")
+    assert missing.status == 404
+    assert "no job 'nosuch' in namespace 'dash'" in json.loads(missing.body)["error"]
+
+
+def test_a_token_login_guards_every_page_but_the_style(backend: MemoryBackend) -> None:
+    deployed(backend, "report")
+    dashboard = anarchon_dashboard.app(backend, namespace=NS, token="s3cret-token")
+    with TestClient(dashboard) as client:
+        page = client.get("/")
+        assert page.status_code == 401 and 'name="token"' in page.text and "s3cret" not in page.text
+        assert client.get("/api/state").status_code == 401
+        assert client.post("/api/pause", json={"job": "report"}).status_code == 401
+        assert client.get("/app.css").status_code == 200
+        wrong = client.post("/login", data={"token": "guess-guess"}, follow_redirects=False)
+        assert wrong.status_code == 401 and "not the dashboard" in wrong.text
+        assert client.get("/api/state").status_code == 401
+        done = client.post("/login", data={"token": "s3cret-token"}, follow_redirects=False)
+        assert done.status_code == 303 and done.headers["location"] == "./"
+        cookie = done.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "s3cret-token" not in cookie
+        assert client.get("/api/state").status_code == 200
+        assert client.post("/api/pause", json={"job": "report"}).status_code == 200
+    bearer = {"authorization": "Bearer s3cret-token"}
+    with TestClient(dashboard) as client:
+        assert client.get("/api/state", headers=bearer).status_code == 200
+
+
+def test_a_basic_login_asks_the_browser(backend: MemoryBackend) -> None:
+    dashboard = anarchon_dashboard.app(backend, namespace=NS, basic="ops:hunter22")
+    with TestClient(dashboard) as client:
+        refused = client.get("/")
+        assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Basic ")
+        assert client.get("/", auth=("ops", "wrong")).status_code == 401
+        assert client.get("/api/state", auth=("ops", "hunter22")).status_code == 200
+
+
+@pytest.mark.parametrize(("options", "says"), [
+    ({"token": "short"}, "at least 8 characters"),
+    ({"basic": "nocolon"}, "USER:PASSWORD"),
+    ({"token": "long-enough", "basic": "a:b"}, "not both"),
+])
+def test_a_bad_login_option_is_refused(options: dict[str, str], says: str) -> None:
+    with pytest.raises(anarchon.AnarchonError, match=says):
+        anarchon_dashboard.app(MemoryBackend(), token=options.get("token"), basic=options.get("basic"))

@@ -215,6 +215,19 @@ def test_pause_and_resume_from_the_page_reach_every_replica(browser: Any, cluste
         expect(runs.first).to_be_visible()
         assert runs.first.locator("td").nth(4).inner_text() in instances.values()
         expect(runs.first.locator("td").nth(5)).to_have_text("done")
+
+        # The job's own page: its schedule, its next slots and its history, from the replicas' runs.
+        row.locator("a.job-link").click()
+        expect(view.locator("#job-view")).to_be_visible()
+        expect(view.locator("#list-view")).to_be_hidden()
+        expect(view.locator("#job-name")).to_have_text("tick")
+        expect(view.locator("#job-facts")).to_contain_text("every 1s")
+        expect(view.locator("#job-next li")).to_have_count(5)
+        history = view.locator("#job-runs tbody tr")
+        expect(history.first.locator("td").nth(4)).to_have_text("done")
+        assert history.first.locator("td").nth(3).inner_text() in instances.values()
+        view.go_back()
+        expect(view.locator('tr[data-job="tick"]')).to_be_visible()
         time.sleep(1)
         shot = Path(os.environ.get("ANARCHON_DASHBOARD_SCREENSHOT") or tmp_path / "dashboard.png")
         view.screenshot(path=str(shot), full_page=True)
@@ -315,6 +328,30 @@ def test_store_text_is_shown_as_text_with_schedules_next_and_recent_runs(browser
         expect(error).to_have_text(f"ValueError: {HOSTILE}")
         assert page.locator("#runs tbody tr").first.locator("td").nth(5).inner_text() == "failed"
 
+        # The filters: by name, and by state.
+        page.fill("#filter", "SYN")
+        expect(page.locator("#jobs tbody tr")).to_have_count(1)
+        expect(page.locator('tr[data-job="sync"]')).to_be_visible()
+        page.fill("#filter", "")
+        page.select_option("#show", "never")
+        expect(page.locator("#jobs tbody tr")).to_have_count(2)  # digest and sync
+        page.select_option("#show", "failed")
+        expect(page.locator("#jobs tbody tr")).to_have_count(1)
+        page.select_option("#show", "")
+        expect(page.locator("#jobs tbody tr")).to_have_count(3)
+
+        # Into the failed job's own page: its history with the whole error, still as text.
+        hostile.locator("a.job-link").click()
+        expect(page.locator("#job-view")).to_be_visible()
+        expect(page.locator("#job-name")).to_have_text(HOSTILE)
+        expect(page.locator("#job-facts")).to_contain_text("every 1h")
+        failed = page.locator("#job-runs tbody tr").first
+        expect(failed.locator("td").nth(4)).to_have_text("failed")
+        expect(failed.locator("pre.err")).to_have_text(f"ValueError: {HOSTILE}")
+        assert page.locator("img").count() == 0 and page.title() != "pwned"
+        page.locator("#back").click()
+        expect(page.locator("#list-view")).to_be_visible()
+
         digest = page.locator('tr[data-job="digest"]')
         expect(digest.locator("td").nth(1)).to_contain_text("cron '0 8 * * 1-5' (Europe/Athens)")
         expect(digest.locator("td").nth(3)).to_have_text("never run")
@@ -334,3 +371,29 @@ def test_store_text_is_shown_as_text_with_schedules_next_and_recent_runs(browser
         with page.expect_request("**/api/state"):
             page.clock.run_for(35_000)
         expect(due).to_have_text(re.compile(r"^in 1 m [0-5]\d s$"))  # fake time moved on, the store's did not
+
+
+def test_a_token_login_on_the_page(browser: Any) -> None:
+    """Served alone with a token: the page asks for it, refuses a wrong one, and opens with the right one."""
+    from playwright.sync_api import expect
+
+    from anarchon import MemoryBackend
+    from anarchon.backends import CatalogueEntry
+    from anarchon_dashboard import app
+
+    backend = MemoryBackend()
+    entry = CatalogueEntry("sync", "web-1", "every 1m", "every", "UTC", {}, None)
+    in_thread(backend.publish_catalogue("web", [entry], 60_000))
+    with served_in_process(app(backend, namespace="web", token="let-me-in-please")) as base:
+        page = browser.new_page()
+        page.goto(base)
+        expect(page.locator('input[name="token"]')).to_be_visible()
+        assert page.locator("#jobs").count() == 0
+        page.fill('input[name="token"]', "a-wrong-token")
+        page.click('button[type="submit"]')
+        expect(page.locator(".error")).to_contain_text("not the dashboard's")
+        page.fill('input[name="token"]', "let-me-in-please")
+        page.click('button[type="submit"]')
+        expect(page.locator('tr[data-job="sync"]')).to_be_visible()
+        page.reload()  # the session is a cookie
+        expect(page.locator('tr[data-job="sync"]')).to_be_visible()

@@ -6,7 +6,7 @@
     anarchon pause|resume|trigger sqlite:///jobs.db JOB --namespace myapp [--force]
     anarchon forget sqlite:///jobs.db JOB --namespace myapp [--force]
     anarchon namespaces redis://localhost:6379/0 [--json]
-    anarchon dashboard sqlite:///jobs.db --namespace myapp [--port 8321] [--read-only]
+    anarchon dashboard sqlite:///jobs.db --namespace myapp [--port 8321] [--read-only] [--token T]
     anarchon backends
     anarchon next "0 8 * * 1-5" --timezone Europe/Athens -n 5
     anarchon --version
@@ -378,9 +378,13 @@ def _dashboard(args: argparse.Namespace) -> int:
     serve = _page_server()
     if not 1 <= args.port <= 65535:
         raise CliError(f"invalid --port {args.port!r}: use 1-65535")
+    token = args.token if args.token is not None else os.environ.get("ANARCHON_DASHBOARD_TOKEN")
+    basic = args.basic if args.basic is not None else os.environ.get("ANARCHON_DASHBOARD_BASIC")
+    if token and basic:
+        raise CliError("give --token or --basic (or their environment variables), not both")
     backend = _existing_store(args)
     serve(backend, namespace=args.namespace, host=args.host, port=args.port, read_only=args.read_only,
-          refresh=args.refresh)
+          refresh=args.refresh, **({"token": token} if token else {}), **({"basic": basic} if basic else {}))
     return 0
 
 
@@ -504,7 +508,12 @@ def build_parser() -> argparse.ArgumentParser:
     dash.add_argument("url", help="the store's URL, e.g. postgresql://db/app")
     dash.add_argument("--namespace", default="anarchon", help="default: anarchon")
     dash.add_argument("--host", default="127.0.0.1",
-                      help="the address to listen on (default 127.0.0.1; the page has no login)")
+                      help="the address to listen on (default 127.0.0.1; without --token or --basic the page "
+                           "has no login)")
+    dash.add_argument("--token", help="ask for this token on a login page (API clients send "
+                      "'Authorization: Bearer TOKEN'); default: $ANARCHON_DASHBOARD_TOKEN")
+    dash.add_argument("--basic", metavar="USER:PASSWORD",
+                      help="HTTP basic login instead; default: $ANARCHON_DASHBOARD_BASIC")
     dash.add_argument("--port", type=int, default=8321, help="default: 8321")
     dash.add_argument("--read-only", action="store_true",
                       help="no pause, resume or trigger: the buttons are left out and their requests refused")

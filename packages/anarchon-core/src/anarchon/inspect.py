@@ -37,7 +37,7 @@ from ._errors import ConfigError, JobRegistered, UnknownJob
 from ._history import CATALOGUE_TTL_MS, next_slot_of, schedule_of
 from ._job import check_name
 from ._plugins import backend_for_url
-from ._schedules import Every
+from ._schedules import Every, Schedule
 from .backends import (
     Capability,
     CatalogueEntry,
@@ -131,11 +131,15 @@ class JobView:
         """Its schedule in words, e.g. "every 10s", where a replica published it."""
         return None if self.entry is None else self.entry.schedule
 
+    def _schedule(self) -> Schedule | None:
+        """The schedule a registration's fingerprint names (the last one listed that has one)."""
+        found = next((e.fingerprint for e in reversed(self.entries) if e.fingerprint), "")
+        return schedule_of(found) if found else None
+
     @property
     def every_ms(self) -> int | None:
         """The interval of an `every` schedule, None for any other."""
-        entry = self.entry
-        found = schedule_of(entry.fingerprint) if entry is not None and entry.fingerprint else None
+        found = self._schedule()
         return found.interval_ms if isinstance(found, Every) else None
 
     @property
@@ -146,8 +150,7 @@ class JobView:
 
     def upcoming(self, n: int) -> list[int]:
         """Its next `n` slots after `now`, computed from the published schedule ([] when unknown)."""
-        entry = self.entry
-        schedule = schedule_of(entry.fingerprint) if entry is not None and entry.fingerprint else None
+        schedule = self._schedule()
         slots: list[int] = []
         after = self.now
         while schedule is not None and len(slots) < n:

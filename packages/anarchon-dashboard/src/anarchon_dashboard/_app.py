@@ -2,8 +2,10 @@
 
     GET  /              the page (a shell: the script fills it from /api/state, as text only)
     GET  /app.js        the script; /app.css the style; /icon.svg the icon
-    GET  /api/state     everything the page shows, as JSON
+    GET  /api/state     everything the list shows, as JSON
+    GET  /api/job/NAME  everything a job's own page shows (NAME percent-encoded), as JSON; 404 if unknown
     POST /api/pause     {"job": NAME}; likewise /api/resume and /api/trigger (403 when read-only)
+    GET  /login         with `token=`: the login form; POST /login checks the token and sets a cookie
 
 Paths are relative to where the app is mounted (the ASGI `root_path`). No framework: Starlette, FastAPI
 and Django mount it as they mount any ASGI app, and `respond` serves it from a framework's own view.
@@ -12,10 +14,14 @@ and Django mount it as they mount any ASGI app, and `respond` serves it from a f
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import hmac
 import html
 import json
 import logging
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -25,7 +31,7 @@ from anarchon import AnarchonError, UnknownJob, backend_for_url, parse_duration
 from anarchon.backends import redact_url
 from anarchon.inspect import Inspector
 
-from ._data import capabilities, snapshot
+from ._data import capabilities, job_state, snapshot
 
 __all__ = ["Dashboard", "Reply", "app"]
 
@@ -40,11 +46,14 @@ VERBS = ("pause", "resume", "trigger")
 """The controls the page's buttons post to `api/<verb>`."""
 MAX_BODY = 16_384
 """The largest control request accepted, in bytes (a job name is at most a few hundred)."""
+COOKIE = "anarchon_dashboard"
+"""The session cookie that a login with the token sets (a keyed hash of the token, never the token)."""
 # Scripts and styles from this app only, and no inline script: store text that slipped into markup
-# could still not run. The page talks to its own origin only and cannot be framed.
+# could still not run. The page talks to its own origin only and cannot be framed; its one form is
+# the login's, posted to itself.
 _SECURITY = [
     (b"content-security-policy", b"default-src 'none'; script-src 'self'; style-src 'self'; "
-     b"connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"),
+     b"connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
     (b"cache-control", b"no-store"),
@@ -83,10 +92,25 @@ class Dashboard:
     """
 
     def __init__(self, store: str | Any, *, namespace: str = "anarchon", read_only: bool = False,
-                 refresh: float | str = 2.0, title: str | None = None) -> None:
+                 refresh: float | str = 2.0, title: str | None = None, token: str | None = None,
+                 basic: str | None = None) -> None:
         if not isinstance(namespace, str) or not namespace.strip():
             raise AnarchonError(f"invalid namespace {namespace!r}: give the scheduler's namespace "
                                 "(its namespace= option; 'anarchon' unless set)")
+        if token is not None and basic is not None:
+            raise AnarchonError("give the dashboard a token or a basic login, not both")
+        if token is not None and (not isinstance(token, str) or len(token) < 8):
+            raise AnarchonError("invalid token: use a secret of at least 8 characters, e.g. from "
+                                "`python -c 'import secrets; print(secrets.token_urlsafe())'`")
+        if basic is not None and (not isinstance(basic, str) or ":" not in basic or basic.startswith(":")
+                                  or basic.endswith(":")):
+            raise AnarchonError("invalid basic login: use USER:PASSWORD, both parts non-empty")
+        self.login = "token" if token is not None else "basic" if basic is not None else None
+        """How the dashboard asks who is there: "token", "basic", or None (the host's own auth)."""
+        self._token = token
+        self._session = (hmac.new(token.encode(), b"anarchon-dashboard-session", hashlib.sha256).hexdigest()
+                         if token is not None else None)
+        self._basic = base64.b64encode(basic.encode()).decode() if basic is not None else None
         self.backend: Any = backend_for_url(store) if isinstance(store, str) else store
         self.namespace = namespace
         self.read_only = read_only
@@ -131,9 +155,54 @@ class Dashboard:
         lowered = {k.lower(): v for k, v in items}
         method = method.upper()
         path = "/" + path.lstrip("/")
-        reply = await self._route(method, path, body, lowered)
+        reply = self._denied(method, path, body, lowered) or await self._route(method, path, body, lowered)
         return Reply(reply.status, reply.body, reply.content_type,
                      [*reply.headers, *((k.decode(), v.decode()) for k, v in _SECURITY)])
+
+    # -- login ------------------------------------------------------------------------------------
+
+    def _denied(self, method: str, path: str, body: bytes, headers: Mapping[str, str]) -> Reply | None:
+        """The reply to a request that has not logged in, or None to serve it."""
+        if self.login is None:
+            return None
+        given = headers.get("authorization", "")
+        if self._basic is not None:
+            scheme, _, value = given.partition(" ")
+            if scheme.lower() == "basic" and hmac.compare_digest(value.strip(), self._basic):
+                return None
+            return Reply(401, b"log in to see the anarchon dashboard", "text/plain; charset=utf-8",
+                         [("www-authenticate", 'Basic realm="anarchon dashboard", charset="UTF-8"')])
+        assert self._token is not None and self._session is not None
+        scheme, _, value = given.partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(value.strip(), self._token):
+            return None
+        cookies = dict(part.strip().partition("=")[::2] for part in headers.get("cookie", "").split(";"))
+        if hmac.compare_digest(cookies.get(COOKIE, ""), self._session):
+            return None
+        if path in ("/app.css", "/icon.svg"):
+            return None
+        if path == "/login" and method == "POST":
+            return self._log_in(body, headers)
+        if path in ("/", "/login") and method in ("GET", "HEAD"):
+            return self._login_page(401, "")
+        return _error(401, "log in first: send Authorization: Bearer TOKEN, or log in on the page")
+
+    def _login_page(self, status: int, message: str) -> Reply:
+        page = _static("login.html").decode().replace("{{title}}", html.escape(self.title))
+        alert = f'<p class="error" role="alert">{html.escape(message)}</p>' if message else ""
+        return Reply(status, page.replace("{{message}}", alert).encode(), "text/html; charset=utf-8")
+
+    def _log_in(self, body: bytes, headers: Mapping[str, str]) -> Reply:
+        assert self._token is not None and self._session is not None
+        kind = headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != "application/x-www-form-urlencoded":
+            return _error(415, "log in with the page's form")
+        token = urllib.parse.parse_qs(body[:MAX_BODY].decode("utf-8", "replace")).get("token", [""])[0]
+        if not hmac.compare_digest(token, self._token):
+            log.warning("dashboard: a login with a wrong token was refused")
+            return self._login_page(401, "That token is not the dashboard's.")
+        cookie = f"{COOKIE}={self._session}; HttpOnly; SameSite=Strict"
+        return Reply(303, b"", "text/plain", [("location", "./"), ("set-cookie", cookie)])
 
     async def _route(self, method: str, path: str, body: bytes, headers: Mapping[str, str]) -> Reply:
         reads = {"/": self._page, "/app.js": self._script, "/app.css": self._style, "/icon.svg": self._icon,
@@ -142,13 +211,17 @@ class Dashboard:
             if method not in ("GET", "HEAD"):
                 return _error(405, f"{method} {path}: use GET")
             return await reads[path]()
+        if path.startswith("/api/job/"):
+            if method not in ("GET", "HEAD"):
+                return _error(405, f"{method} {path}: use GET")
+            return await self._job(path.removeprefix("/api/job/"))
         verb = path.removeprefix("/api/")
         if verb in VERBS:
             if method != "POST":
                 return _error(405, f"{method} {path}: use POST with a JSON body {{\"job\": NAME}}")
             return await self._control(verb, body, headers)
-        return _error(404, f"no such page {path!r}: the dashboard serves '/', '/api/state' and "
-                      "POST '/api/pause', '/api/resume', '/api/trigger'")
+        return _error(404, f"no such page {path!r}: the dashboard serves '/', '/api/state', '/api/job/NAME' "
+                      "and POST '/api/pause', '/api/resume', '/api/trigger'")
 
     async def _page(self) -> Reply:
         page = _static("index.html").decode()
@@ -184,6 +257,20 @@ class Dashboard:
         read_at, state = self._cache
         age = max(0, round((time.monotonic() - read_at) * 1000))
         return _json(200, {**state, "store": self.url, "read_only": self.read_only, "age_ms": age})
+
+    async def _job(self, name: str) -> Reply:
+        try:
+            await self.open()
+            found = await job_state(self.store, name)
+        except AnarchonError as exc:
+            return _error(400, str(exc))
+        except Exception as exc:
+            message = " ".join(str(exc).split()) or type(exc).__name__
+            log.warning("dashboard: reading job %r of namespace %r failed: %s", name, self.namespace, message)
+            return _error(503, f"cannot read {self.url}: {message}")
+        if found is None:
+            return _error(404, f"no job {name!r} in namespace {self.namespace!r}")
+        return _json(200, {**found, "store": self.url, "read_only": self.read_only})
 
     async def _control(self, verb: str, body: bytes, headers: Mapping[str, str]) -> Reply:
         if self.read_only:
@@ -274,10 +361,15 @@ class Dashboard:
 
 
 def app(store: str | Any, *, namespace: str = "anarchon", read_only: bool = False,
-        refresh: float | str = 2.0, title: str | None = None) -> Dashboard:
+        refresh: float | str = 2.0, title: str | None = None, token: str | None = None,
+        basic: str | None = None) -> Dashboard:
     """The dashboard of `namespace` in `store` (a URL such as "redis://localhost:6379/0", or a backend).
 
     `read_only=True` leaves out the pause, resume and trigger buttons and answers their requests 403.
     `refresh` is how often the page polls the store (a duration: 2.0, "2s", "500ms").
+    A login of its own, for a dashboard served alone: `token` (a secret the page's login form asks for,
+    then kept in a cookie; API clients send `Authorization: Bearer TOKEN`) or `basic` ("USER:PASSWORD",
+    HTTP basic authentication). Mounted in an app, leave both out and put it behind the app's own auth.
     """
-    return Dashboard(store, namespace=namespace, read_only=read_only, refresh=refresh, title=title)
+    return Dashboard(store, namespace=namespace, read_only=read_only, refresh=refresh, title=title,
+                     token=token, basic=basic)

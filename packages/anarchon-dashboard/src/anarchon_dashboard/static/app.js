@@ -83,6 +83,21 @@
     if (fetchedAt) byId("updated").textContent = `updated ${duration(now - fetchedAt)} ago`;
   }
 
+  // The job whose own page is shown (location.hash "#job=NAME"), or null for the list.
+  let currentJob = null;
+  let lastState = null;
+
+  function jobLink(name, inner) {
+    return el("a", { href: `#job=${encodeURIComponent(name)}`, class: "job-link" }, inner || name);
+  }
+
+  function route() {
+    const hash = location.hash;
+    currentJob = hash.startsWith("#job=") ? decodeURIComponent(hash.slice(5)) : null;
+    byId("list-view").hidden = currentJob !== null;
+    byId("job-view").hidden = currentJob === null;
+  }
+
   function stateCell(job) {
     const cell = el("td");
     if (job.paused) cell.append(badge("paused"), " ");
@@ -91,6 +106,8 @@
     else if (record) cell.append(badge(record.status));
     else cell.append(badge("never run", "none"));
     if (job.trigger && job.trigger.live) cell.append(" ", badge("trigger running", "running"));
+    else if (job.pending_trigger) cell.append(" ", badge("trigger pending", "pending"));
+    if (job.missed) cell.append(" ", badge(`${job.missed} missed`, "missed"));
     return cell;
   }
 
@@ -143,19 +160,21 @@
       last.append(utc(job.record.slot),
                   el("span", { class: "sub" }, `attempt ${job.record.attempt} · token ${job.record.token}`));
     } else last.append("—");
+    if (job.last_success) last.append(el("span", { class: "sub" }, `last success ${utc(job.last_success)}`));
     const replicas = el("td", { class: "mono" });
     for (const name of job.instances) replicas.append(el("span", { class: "sub" }, name));
     if (!job.instances.length) replicas.append("—");
-    row.append(el("td", {}, el("strong", {}, job.job)), schedule, next, stateCell(job), holderCell(job),
+    row.append(el("td", {}, jobLink(job.job, el("strong", {}, job.job))), schedule, next, stateCell(job), holderCell(job),
                leaseCell(job), last, replicas, actionsCell(job, canControl));
     return row;
   }
 
-  function runRow(run) {
+  function runRow(run, withJob = true) {
     const error = run.error ? el("pre", { class: "err" }, run.error) : "";
+    const job = withJob ? [el("td", {}, jobLink(run.job))] : [];
     return el("tr", {},
       el("td", { class: "num" }, utc(run.started_at)),
-      el("td", {}, run.job),
+      ...job,
       el("td", { class: "num" }, utc(run.slot)),
       el("td", { class: "num" }, run.attempt),
       el("td", { class: "mono" }, run.instance),
@@ -169,15 +188,65 @@
     body.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { colspan: columns, class: "empty" }, empty))]));
   }
 
+  // The list's filters: a name substring, and which jobs to show.
+  function shown(job) {
+    const text = byId("filter").value.trim().toLowerCase();
+    if (text && !job.job.toLowerCase().includes(text)) return false;
+    const last = job.runs.find((run) => run.outcome !== "missed");
+    switch (byId("show").value) {
+      case "running": return Boolean(job.record && job.record.live);
+      case "failed": return Boolean(last && last.outcome === "failed") || Boolean(job.record && job.record.status === "failed");
+      case "paused": return job.paused;
+      case "never": return !job.record;
+      case "missed": return job.missed > 0;
+      default: return true;
+    }
+  }
+
   function render(state) {
+    lastState = state;
     countdowns = [];
     byId("error").hidden = true;
     byId("notes").replaceChildren(...state.notes.map((note) => el("li", {}, note)));
     const canControl = state.capabilities.control;
-    fill(byId("jobs"), state.jobs.map((job) => jobRow(job, canControl)), 9,
-         "no jobs in this namespace yet (a scheduler's namespace is its namespace= option)");
-    fill(byId("runs"), state.recent.map(runRow), 8,
+    const jobs = state.jobs.filter(shown);
+    byId("shown").textContent = jobs.length === state.jobs.length ? "" : `${jobs.length} of ${state.jobs.length}`;
+    fill(byId("jobs"), jobs.map((job) => jobRow(job, canControl)), 9,
+         state.jobs.length ? "no job matches the filter"
+           : "no jobs in this namespace yet (a scheduler's namespace is its namespace= option)");
+    fill(byId("runs"), state.recent.map((run) => runRow(run)), 8,
          state.capabilities.history ? "no runs recorded yet" : "this store keeps no run history");
+    tick();
+  }
+
+  function fact(name, ...value) {
+    return [el("dt", {}, name), el("dd", {}, ...(value.length ? value : ["—"]))];
+  }
+
+  function renderJob(data) {
+    countdowns = [];
+    byId("error").hidden = true;
+    const job = data.job;
+    byId("job-name").textContent = job.job;
+    const actions = actionsCell(job, data.capabilities.control);
+    byId("job-actions").replaceChildren(...actions.childNodes);
+    const options = Object.entries(job.options || {}).map(([key, value]) => `${key} ${value}`).join(" · ");
+    const record = job.record;
+    const span = duration(data.missed_window_ms).replace(/ 0+ [a-z]+$/, "");
+    byId("job-facts").replaceChildren(
+      ...fact("Schedule", job.schedule ? el("code", {}, job.schedule) : ""),
+      ...fact("Options", options),
+      ...fact("State", ...stateCell(job).childNodes),
+      ...fact("Holder", ...(record && record.live ? [record.holder, " · lease ", countdown(record.expires_in_ms, "0.0 s")] : [])),
+      ...fact("Last slot", ...(record ? [utc(record.slot), ` · attempt ${record.attempt} · token ${record.token}`] : [])),
+      ...fact("Last success", ...(job.last_success ? [utc(job.last_success)] : [])),
+      ...fact(`Missed (last ${span})`, String(job.missed)),
+      ...fact("Replicas", job.instances.join(", ")),
+      ...fact("Trigger", job.trigger_id ? `${job.pending_trigger ? "pending" : "claimed"} (id ${job.trigger_id})` : ""));
+    byId("job-next").replaceChildren(...(job.paused ? [el("li", {}, "paused")]
+      : job.next_slots.map((slot) => el("li", {}, utc(slot)))));
+    fill(byId("job-runs"), job.runs.map((run) => runRow(run, false)), 7,
+         data.capabilities.history ? "no runs recorded yet" : "this store keeps no run history");
     tick();
   }
 
@@ -193,13 +262,16 @@
     if (busy && !force) return;
     const mine = ++sequence;
     busy = true;
+    const job = currentJob;
     try {
-      const response = await fetch("api/state", { cache: "no-store", headers: { accept: "application/json" } });
+      const where = job === null ? "api/state" : `api/job/${encodeURIComponent(job)}`;
+      const response = await fetch(where, { cache: "no-store", headers: { accept: "application/json" } });
       const data = await response.json();
-      if (mine !== sequence) return;
+      if (mine !== sequence || job !== currentJob) return;
       if (!response.ok) { showError(data.error || `HTTP ${response.status}`); return; }
       fetchedAt = performance.now() - (data.age_ms || 0);
-      render(data);
+      if (job === null) render(data);
+      else renderJob(data);
     } catch (err) {
       if (mine === sequence) showError(`the dashboard cannot be reached: ${err}`);
     } finally {
@@ -228,10 +300,15 @@
     }
   }
 
-  byId("jobs").addEventListener("click", (event) => {
-    const button = event.target.closest("button[data-verb]");
-    if (button) control(button);
-  });
+  for (const id of ["jobs", "job-actions"]) {
+    byId(id).addEventListener("click", (event) => {
+      const button = event.target.closest("button[data-verb]");
+      if (button) control(button);
+    });
+  }
+  for (const id of ["filter", "show"]) byId(id).addEventListener("input", () => { if (lastState) render(lastState); });
+  window.addEventListener("hashchange", () => { route(); refresh(true); });
+  route();
   refresh(false);
   setInterval(() => refresh(false), config.refresh_ms);
   setInterval(tick, 100);
