@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 import anarchon
 from anarchon import Event, JobContext, ReleaseOutcome, Scheduler, cron, every, hookimpl, plugin_manager
+from anarchon.inspect import Inspector
 from anarchon_nats import NatsBackend, NatsKVBackend
 from anarchon_opentelemetry import Tracing
 from anarchon_postgres import PostgresBackend
@@ -206,9 +207,18 @@ async def controls_section(scheduler: Scheduler[SqliteBackend]) -> None:
     await scheduler.resume("sync-customers")
     trigger_id = await scheduler.trigger("sync-customers")
     print(trigger_id)
+    await scheduler.pause("nightly-export", force=True)  # not deployed yet: paused from its first slot
     for store in (Scheduler(RedisBackend.from_url("redis://127.0.0.1:6379/0")),
                   Scheduler(PostgresBackend.from_url("postgresql://app@db:5432/app"))):
         await store.pause("sync-customers")
+
+
+async def jobs_report() -> list[dict[str, object]]:
+    """docs/operations.md, From your own code: `anarchon.inspect`."""
+    async with Inspector("postgresql://app@db/app", namespace="myapp") as store:
+        overview = await store.overview()
+        return [{"job": job.name, "paused": job.paused, "next": job.next_slot, "missed": job.missed,
+                 "last_outcome": job.last_run.outcome if job.last_run else None} for job in overview.jobs]
 
 
 def history_section() -> None:

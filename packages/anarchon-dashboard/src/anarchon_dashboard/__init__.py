@@ -1,10 +1,13 @@
 """anarchon-dashboard: a status page for the jobs of one namespace, as an ASGI app.
 
-One page shows every job of the namespace: its schedule and next run, whether it is paused, its last
-slot, who holds its lease and a countdown to the lease's expiry, the replicas that registered it, and
-the newest runs of all jobs with their errors. Buttons pause, resume and trigger a job on every replica
-(the same controls as `anarchon pause|resume|trigger`). The page polls a JSON endpoint (`api/state`)
-every two seconds; countdowns run in the browser between polls.
+One page shows every job of the namespace, with filters: its schedule and next run, whether it is
+paused or has a trigger pending, its last slot and last success, slots missed, who holds its lease and
+a countdown to the lease's expiry, the replicas that registered it, and the newest runs of all jobs
+with their errors. Each job has a page of its own (`#job=NAME`): its next slots and its history with
+full errors. Buttons pause, resume and trigger a job on every replica (the same controls as
+`anarchon pause|resume|trigger`). The page polls a JSON endpoint (`api/state`, `api/job/NAME`) every
+two seconds; countdowns run in the browser between polls. Everything is read through the core's
+public `anarchon.inspect` API.
 
 Serve it on its own:
 
@@ -20,8 +23,10 @@ or mount it in your app. It is a plain ASGI app with no framework dependency:
     api = FastAPI()
     api.mount("/ops/jobs", dashboard)     # Starlette: Mount("/ops/jobs", app=dashboard)
 
-The page has no login of its own: put it behind your app's authentication (docs/operations.md shows a
-FastAPI dependency, Starlette middleware and a Django view). `read_only=True` leaves the buttons out and
+Served alone, `token=` (a login page, then a cookie) or `basic="USER:PASSWORD"` (HTTP basic) gives it a
+login of its own (`anarchon dashboard --token`/`--basic`). Mounted, leave both out and put it behind
+your app's authentication (docs/operations.md shows a FastAPI dependency, Starlette middleware and a
+Django view). `read_only=True` leaves the buttons out and
 answers the control endpoints 403. Store text (job names, holders, errors) only ever reaches the page as
 text, never as markup, and the control endpoints take JSON only, which a cross-site form cannot send.
 
