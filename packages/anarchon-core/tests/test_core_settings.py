@@ -19,6 +19,7 @@ from anarchon import (
     Settings,
 )
 from anarchon._settings import LEASE_SETTINGS, SETTING_NAMES
+from anarchon.testing import probe
 
 
 def test_the_settings_are_the_keywords_of_every_scheduler_signature() -> None:
@@ -47,8 +48,7 @@ def test_settings_are_frozen_and_the_scheduler_hands_them_on_whole() -> None:
 
     async def main() -> None:
         async with scheduler:
-            engine = scheduler._engine
-            assert engine is not None and engine._config is scheduler.settings
+            assert probe(scheduler).settings is scheduler.settings
             with pytest.raises(RuntimeError, match="instance id cannot change"):
                 scheduler.instance_id = "b"
 

@@ -405,6 +405,11 @@ class EngineProbe:
         return self._scheduler._engine is not None
 
     @property
+    def settings(self) -> Any:
+        """The settings object the engine runs with (the scheduler's own, handed on whole)."""
+        return self._engine()._config
+
+    @property
     def keeper(self) -> str:
         """Where the lease keeper renews leases: in its own thread, on the scheduler's loop, or nowhere."""
         return str(self._engine().keeper.where)
