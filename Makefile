@@ -71,7 +71,7 @@ clean:
 	rm -rf $(VENV) dist .mypy_cache .pytest_cache .ruff_cache
 
 # Chaos runs (never part of `make test`): on each store, three replicas are killed, frozen and stopped
-# at random for CHAOS_SECONDS, then every start is checked (python -m anarchon.testing.chaos --help).
+# at random for CHAOS_SECONDS, then every start is checked (python -m anarchon_testkit.chaos --help).
 CHAOS_SECONDS ?= 60
 # Each store gets its own database, bucket or stream: a chaos run must not leave state another user trips on.
 CHAOS_URLS ?= 'sqlite:///$(VENV)/anarchon-chaos.db' 'redis://127.0.0.1:6379/14' \
@@ -79,10 +79,10 @@ CHAOS_URLS ?= 'sqlite:///$(VENV)/anarchon-chaos.db' 'redis://127.0.0.1:6379/14' 
 	'nats://127.0.0.1:4222?stream=ANARCHON_CHAOS&prefix=anarchon_chaos' \
 	'redis+stream://127.0.0.1:6379/14' 'amqp://guest:guest@127.0.0.1:5672/'
 chaos: install
-	@set -e; for url in $(CHAOS_URLS); do $(BIN)/python -m anarchon.testing.chaos "$$url" --seconds $(CHAOS_SECONDS); done
+	@set -e; for url in $(CHAOS_URLS); do $(BIN)/python -m anarchon_testkit.chaos "$$url" --seconds $(CHAOS_SECONDS); done
 
 # Network faults (never part of `make test`): real replicas reach Redis and PostgreSQL through
-# anarchon.testing.faultproxy; each prints one line per scenario (starts, duplicates, missed slots).
+# anarchon_testkit.faultproxy; each prints one line per scenario (starts, duplicates, missed slots).
 FAULT_RUNS ?= 20
 test-faults: install
 	ANARCHON_FAULT_RUNS=$(FAULT_RUNS) $(BIN)/pytest -m faults -q -rfEs -s packages

@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 import pytest
 
 from anarchon import _planner
-from anarchon.testing.topology import Topologies
+from anarchon_testkit.topology import Topologies
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,7 @@
     python bench/wait_replicas.py [--topology cluster|sentinel] [--batches 500] [--jobs 1]
 
 Starts a throwaway Redis Cluster (3 masters, 1 replica each) or a Sentinel-managed master with one
-replica on loopback ports (`anarchon.testing.topology`, which needs `redis-server`, `redis-cli` and
+replica on loopback ports (`anarchon_testkit.topology`, which needs `redis-server`, `redis-cli` and
 `redis-sentinel`), waits until every replica is in sync, then times `--batches` sequential
 `claim_many` calls of `--jobs` jobs each per setting (every claim a win: each batch claims the next
 slot, with `overlap="replace"`), and prints the median and the 99th percentile in milliseconds. The
@@ -22,8 +22,8 @@ import uuid
 import redis.asyncio
 
 from anarchon.backends import ClaimRequest, Overlap
-from anarchon.testing.topology import RedisCluster, RedisSentinel, Topology
 from anarchon_redis import RedisBackend
+from anarchon_testkit.topology import RedisCluster, RedisSentinel, Topology
 
 
 async def _in_sync(ports: list[int]) -> None:

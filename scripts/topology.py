@@ -2,7 +2,7 @@
 """Start or stop the test topologies (Redis Cluster and Sentinel, a NATS cluster, PgBouncer, a
 PostgreSQL standby) on loopback ports: `scripts/topology.py up [NAME...]`, `scripts/topology.py down`.
 
-The topologies themselves live in `anarchon.testing.topology`, which the tests use too.
+The topologies themselves live in `anarchon_testkit.topology`, which the tests use too.
 """
 
 import sys
@@ -10,7 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "anarchon-core" / "src"))
 
-from anarchon.testing.topology import main
+from anarchon_testkit.topology import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

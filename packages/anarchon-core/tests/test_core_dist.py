@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 DISTRIBUTIONS = ["anarchon-core", "anarchon-sqlite", "anarchon-redis", "anarchon-postgres",
                  "anarchon-rabbitmq", "anarchon-nats", "anarchon-prometheus", "anarchon-opentelemetry",
-                 "anarchon-dashboard", "anarchon-conformance"]
+                 "anarchon-dashboard", "anarchon-conformance", "anarchon-testkit"]
 
 pytestmark = pytest.mark.slow
 

@@ -31,7 +31,7 @@ import pytest
 from anarchon import backend_for_url
 from anarchon.backends import ControlBackend, JobControl
 from anarchon.testing import unused_port
-from anarchon.testing.cluster import Cluster
+from anarchon_testkit.cluster import Cluster
 
 pytestmark = pytest.mark.slow
 

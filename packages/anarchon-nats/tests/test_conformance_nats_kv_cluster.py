@@ -5,10 +5,10 @@ import uuid
 
 import pytest
 
-from anarchon.testing.topology import NatsCluster, Topologies
 from anarchon_conformance import BackendFactory
 from anarchon_conformance.suite import *  # noqa: F403
 from anarchon_nats import NatsKVBackend
+from anarchon_testkit.topology import NatsCluster, Topologies
 
 pytestmark = pytest.mark.topology_kit
 

@@ -30,10 +30,10 @@ from anarchon.backends import (
     ReleaseOutcome,
 )
 from anarchon.testing import require_service
-from anarchon.testing.cluster import Cluster
-from anarchon.testing.faultproxy import FaultProxy
 from anarchon_nats import NatsKVBackend, _common
 from anarchon_nats._common import request_joined
+from anarchon_testkit.cluster import Cluster
+from anarchon_testkit.faultproxy import FaultProxy
 
 URL = os.environ.get("ANARCHON_NATS_URL", "nats://127.0.0.1:4222")
 LEASE_MS = 1000

@@ -26,9 +26,9 @@ from anarchon.testing import (
     require_service,
     unused_port,
 )
-from anarchon.testing.cluster import check_every_slot_once
 from anarchon_nats import NatsBackend
 from anarchon_nats._common import request_all
+from anarchon_testkit.cluster import check_every_slot_once
 
 URL = os.environ.get("ANARCHON_NATS_URL", "nats://127.0.0.1:4222")
 

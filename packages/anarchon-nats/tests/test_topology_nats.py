@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from anarchon.testing.cluster import Event
-from anarchon.testing.topology import NatsCluster, Topologies, run_through_failover
 from anarchon_nats import NatsBackend, NatsKVBackend
+from anarchon_testkit.cluster import Event
+from anarchon_testkit.topology import NatsCluster, Topologies, run_through_failover
 
 
 def test_a_comma_separated_url_names_every_server() -> None:

@@ -3,10 +3,10 @@ of the local PostgreSQL (make test-topologies)."""
 
 import pytest
 
-from anarchon.testing.topology import PgBouncer, Topologies
 from anarchon_conformance import BackendFactory
 from anarchon_conformance.suite import *  # noqa: F403
 from anarchon_postgres import PostgresBackend
+from anarchon_testkit.topology import PgBouncer, Topologies
 
 pytestmark = pytest.mark.topology_kit
 

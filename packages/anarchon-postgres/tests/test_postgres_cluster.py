@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from anarchon.testing import require_service
-from anarchon.testing.cluster import (
+from anarchon_testkit.cluster import (
     FAULT_SCENARIOS,
     STOP_SCENARIOS,
     Cluster,

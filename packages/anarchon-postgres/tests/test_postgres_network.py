@@ -13,8 +13,8 @@ import pytest
 from asyncpg import connect_utils
 
 from anarchon import BackendUnavailable, ClaimOutcome, ClaimRequest
-from anarchon.testing.faultproxy import FaultProxy
 from anarchon_postgres import PostgresBackend, _backend
+from anarchon_testkit.faultproxy import FaultProxy
 
 URL = os.environ.get("ANARCHON_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 pytestmark = pytest.mark.services

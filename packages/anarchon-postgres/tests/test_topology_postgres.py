@@ -12,9 +12,9 @@ import pytest
 
 from anarchon import BackendError
 from anarchon.backends import ClaimOutcome, ClaimRequest
-from anarchon.testing.cluster import check_every_slot_once
-from anarchon.testing.topology import PgBouncer, PgStandby, Topologies, run_through_failover
 from anarchon_postgres import PostgresBackend
+from anarchon_testkit.cluster import check_every_slot_once
+from anarchon_testkit.topology import PgBouncer, PgStandby, Topologies, run_through_failover
 
 
 def _table() -> str:

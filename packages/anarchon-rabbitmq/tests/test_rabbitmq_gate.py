@@ -29,8 +29,8 @@ from anarchon.testing import (
     require_service,
     unused_port,
 )
-from anarchon.testing.cluster import check_every_slot_once
 from anarchon_rabbitmq import RabbitMQBackend, encode_token
+from anarchon_testkit.cluster import check_every_slot_once
 
 URL = os.environ.get("ANARCHON_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
 

@@ -4,10 +4,10 @@ import uuid
 
 import pytest
 
-from anarchon.testing.topology import RedisCluster, Topologies
 from anarchon_conformance import BackendFactory
 from anarchon_conformance.suite import *  # noqa: F403
 from anarchon_redis import RedisBackend
+from anarchon_testkit.topology import RedisCluster, Topologies
 
 pytestmark = pytest.mark.topology_kit
 

@@ -17,7 +17,8 @@ import redis
 
 from anarchon import JobContext, Scheduler
 from anarchon.testing import require_service
-from anarchon.testing.cluster import (
+from anarchon_redis import RedisBackend
+from anarchon_testkit.cluster import (
     FAULT_SCENARIOS,
     STOP_SCENARIOS,
     Cluster,
@@ -28,7 +29,6 @@ from anarchon.testing.cluster import (
     check_stop_never_overlaps,
     check_store_fault,
 )
-from anarchon_redis import RedisBackend
 
 pytestmark = pytest.mark.slow
 

@@ -13,9 +13,9 @@ import redis.asyncio
 
 from anarchon import BackendUnavailable, ScheduleError
 from anarchon.backends import ClaimOutcome, ClaimRequest
-from anarchon.testing.topology import RedisCluster, RedisSentinel, Topologies
 from anarchon_redis import RedisBackend, ValkeyBackend
 from anarchon_redis._keys import Keys
+from anarchon_testkit.topology import RedisCluster, RedisSentinel, Topologies
 
 
 async def _store_now(raw: redis.asyncio.Redis) -> int:

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from anarchon.backends import ClaimOutcome, ClaimRequest
-from anarchon.testing.topology import (
+from anarchon_redis import RedisBackend
+from anarchon_redis._keys import Keys
+from anarchon_testkit.topology import (
     EXTRA_TICKS,
     RedisCluster,
     RedisSentinel,
@@ -17,8 +19,6 @@ from anarchon.testing.topology import (
     run_through_failover,
     wait_for_replica,
 )
-from anarchon_redis import RedisBackend
-from anarchon_redis._keys import Keys
 
 
 async def test_a_cluster_url_claims_on_the_master_of_the_jobs_slot(topology: Topologies) -> None:

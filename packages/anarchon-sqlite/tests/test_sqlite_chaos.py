@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from anarchon.testing.chaos import run
+from anarchon_testkit.chaos import run
 
 
 def test_a_short_chaos_run_keeps_every_guarantee(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from anarchon.testing.cluster import (
+from anarchon_testkit.cluster import (
     STOP_SCENARIOS,
     Cluster,
     check_blocked_loops,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from anarchon.testing.cluster import check_controls
+from anarchon_testkit.cluster import check_controls
 
 
 @pytest.mark.slow

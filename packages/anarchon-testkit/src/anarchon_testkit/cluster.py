@@ -1,4 +1,4 @@
-"""Real OS-process clusters for driver tests: N replicas of `anarchon._replica` on one store.
+"""Real OS-process clusters for driver tests: N replicas of `anarchon_testkit._replica` on one store.
 
     with Cluster(url, tmp_path, replicas=3, lease="2s", heartbeat="0.5s") as cluster:
         ev = cluster.wait_for(lambda e: e.event == "start" and e.job == "long", timeout=20)
@@ -29,7 +29,8 @@ from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from .._duration import Duration, parse_duration
+from anarchon import Duration, parse_duration
+
 from .faultproxy import FaultProxy
 
 T = TypeVar("T")
@@ -137,7 +138,7 @@ class Cluster:
         path = self.workdir / f"replica-{len(self.procs)}-{uuid.uuid4().hex[:4]}.log"
         log = path.open("wb")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "anarchon._replica", json.dumps(self._config)],
+            [sys.executable, "-m", "anarchon_testkit._replica", json.dumps(self._config)],
             stdout=log, stderr=subprocess.STDOUT, env=self._env,
         )
         self.procs[proc.pid] = proc

@@ -7,7 +7,7 @@ their own pids: never the machine's own servers.
         backend = RedisBackend(rc.url)           # redis+cluster://127.0.0.1:p1,.../
         rc.kill(rc.master_of("some-key"))        # kill -9 a master; its replica is promoted
 
-`python -m anarchon.testing.topology up NAME...` starts topologies and prints their URLs (state in
+`python -m anarchon_testkit.topology up NAME...` starts topologies and prints their URLs (state in
 `$TMPDIR/anarchon-topology`); `down` stops them.
 """
 
@@ -31,12 +31,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, NoReturn, TypeVar
 
-from . import unused_port
+from anarchon.testing import unused_port
+
 from .cluster import Cluster, Event
 
 __all__ = ["PgBouncer", "PgStandby", "RedisCluster", "RedisSentinel", "Topology", "TopologyUnavailable",
            "NatsCluster", "TOPOLOGIES", "Topologies", "EXTRA_TICKS", "gap_around", "main",
-           "run_through_failover", "wait_for_replica"]
+           "run_through_failover", "wait_for_replica", "Server", "nats_server_binary", "redis_cli"]
 
 HOST = "127.0.0.1"
 def _pg_bin() -> Path:

@@ -1,8 +1,8 @@
 """Chaos runs: replicas killed, frozen and stopped at random on a real store, then every start checked.
 
-    python -m anarchon.testing.chaos URL [--seconds 120] [--replicas 3] [--seed N] [--workdir DIR]
+    python -m anarchon_testkit.chaos URL [--seconds 120] [--replicas 3] [--seed N] [--workdir DIR]
 
-Three replicas (`anarchon._replica`: a 1 s `tick` that returns at once and a `long` job that runs 2 s
+Three replicas (`anarchon_testkit._replica`: a 1 s `tick` that returns at once and a `long` job that runs 2 s
 of every 4 s) share the store at URL, with a 2 s lease and a 0.5 s heartbeat. Every 1.5 to 4 s one of
 them, never the last healthy one, is killed (SIGKILL), stopped gracefully (SIGTERM) or frozen
 (SIGSTOP for 0.5 to 5 s, then SIGCONT); a killed or stopped replica is replaced. Then `check` holds the
@@ -32,9 +32,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .._errors import AnarchonError
-from .._plugins import backend_for_url
-from ..backends import Capability, redact_url
+from anarchon import AnarchonError, Capability, backend_for_url
+from anarchon.backends import redact_url
+
 from .cluster import Cluster, Event
 
 __all__ = ["Action", "ChaosReport", "check", "main", "run"]
@@ -220,8 +220,8 @@ def run(url: str, workdir: Path, *, seconds: float, replicas: int = 3, seed: int
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The `python -m anarchon.testing.chaos` command; returns the exit status."""
-    ap = argparse.ArgumentParser(prog="python -m anarchon.testing.chaos", description=__doc__,
+    """The `python -m anarchon_testkit.chaos` command; returns the exit status."""
+    ap = argparse.ArgumentParser(prog="python -m anarchon_testkit.chaos", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("url", help="the store, as for Scheduler.from_url (give each run its own namespace or "
                                 "database; the replicas use a fresh namespace anyway)")

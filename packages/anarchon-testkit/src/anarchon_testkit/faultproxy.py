@@ -12,7 +12,7 @@
     await proxy.close()
 
 One proxy serves one upstream; give each replica a proxy of its own to fault them one at a time.
-Run `python -m anarchon.testing.faultproxy --help` for a stand-alone proxy driven from stdin.
+Run `python -m anarchon_testkit.faultproxy --help` for a stand-alone proxy driven from stdin.
 """
 
 from __future__ import annotations
@@ -317,7 +317,7 @@ class FaultProxy:
 
 async def _main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m anarchon.testing.faultproxy",
+        prog="python -m anarchon_testkit.faultproxy",
         description="A loopback TCP proxy with faults. Commands on stdin, one per line: latency SECONDS, "
                     "partition, blackhole, reset, refuse, heal, stats, quit.",
     )

@@ -1,12 +1,12 @@
-"""The chaos run's checker (`anarchon.testing.chaos.check`) on hand-made event logs."""
+"""The chaos run's checker (`anarchon_testkit.chaos.check`) on hand-made event logs."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from anarchon.testing.chaos import Action, check, main
-from anarchon.testing.cluster import Event
+from anarchon_testkit.chaos import Action, check, main
+from anarchon_testkit.cluster import Event
 
 T0 = 1_800_000_000.0  # wall seconds
 S0 = int(T0 * 1000)  # a slot, epoch ms

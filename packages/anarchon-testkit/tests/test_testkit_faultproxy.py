@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from anarchon.testing.faultproxy import FaultProxy, Mode
+from anarchon_testkit.faultproxy import FaultProxy, Mode
 
 
 class Echo:
@@ -178,7 +178,7 @@ async def test_command_line_proxy(echo: Echo) -> None:
     assert echo.server is not None
     port = echo.server.sockets[0].getsockname()[1]
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "anarchon.testing.faultproxy", f"127.0.0.1:{port}",
+        sys.executable, "-m", "anarchon_testkit.faultproxy", f"127.0.0.1:{port}",
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )
     assert proc.stdin is not None and proc.stdout is not None

@@ -1,4 +1,4 @@
-"""A test replica: `python -m anarchon._replica CONFIG_JSON`, used by `anarchon.testing.cluster`.
+"""A test replica: `python -m anarchon_testkit._replica CONFIG_JSON`, used by `anarchon_testkit.cluster`.
 
 It runs two jobs on the backend at `url` and appends one JSON line per handler start and end, and
 one when it is ready, when SIGTERM arrives (`stopping`) and when it exits, to
@@ -31,8 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import Capability, JobContext, RunCancelled, Scheduler, backend_for_url
-from .testing import probe
+from anarchon import Capability, JobContext, RunCancelled, Scheduler, backend_for_url
+from anarchon.testing import probe
 
 
 def main(argv: list[str]) -> None:
