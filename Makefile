@@ -9,7 +9,7 @@ EMPTY :=
 SPACE := $(EMPTY) $(EMPTY)
 export MYPYPATH := $(subst $(SPACE),:,$(SRC_DIRS))
 
-.PHONY: test lint typecheck pytest docs install demo clean dist bench bench-quick bench-peers chaos \
+.PHONY: test lint typecheck pytest docs install demo clean dist bump bench bench-quick bench-peers chaos \
 	test-faults cluster-up cluster-down test-topologies
 
 $(BIN)/python:
@@ -31,13 +31,29 @@ $(VENV)/.demo-installed: $(BIN)/python $(addsuffix /pyproject.toml,$(DEMO_PKGS))
 demo: $(VENV)/.demo-installed
 	$(BIN)/python examples/quickstart/run_demo.py
 
-# The sdist and the wheel of every distribution (the wheel is built from the sdist, so a file missing
-# from the sdist shows). A test installs these wheels, not the checkout, into a fresh venv.
+# The sdist and the wheel of every distribution, each built by `python -m build` in an isolated
+# environment (setuptools from the package index, nothing from the development venv), the wheel from the
+# sdist so that a file missing from the sdist shows; then `twine check --strict` on every file. The
+# metadata and the one version are checked first (scripts/dists.py). A test serves these files as a
+# package index and installs the README's lines from it into fresh venvs.
 DIST ?= dist
-dist: install
+BUILD_VENV := .venv-build
+$(BUILD_VENV)/.installed: requirements-build.txt
+	$(PY) -m venv $(BUILD_VENV)
+	$(BUILD_VENV)/bin/python -m pip install -q -r requirements-build.txt
+	touch $@
+
+dist: $(BUILD_VENV)/.installed
+	$(PY) scripts/dists.py check
 	rm -rf '$(DIST)'
-	@set -e; for d in $(PKG_DIRS); do $(BIN)/python -m build -q --no-isolation --outdir '$(DIST)' $$d; done
+	$(PY) scripts/dists.py list | xargs -P 2 -I{} $(BUILD_VENV)/bin/python -m build -q --outdir '$(DIST)' {}
+	$(BUILD_VENV)/bin/twine check --strict '$(DIST)'/*
 	@ls '$(DIST)'
+
+# Every distribution at version V, the bounds between them too, and a CHANGELOG.md section for it.
+bump:
+	@test -n '$(V)' || { echo "usage: make bump V=X.Y.Z"; exit 2; }
+	$(PY) scripts/dists.py bump '$(V)'
 
 lint: install
 	$(BIN)/ruff check --output-format concise .
@@ -45,7 +61,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy $(SRC_DIRS)
 	@set -e; for d in $(PKG_DIRS); do echo "mypy $$d/tests"; $(BIN)/mypy $$d/tests; done
-	$(BIN)/mypy tests/containers
+	$(BIN)/mypy tests/containers tests/release scripts/dists.py
 	$(BIN)/pyright
 
 # Most tests wait on servers, subprocesses and sleeps, so several workers share the cores well. Tests
@@ -68,7 +84,7 @@ docs: install
 test: lint typecheck pytest docs
 
 clean:
-	rm -rf $(VENV) dist .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(BUILD_VENV) dist .mypy_cache .pytest_cache .ruff_cache
 
 # Chaos runs (never part of `make test`): on each store, three replicas are killed, frozen and stopped
 # at random for CHAOS_SECONDS, then every start is checked (python -m anarchon_testkit.chaos --help).

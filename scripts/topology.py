@@ -8,9 +8,10 @@ The topologies themselves live in `anarchon_testkit.topology`, which the tests u
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / "anarchon-core" / "src"))
+for src in ("anarchon-core", "anarchon-testkit"):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages" / src / "src"))
 
-from anarchon_testkit.topology import main
+from anarchon_testkit.topology import main  # noqa: E402
 
 if __name__ == "__main__":
     raise SystemExit(main())
