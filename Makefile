@@ -9,7 +9,7 @@ EMPTY :=
 SPACE := $(EMPTY) $(EMPTY)
 export MYPYPATH := $(subst $(SPACE),:,$(SRC_DIRS))
 
-.PHONY: test lint typecheck pytest docs install demo clean dist bump bench bench-quick bench-peers chaos \
+.PHONY: test lint typecheck pytest docs install demo clean dist bump bench bench-publish bench-quick bench-peers chaos \
 	test-faults cluster-up cluster-down test-topologies
 
 $(BIN)/python:
@@ -57,6 +57,7 @@ bump:
 
 lint: install
 	$(BIN)/ruff check --output-format concise .
+	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 
 typecheck: install
 	$(BIN)/mypy $(SRC_DIRS)
@@ -144,9 +145,14 @@ bench/.venv-aps4/.installed: bench/requirements-aps4.txt
 
 bench-peers: install bench/.venv-peers/.installed bench/.venv-aps4/.installed
 
-# make bench rewrites docs/benchmarks.md (with its plot and raw data) from the run's results.
+# make bench writes its results under bench/results/<time>/ (ignored by git) and nothing else;
+# make bench-publish is the deliberate step (a release runs it) that rewrites docs/benchmarks.md,
+# docs/internals/benchmark-numbers.md, the plot and the raw data from the newest finished run, or RESULTS=dir.
 bench: bench-peers
-	$(BIN)/python bench/run.py --publish $(BENCH_ARGS)
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+bench-publish: install
+	$(BIN)/python bench/page.py $(RESULTS)
 
 bench-quick: bench-peers
 	$(BIN)/python bench/run.py --quick $(BENCH_ARGS)

@@ -1,9 +1,11 @@
-"""Write docs/benchmarks.md (and its plot and raw data) from one benchmark run's results.
+"""Write the benchmark pages (and their plot and raw data) from one benchmark run's results.
 
-    python bench/page.py RESULTS_DIR      # what `make bench` runs after measuring (run.py --publish)
+    python bench/page.py [RESULTS_DIR]    # `make bench-publish`; the newest bench/results/* by default
 
-RESULTS_DIR holds the results.json (and plot.png) that run.py wrote. The page is generated whole:
-the workload, the metrics, the targets judged against this run, the plot and every table.
+RESULTS_DIR holds the results.json (and plot.png) that run.py wrote; `docs/benchmarks` re-renders the
+published run. Both pages are generated whole: docs/benchmarks.md (the workload, the targets judged
+against this run, the plot, a short table per scenario) and docs/internals/benchmark-numbers.md (how
+each number is measured, how to read and reproduce them, and every number).
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ from run import SCENARIOS, aggregate, every_text, fmt, tables
 BENCH = Path(__file__).resolve().parent
 DOCS = BENCH.parent / "docs"
 PAGE = DOCS / "benchmarks.md"
+NUMBERS = DOCS / "internals" / "benchmark-numbers.md"
 ASSETS = DOCS / "benchmarks"
 TEXT = BENCH / "page.md"
-"""The page's fixed part (what is measured, how, and the peers' set-up), with `{workload}` to fill in."""
+"""The page's fixed part (what is measured, in short), with `{workload}` to fill in."""
+NUMBERS_TEXT = BENCH / "numbers.md"
+"""The fixed part of the numbers page: the metrics, the peers' set-up, reading and reproducing them."""
 
 
 
@@ -142,12 +147,16 @@ def repeat_text(repeats: int | dict[str, int], scenarios: list[str]) -> str:
     return " ".join(parts)
 
 
+def _ordered(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """anarchon's backends first, in a fixed order, then the peers by name."""
+    rank = {name: i for i, name in enumerate(ORDER)}
+    return sorted(runs, key=lambda r: (rank.get(r["scheduler"], len(ORDER)), r["scheduler"]))
+
+
 def render(data: dict[str, Any]) -> str:
     """The whole page for one run's results.json."""
     meta = data["meta"]
-    rank = {name: i for i, name in enumerate(ORDER)}
-    runs = sorted(data["runs"], key=lambda r: (rank.get(r["scheduler"], len(ORDER)), r["scheduler"]))
-    rows = aggregate(runs)
+    rows = aggregate(_ordered(data["runs"]))
     scenarios = sorted({r["scenario"] for r in rows}, key=list(SCENARIOS).index)
     workload = ["| scenario | jobs | every | duration | fault | handler |",
                 "| --- | --- | --- | --- | --- | --- |"]
@@ -175,23 +184,48 @@ def render(data: dict[str, Any]) -> str:
     for name in scenarios:
         sc = SCENARIOS[name]
         out += [f"### Scenario {name}: {sc.jobs:,} jobs", "", *summary(rows, name), ""]
-    out += ["## Every number", "", tables(rows, meta, heading="###")]
+    out += ["Every metric of every scenario (latency after the kill, takeover, start-up CPU, memory, store "
+            "calls per slot): [every number](internals/benchmark-numbers.md#every-number)."]
     return "\n".join(out).rstrip() + "\n"
 
 
+def render_numbers(data: dict[str, Any]) -> str:
+    """The numbers page for one run's results.json: the method, then every number."""
+    meta = data["meta"]
+    rows = aggregate(_ordered(data["runs"]))
+    scenarios = sorted({r["scenario"] for r in rows}, key=list(SCENARIOS).index)
+    out = [NUMBERS_TEXT.read_text().rstrip(), "", "## Every number", "",
+           f"Measured on {meta['machine']}, every store on loopback, "
+           f"{repeat_text(meta['repeats'], scenarios)}", "", tables(rows, meta, heading="###")]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def newest_results(root: Path = BENCH / "results") -> Path:
+    """The newest run under bench/results that finished (wrote its results.json)."""
+    done = sorted(p.parent for p in root.glob("*/results.json"))
+    if not done:
+        raise SystemExit(f"no finished run under {root}: run `make bench` (or `make bench-quick`) first")
+    return done[-1]
+
+
 def publish(results: Path) -> None:
-    """Write the page, and copy the plot and the raw data beside it."""
+    """Write both pages, and copy the plot and the raw data beside them."""
     data = json.loads((results / "results.json").read_text())
-    ASSETS.mkdir(exist_ok=True)
-    for stale in ASSETS.iterdir():
-        stale.unlink()
-    if (results / "plot.png").exists():
-        shutil.copy(results / "plot.png", ASSETS / "plot.png")
-    runs = [{k: v for k, v in r.items() if k != "latencies"} for r in data["runs"]]
-    (ASSETS / "results.json").write_text(json.dumps({"meta": data["meta"], "runs": runs}, indent=1) + "\n")
+    if results.resolve() != ASSETS.resolve():
+        ASSETS.mkdir(exist_ok=True)
+        for stale in ASSETS.iterdir():
+            stale.unlink()
+        if (results / "plot.png").exists():
+            shutil.copy(results / "plot.png", ASSETS / "plot.png")
+        runs = [{k: v for k, v in r.items() if k != "latencies"} for r in data["runs"]]
+        raw = json.dumps({"meta": data["meta"], "runs": runs}, indent=1)
+        (ASSETS / "results.json").write_text(raw + "\n")
     PAGE.write_text(render(data))
-    print(f"wrote {PAGE.relative_to(BENCH.parent)} and {ASSETS.relative_to(BENCH.parent)}/")
+    NUMBERS.parent.mkdir(exist_ok=True)
+    NUMBERS.write_text(render_numbers(data))
+    print(f"wrote {PAGE.relative_to(BENCH.parent)}, {NUMBERS.relative_to(BENCH.parent)} and "
+          f"{ASSETS.relative_to(BENCH.parent)}/ from {results}")
 
 
 if __name__ == "__main__":
-    publish(Path(sys.argv[1]))
+    publish(Path(sys.argv[1]) if len(sys.argv) > 1 else newest_results())

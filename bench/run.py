@@ -373,7 +373,7 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 
 def tables(rows: list[dict[str, Any]], meta: dict[str, Any], heading: str = "###") -> str:
-    """One table per scenario with every metric (results.md and docs/benchmarks.md)."""
+    """One table per scenario with every metric (results.md and docs/internals/benchmark-numbers.md)."""
     lines: list[str] = []
     for scenario in sorted({r["scenario"] for r in rows}, key=list(SCENARIOS).index):
         sc = SCENARIOS[scenario]
@@ -456,8 +456,6 @@ def main() -> None:
     ap.add_argument("--resume", type=Path, default=None,
                     help="an earlier run's results directory: keep its runs, do those of this invocation "
                          "it lacks (finish a cut-short run, or add repeats of some scenarios)")
-    ap.add_argument("--publish", action="store_true",
-                    help="rewrite docs/benchmarks.md, its plot and raw data from this run (make bench)")
     args = ap.parse_args()
     scenarios = [SCENARIOS[s] for s in args.scenarios.split(",")]
     if args.duration:
@@ -530,11 +528,7 @@ def main() -> None:
     else:
         print(f"no plot: {PY['peers']} is missing (make bench-peers creates it)")
     print(markdown(rows, meta))
-    print(f"written to {out}")
-    if args.publish:
-        from page import publish
-
-        publish(out)
+    print(f"written to {out}; `make bench-publish RESULTS={out}` puts it into the docs")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""docs/benchmarks.md is generated from a run's results: the targets are judged from the numbers."""
+"""The benchmark pages are generated from a run's results: the targets are judged from the numbers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from page import render
+from page import newest_results, render, render_numbers
 
 
 def run(scheduler: str, scenario: str, *, missed: int = 0, p50: float = 10, p99: float = 40,
@@ -68,7 +68,10 @@ def test_the_page_judges_each_target_from_the_runs() -> None:
     assert "| R | 10,000 | 365 d (not due) |" in page
     assert "5,000 jobs on PostgreSQL" not in page  # no C5 in this run
     assert "| arq-redis | 0 | 0 | 300 / 400 |" in page
-    assert "## Every number" in page and "DESIGN" not in page
+    assert "## Every number" not in page and "DESIGN" not in page
+    numbers = render_numbers(data)
+    assert "## Every number" in numbers and "## Reading the numbers" in numbers
+    assert "| anarchon-redis | 100 | 0 | 9 | 10 | 40 | 40 | n/a | 5000 |" in numbers
 
 
 def test_the_page_says_how_often_each_scenario_ran_and_shows_the_spread() -> None:
@@ -121,3 +124,12 @@ def test_a_resumed_run_keeps_the_scenarios_it_does_not_repeat(tmp_path: Path) ->
     # A keeps the duration and kill time it ran with; D is as asked for now.
     assert meta == {"repeats": {"A": 1, "D": 2}, "durations": {"A": 30.0, "D": SCENARIOS["D"].duration},
                     "kill_at": {"A": 15.0, "D": None}}
+
+
+def test_publish_takes_the_newest_finished_run(tmp_path: Path) -> None:
+    runs = (("2026-01-01T10-00-00", True), ("2026-01-02T10-00-00", True), ("2026-01-03T10-00-00", False))
+    for name, done in runs:
+        (tmp_path / name).mkdir()
+        if done:
+            (tmp_path / name / "results.json").write_text("{}")
+    assert newest_results(tmp_path) == tmp_path / "2026-01-02T10-00-00"
