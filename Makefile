@@ -75,12 +75,13 @@ pytest: install
 	$(BIN)/pytest -m 'serial and not faults and not topology_kit'
 
 # A broken link or a page missing from the nav fails the build. Then headless Chromium (Debian's
-# chromium; .ci/run installs it) renders the three widest pages at 1280 px, fails on clipped code or
+# chromium; .ci/run installs it) renders the widest pages at 1280 px, fails on clipped code or
 # tables, and leaves a screenshot of each in anarchon-site-shots.
 SITE := $${TMPDIR:-/tmp}/anarchon-site
 docs: install
 	$(BIN)/mkdocs build --strict --quiet -d $(SITE)
-	$(BIN)/python tools/docs_layout.py $(SITE) benchmarks comparison conformance --shots $(SITE)-shots
+	$(BIN)/python tools/docs_layout.py $(SITE) benchmarks internals/benchmark-numbers comparison conformance \
+		--shots $(SITE)-shots
 
 test: lint typecheck pytest docs
 

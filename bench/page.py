@@ -181,11 +181,17 @@ def render(data: dict[str, Any]) -> str:
     if (ASSETS / "plot.png").exists():
         out += ["![due-to-start latency and CPU per replica, by scheduler and scenario]"
                 "(benchmarks/plot.png)", ""]
-    for name in scenarios:
+    # The scenarios the peers ran too get a table here; those anarchon runs alone are in the numbers page.
+    compared = [n for n in scenarios if any(not r["scheduler"].startswith("anarchon-")
+                                            for r in rows if r["scenario"] == n)]
+    for name in compared:
         sc = SCENARIOS[name]
         out += [f"### Scenario {name}: {sc.jobs:,} jobs", "", *summary(rows, name), ""]
-    out += ["Every metric of every scenario (latency after the kill, takeover, start-up CPU, memory, store "
-            "calls per slot): [every number](internals/benchmark-numbers.md#every-number)."]
+    alone = [n for n in scenarios if n not in compared]
+    out += [(f"Scenarios {_names(alone)} run anarchon alone. " if len(alone) > 1 else
+             f"Scenario {alone[0]} runs anarchon alone. " if alone else "")
+            + "Every metric of every scenario (latency after the kill, takeover, start-up CPU, memory, "
+            "store calls per slot): [every number](internals/benchmark-numbers.md#every-number)."]
     return "\n".join(out).rstrip() + "\n"
 
 

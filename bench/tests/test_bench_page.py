@@ -83,6 +83,7 @@ def test_the_page_says_how_often_each_scenario_ran_and_shows_the_spread() -> Non
             run("anarchon-redis", "D", p99=90, steady=2.0),
             run("anarchon-redis", "D", p99=120, steady=2.4),
             run("anarchon-redis", "D", p99=95, steady=2.1),
+            run("arq-redis", "D", p50=300, p99=400),
             *(run("anarchon-redis", "S", steady=s) for s in (0.25, 0.28, 0.31)),
         ],
     }
@@ -97,7 +98,9 @@ def test_the_page_says_how_often_each_scenario_ran_and_shows_the_spread() -> Non
     assert rows["≤ 2.2 CPU s per replica per 45 s at 2,000 jobs"].endswith("| redis | - |")
     assert rows["0 duplicates and 0 missed at 2,000 jobs"].endswith("| - | redis |")
     assert "| anarchon-redis | 0, 0, 0 | 0, 7, 0 | 10 / 95 | 2.10 (2.00-2.40) | 1.0 |" in page
-    assert "| anarchon-redis | 0, 0, 0 | 0, 0, 0 | 10 / 40 | 0.28 (0.25-0.31) | 1.0 |" in page
+    assert "| 10 / 40 | 0.28 (0.25-0.31) | 1.0 |" not in page  # no peer ran S
+    assert "Scenarios A and S run anarchon alone." in page
+    assert "| 0.28 (0.25-0.31) |" in render_numbers(data)  # S, in every number
 
 
 def test_one_repeat_of_every_scenario_is_said_once() -> None:
