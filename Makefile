@@ -62,7 +62,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy $(SRC_DIRS)
 	@set -e; for d in $(PKG_DIRS); do echo "mypy $$d/tests"; $(BIN)/mypy $$d/tests; done
-	$(BIN)/mypy tests/containers tests/release scripts/dists.py
+	$(BIN)/mypy tests/containers tests/release tests/docs scripts/dists.py
 	$(BIN)/pyright
 
 # Most tests wait on servers, subprocesses and sleeps, so several workers share the cores well. Tests

@@ -7,7 +7,6 @@ unneeded `type: ignore`); this test reads the messages a user sees.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -62,36 +61,3 @@ def test_pyright_names_the_lease_option(user_file: Path) -> None:
     assert sorted(named) == sorted(EXPECTED), diagnostics
     for line, option in EXPECTED.items():
         assert f'parameter "{option}"' in named[line] and "NeedsLeaseBackend" in named[line], diagnostics
-
-
-ROOT = Path(__file__).resolve().parents[3]
-CHECKED = Path(__file__).parent / "typing" / "check_documented.py"
-# A line of an example that builds a scheduler, or registers, starts or stops jobs.
-API = re.compile(r"\bScheduler(\.from_url)?\(|[.@](every|cron|at|register|start_in_thread|stop_thread|run|"
-                 r"pause|resume|trigger)\(|"
-                 r"^@(every|cron|at)\(")
-
-
-def _code(line: str) -> str:
-    """A line without indentation, trailing comment or a leading `# or:` (an alternative shown)."""
-    line = line.strip()
-    line = re.sub(r"^# or:? ", "", line)
-    return line.split("  #")[0].strip()
-
-
-def documented_lines() -> list[tuple[str, str]]:
-    """(page, line) for every scheduler line in a Python example of README.md or docs/."""
-    found = []
-    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
-        for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.S):
-            found += [(str(page.relative_to(ROOT)), _code(line)) for line in block.splitlines()
-                      if API.search(_code(line))]
-    return found
-
-
-def test_every_documented_example_is_type_checked() -> None:
-    checked = {_code(line) for line in CHECKED.read_text().splitlines()}
-    lines = documented_lines()
-    assert len(lines) > 30, lines  # the examples were found
-    missing = [f"{page}: {line}" for page, line in lines if line not in checked]
-    assert not missing, f"add these documented lines to {CHECKED.name}:\n" + "\n".join(missing)

@@ -1,9 +1,9 @@
-"""Every documented example, as a user would write it, checked by mypy --strict and pyright strict.
+"""The documented ways to build schedulers and register jobs, checked by mypy --strict and pyright strict,
+and the rejections a user gets on a claim-only backend built the documented way (the end of the file).
 
-test_core_typing.py keeps this file honest: each line of a Python example in README.md and docs/ that
-builds a scheduler or registers, starts or stops jobs must appear here. Names an example leaves to
-the reader (a mailer, a billing client) are stubbed first. The end of the file shows the rejections
-a user gets on a claim-only backend built the documented way.
+The documentation's own code blocks are checked as they are written by tests/docs/test_code_blocks.py;
+this file also runs against the installed wheels (tests/release). Names an example leaves to the
+reader (a mailer, a billing client) are stubbed first.
 """
 
 from __future__ import annotations

@@ -491,7 +491,9 @@ class PostgresBackend(LeaseBackendBase):
             pending = later
         return results
 
-    async def fence(self, conn: asyncpg.Connection, ctx: FenceContext) -> None:
+    async def fence(
+        self, conn: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy, ctx: FenceContext
+    ) -> None:
         """Inside the caller's transaction on `conn`: lock the job's row until commit, and raise
         `anarchon.LeaseLost` unless `ctx.token` is still the job's current, live lease.
 
