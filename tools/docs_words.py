@@ -3,7 +3,8 @@
     python tools/docs_words.py [ROOT]           # ROOT: a checkout (default: this one)
     python tools/docs_words.py ROOT --pages     # and every page with its count
 
-A word is what `wc -w` counts, code blocks included; the prose column leaves fenced code out.
+A word is what `wc -w` counts, code blocks included, HTML comments (unseen) not; the prose column
+leaves fenced code out.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def pages(nav: list[Any], internals: bool = False) -> list[tuple[str, bool]]:
 
 
 def words(text: str) -> tuple[int, int]:
-    """(every word, the words outside fenced code blocks)."""
+    """(every word, the words outside fenced code blocks); HTML comments, which no reader sees, left out."""
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
     prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
     return len(text.split()), len(prose.split())
 
