@@ -13,7 +13,8 @@ import anarchon
 from anarchon import BackendNotFound, MemoryBackend, MemoryClaimBackend, Scheduler, backend_classes
 from anarchon.backends import redact_url
 
-PUBLIC_MODULES = ["anarchon", "anarchon.backends", "anarchon.inspect", "anarchon.testing", "anarchon.hookspecs"]
+PUBLIC_MODULES = ["anarchon", "anarchon.backends", "anarchon.inspect", "anarchon.testing",
+                  "anarchon.hookspecs"]
 
 
 @pytest.mark.parametrize("name", PUBLIC_MODULES)
