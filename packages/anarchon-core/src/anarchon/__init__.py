@@ -66,6 +66,7 @@ from ._plugins import PluginError, backend_classes, backend_for_url, plugin_erro
 from ._scheduler import Scheduler
 from ._schedules import At, Cron, Every, Schedule, from_ms, to_ms
 from ._settings import Settings
+from ._stored import ScheduleConflict, ScheduleNotFound, SchedulePage, Schedules, StoredSchedule
 from .backends import (
     CONTROLS_CHANGED,
     DEFAULT_HISTORY,
@@ -98,6 +99,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "CONTROLS_CHANGED",
     "DEFAULT_HISTORY",
     "ERROR_LIMIT",
     "AnarchonError",
@@ -115,7 +117,6 @@ __all__ = [
     "ClaimResult",
     "Clock",
     "ConfigError",
-    "CONTROLS_CHANGED",
     "ControlBackend",
     "Cron",
     "DuplicateJobError",
@@ -145,10 +146,15 @@ __all__ = [
     "RunCancelled",
     "RunRecord",
     "Schedule",
+    "ScheduleConflict",
     "ScheduleError",
+    "ScheduleNotFound",
+    "SchedulePage",
     "Scheduler",
-    "Settings",
+    "Schedules",
     "SchemaMismatch",
+    "Settings",
+    "StoredSchedule",
     "SystemClock",
     "UnknownJob",
     "at",

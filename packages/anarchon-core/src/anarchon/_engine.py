@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import cast
 
 from ._controls import ControlState
@@ -25,9 +25,11 @@ from ._outcomes import Claim, Facts, Step, late_by, react_taken, verdict
 from ._planner import Due, Planner
 from ._runs import Hook, Runs
 from ._settings import Settings
+from ._sweeper import Sweeper, Task
 from ._tasks import Tasks
 from .backends import (
     CONTROLS_CHANGED,
+    SCHEDULES_CHANGED,
     AnnounceBackend,
     Capability,
     ClaimBackend,
@@ -41,6 +43,7 @@ from .backends import (
     LeaseBackend,
     Overlap,
     ReleaseOutcome,
+    ScheduleBackend,
 )
 
 __all__ = ["Engine", "stale_after"]
@@ -111,7 +114,7 @@ class Engine:
         if Capability.CONTROL in caps:
             self.controls = ControlState(
                 cast(ControlBackend, backend), namespace=config.namespace, instance_id=config.instance_id,
-                max_skew_ms=config.max_skew_ms, log=config.log, jobs=self._jobs.get, run=self._run_trigger,
+                max_skew_ms=config.max_skew_ms, log=config.log, jobs=self._job, run=self._run_trigger,
                 spawn=lambda coro, name: self.tasks.spawn(coro, "claim", name=f"anarchon-trigger-{name}"),
             )
         self._facts = Facts(config.instance_id, leases=Capability.LEASE in caps,
@@ -140,11 +143,14 @@ class Engine:
         """The slots skipped since the last summary line (one a minute at most)."""
         self._missed: MissedSlots | None = None
         """The slots no replica ran before this start, each job's reported by its first won claim."""
+        self.sweeper: Sweeper | None = None
+        """Plans the stored schedules due soon (a store with `schedules`, a scheduler with tasks)."""
 
     @classmethod
     async def start(cls, backend: ClaimBackend, config: Settings, jobs: Iterable[Job], *, hook: Hook,
-                    owner: object, sibling: Sibling) -> Engine:
-        """Start a keeper (beside the loop when `sibling` gives a second connection), then plan `jobs`."""
+                    owner: object, sibling: Sibling, tasks: Mapping[str, Task] | None = None) -> Engine:
+        """Start a keeper (beside the loop when `sibling` gives a second connection), then plan `jobs`
+        and, where the store keeps schedules and `tasks` run them, the stored schedules due soon."""
         engine: Engine | None = None
 
         def running() -> list[str]:
@@ -173,11 +179,35 @@ class Engine:
                 hook=hook, history=engine.history)
         for job in jobs:
             engine.planner.add(job)
+        if tasks and Capability.SCHEDULES in backend.capabilities:
+            sweeper = engine._start_sweeper(tasks)
+            try:
+                await sweeper.sweep()  # the schedules due at once
+            except Exception as exc:
+                config.log.warning("sweeping the stored schedules failed: %s; trying again in a heartbeat",
+                                   short(exc))
         engine.tasks.spawn(engine.planner.run(engine._claim, engine._decided if engine._announced else None),
                            "ticks", name="anarchon-ticks")
+        if engine.sweeper is not None:
+            engine.tasks.spawn(engine.sweeper.run(), "ticks", name="anarchon-sweep")
         if engine.history is not None:
             engine.tasks.spawn(engine.history.run(), "history", name="anarchon-history")
         return engine
+
+    def _start_sweeper(self, tasks: Mapping[str, Task]) -> Sweeper:
+        sweeper = self.sweeper = Sweeper(
+            cast(ScheduleBackend, self._backend), self._config, self.planner, tasks=tasks,
+            code_jobs=self._jobs, running=self.runs.running_job, skips=self._skips)
+        if self.history is not None:
+            self.history.tasks = lambda: tasks.keys()
+        return sweeper
+
+    def _job(self, name: str) -> Job | None:
+        """Job `name`: a code job, or a stored schedule's planned here (else fetched at the next sweep)."""
+        job = self._jobs.get(name)
+        if job is None and self.sweeper is not None:
+            job = self.sweeper.job(name, fetch=True)
+        return job
 
     def add(self, job: Job) -> None:
         """Plan a job registered while running."""
@@ -230,8 +260,12 @@ class Engine:
             await self.controls.poll()
 
     def _pushed(self, job: str, slot: int) -> None:
-        """The store pushed a handover of `job`'s `slot`, or a change of `job`'s controls."""
-        if slot != CONTROLS_CHANGED:
+        """The store pushed a handover of `job`'s `slot`, a change of `job`'s controls, or a write of
+        stored schedule `job`."""
+        if slot == SCHEDULES_CHANGED:
+            if self.sweeper is not None and not self._stopping:
+                self.sweeper.poke()
+        elif slot != CONTROLS_CHANGED:
             self.planner.on_release(job, slot)
         elif self.controls is not None and not self._stopping:
             self.tasks.spawn(self.controls.poll(), "ticks", name="anarchon-controls-pushed")
@@ -382,7 +416,8 @@ class Engine:
         job = plan.job
         if self._missed is not None:
             self._settle_missed(job, result)
-        if result.fingerprint and result.fingerprint != plan.fingerprint:
+        # (A stored schedule's changes are its own: only a code job's fingerprint is compared.)
+        if result.fingerprint and result.fingerprint != plan.fingerprint and plan.until is None:
             self._check_fingerprint(plan.fingerprint, job, result)
         action = verdict(job, result, Claim(entry.slot, entry.kind, entry.following), stopping=self._stopping,
                          facts=self._facts, now=now, runs=self.runs, not_run=self._not_run)

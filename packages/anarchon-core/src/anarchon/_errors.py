@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AnarchonError",
     "BackendError",
@@ -14,7 +16,9 @@ __all__ = [
     "LeaseLost",
     "OptionError",
     "RunCancelled",
+    "ScheduleConflict",
     "ScheduleError",
+    "ScheduleNotFound",
     "SchemaMismatch",
     "UnknownJob",
 ]
@@ -78,6 +82,20 @@ class RunCancelled(AnarchonError):
     def __init__(self, reason: str) -> None:
         super().__init__(f"run cancelled: {reason}")
         self.reason = reason
+
+
+
+class ScheduleNotFound(AnarchonError, LookupError):
+    """No stored schedule has this id."""
+
+
+class ScheduleConflict(AnarchonError, ValueError):
+    """A write of a stored schedule that the store refused: the id is taken, or the version moved on."""
+
+    def __init__(self, message: str, current: Any) -> None:
+        super().__init__(message)
+        self.current = current
+        """The `StoredSchedule` the store holds now (None when there is none)."""
 
 
 # Named where users import them from: a traceback's last line reads `anarchon.BackendUnavailable: …`.

@@ -154,6 +154,8 @@ class HistoryWriter:
         self._log = log
         self._jobs = jobs
         self._leases = leases
+        self.tasks: Callable[[], Iterable[str]] = tuple
+        """The tasks this instance registers (`Scheduler.task`): published as entries of kind "task"."""
         self._buffer: list[tuple[str, int, int, int, str, str, int, int, str]] = []
         """The ended runs not yet written, each a `RunRecord`'s fields: a tuple of strings and ints is
         untracked by the garbage collector once it survives a collection, where a record waiting for
@@ -213,6 +215,8 @@ class HistoryWriter:
         now = self._clock.now_ms()
         entries = [catalogue_entry(job, self._instance_id, now, leases=self._leases)
                    for job in list(self._jobs())]
+        entries += [CatalogueEntry(job=task, instance=self._instance_id, schedule="task", kind="task",
+                                   timezone="", options={}, next_slot=None) for task in self.tasks()]
         if not entries:
             return
         await self._write("catalogue", lambda: self._backend.publish_catalogue(self._namespace, entries,

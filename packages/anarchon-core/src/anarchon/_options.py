@@ -13,6 +13,7 @@ from .backends import Overlap
 
 __all__ = [
     "ClaimJobOptions", "ClaimOnlyJobOptions", "JobOptions", "LeaseJobOptions", "NeedsControlBackend",
+    "NeedsScheduleBackend",
     "NeedsLeaseBackend",
     "OverlapName", "ResolvedOptions",
 ]
@@ -65,6 +66,13 @@ class NeedsLeaseBackend(Protocol[_Hash_co]):
 class NeedsControlBackend(Protocol[_Hash_co]):
     """The type of a job name given to `pause`, `resume` or `trigger` on a scheduler whose backend
     stores no controls: no value has it, so a type checker names the call (as `NeedsLeaseBackend`)."""
+
+    def __hash__(self) -> _Hash_co: ...
+
+
+class NeedsScheduleBackend(Protocol[_Hash_co]):
+    """The type of a task name given to `Scheduler.task` on a scheduler whose backend keeps no
+    schedules as data: no value has it, so a type checker names the call (as `NeedsLeaseBackend`)."""
 
     def __hash__(self) -> _Hash_co: ...
 

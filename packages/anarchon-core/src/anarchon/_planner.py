@@ -101,6 +101,10 @@ class Plan:
     """The instance that won `decided`."""
     follow_cap_ms: int = _FOLLOW_CAP_MS
     """The latest this instance claims, after its slot, a group another instance leads (`_follow_cap`)."""
+    until: int | None = None
+    """A stored schedule's bound: no boundary slot later than this is queued (None: a code job)."""
+    not_before: int | None = None
+    """A stored schedule's last write: no slot at or before it is caught up (it did not exist so)."""
 
 
 @dataclass(slots=True)
@@ -155,11 +159,14 @@ class Planner:
         self._heard_top = 0
         self._heard_at = 0
         self._plans: dict[str, Plan] = {}
-        self._by_index: list[Plan] = []
+        self._by_index: dict[int, Plan] = {}
+        self._next_index = 0
         self._closed = False
 
-    def add(self, job: Job) -> None:
-        """Plan `job` from now on: its next boundary, and a catch-up of the slot it missed."""
+    def add(self, job: Job, *, until: int | None = None, not_before: int | None = None) -> None:
+        """Plan `job` from now on: its next boundary, and a catch-up of the slot it missed. With
+        `until` (a stored schedule's), no boundary later than that slot is planned until `extend`;
+        with `not_before`, no slot before that one is caught up (a schedule written after it)."""
         jitter = job.options.jitter_ms
         if jitter is None:
             jitter = self._default_jitter_ms
@@ -167,11 +174,42 @@ class Planner:
         if jitter is None:
             jitter = 50 if interval is None else min(50, interval // 10)
         plan = Plan(job, jitter, zlib.crc32(job.name.encode()) % _JITTER_GROUPS, job.schedule.fingerprint,
-                    index=len(self._by_index),
-                    follow_cap_ms=_follow_cap(interval, jitter))
+                    index=self._next_index, follow_cap_ms=_follow_cap(interval, jitter), until=until,
+                    not_before=not_before)
+        self._next_index += 1
         self._plans[job.name] = plan
-        self._by_index.append(plan)
+        self._by_index[plan.index] = plan
         self._plan_first(plan, self._clock.now_ms())
+
+    def plan_of(self, name: str) -> Plan | None:
+        """The plan of job `name`, if it is planned."""
+        return self._plans.get(name)
+
+    def extend(self, plan: Plan, until: int) -> None:
+        """Plan the boundaries of a stored schedule's job up to slot `until`: the next one is queued
+        if it was held back by the previous bound."""
+        if plan.until is not None and until <= plan.until:
+            return
+        plan.until = until
+        if plan.next_due is not None or self._closed:
+            return
+        now = self._clock.now_ms()
+        schedule = plan.job.schedule
+        latest = plan.latest_slot
+        nxt = schedule.next_slot(latest if latest is not None and latest >= now else now)
+        if nxt is not None and nxt <= until:
+            plan.next_due = nxt + self._slot_jitter(plan, nxt)
+            self._push(plan.next_due, plan, nxt, "slot")
+
+    def remove(self, name: str) -> None:
+        """Plan job `name` no more: its queued entries are dropped as they come due."""
+        plan = self._plans.pop(name, None)
+        if plan is not None:
+            self._by_index.pop(plan.index, None)
+
+    def idle(self, plan: Plan) -> bool:
+        """True when the plan has nothing queued: no boundary and no slot watched."""
+        return plan.next_due is None and not plan.watches
 
     def close(self) -> None:
         """Plan nothing more: pushed handovers and new watches are ignored from now on."""
@@ -212,7 +250,10 @@ class Planner:
             while heap and ((due := heap[0] >> _SEQ_BITS) <= now
                             or (due <= limit and entries[heap[0]][0] <= now)):
                 slot, kind, gen, index, tries = entries.pop(heapq.heappop(heap))
-                plan = plans[index]
+                found = plans.get(index)
+                if found is None:
+                    continue  # a job planned no more (a stored schedule removed or evicted)
+                plan = found
                 entry = Due(due, plan, slot, kind, gen, tries)
                 if self._accept(entry, now):
                     if plan.decided == slot and kind == "slot" and decided is not None:
@@ -433,7 +474,7 @@ class Planner:
         job = plan.job
         opts = job.options
         prev = job.schedule.prev_slot(now)
-        if prev is not None:
+        if prev is not None and (plan.not_before is None or prev > plan.not_before):
             late = now - prev
             nxt = job.schedule.next_slot(now)
             if opts.catch_up_ms > 0 and late <= opts.catch_up_ms:
@@ -447,7 +488,7 @@ class Planner:
                     f"it is {late} ms in the past, beyond catch_up={opts.catch_up_ms} ms")
                 self._log.warning("%s slot=%s will not run: %s", job.name, fmt_slot(prev), why)
         slot = job.schedule.next_slot(now)
-        if slot is not None:
+        if slot is not None and (plan.until is None or slot <= plan.until):
             plan.next_due = slot + self._slot_jitter(plan, slot)
             self._push(plan.next_due, plan, slot, "slot")
 
@@ -494,7 +535,7 @@ class Planner:
                 nxt = max(nxt, job.schedule.prev_slot(now) or nxt)
             # (None for a job with no next slot, an `at` job: no boundary will settle its watches.)
             plan.next_due = None
-            if nxt is not None:
+            if nxt is not None and (plan.until is None or nxt <= plan.until):
                 plan.next_due = nxt + self._slot_jitter(plan, nxt)
                 self._push(plan.next_due, plan, nxt, "slot")
             if following is not None and following + plan.jitter_ms <= now:

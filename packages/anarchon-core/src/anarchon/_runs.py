@@ -126,6 +126,10 @@ class Runs:
         tokens = self._keys.get((name, slot))
         return tokens is not None and (token is None or token in tokens)
 
+    def running_job(self, name: str) -> bool:
+        """True while a run of job `name` is in progress here (any slot)."""
+        return any(r.job.name == name for r in self._runs)
+
     def _forget(self, run: _Run) -> None:
         """Drop an ended run from the (job, slot) index."""
         key = (run.ctx.name, run.ctx.slot)

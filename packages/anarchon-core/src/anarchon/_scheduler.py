@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import contextvars
 import gc
+import inspect
 import logging
 import os
 import signal
@@ -15,24 +16,40 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Never, Self, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, Generic, Never, Self, TypeVar, Unpack, cast, overload
 
 from . import _options
 from ._clock import Clock
 from ._context import JobContext
 from ._duration import Duration, parse_duration
 from ._engine import Engine
-from ._errors import AnarchonError, BackendUnavailable, DuplicateJobError
+from ._errors import AnarchonError, BackendUnavailable, ConfigError, DuplicateJobError
 from ._events import EventName, Listener, Listeners, Observers, check_event
 from ._job import Job, check_name
 from ._logs import qualname
-from ._options import ClaimOnlyJobOptions, LeaseJobOptions, NeedsControlBackend, NeedsLeaseBackend
+from ._options import (
+    ClaimOnlyJobOptions,
+    LeaseJobOptions,
+    NeedsControlBackend,
+    NeedsLeaseBackend,
+    NeedsScheduleBackend,
+)
 from ._plugins import backend_for_url, plugin_manager
 from ._runs import running_for
 from ._schedules import At, Cron, DstFold, DstGap, Every, Schedule
 from ._settings import Settings
 from ._sibling import second_backend
-from .backends import DEFAULT_HISTORY, ClaimBackend, ControlBackend, JobControl, LeaseBackend
+from ._stored import Schedules
+from ._sweeper import Task
+from .backends import (
+    DEFAULT_HISTORY,
+    Capability,
+    ClaimBackend,
+    ControlBackend,
+    JobControl,
+    LeaseBackend,
+    ScheduleBackend,
+)
 
 if TYPE_CHECKING:
     from ._thread import SchedulerThread
@@ -47,6 +64,7 @@ B = TypeVar("B", bound=ClaimBackend)
 LB = TypeVar("LB", bound=LeaseBackend)
 CB = TypeVar("CB", bound=ClaimBackend)
 CtB = TypeVar("CtB", bound=ControlBackend)
+SchB = TypeVar("SchB", bound=ScheduleBackend)
 H = TypeVar("H", bound=Callable[..., Any])
 L = TypeVar("L", bound=Listener)
 
@@ -99,6 +117,9 @@ class Scheduler(Generic[B]):
         self.settings: Settings = Settings.parse(backend, settings)
         """The settings, checked, with every default filled in; the engine gets them as they are."""
         self.jobs: dict[str, Job] = {}
+        self.tasks: dict[str, Task] = {}
+        """The tasks registered with `task`: the handlers that stored schedules name."""
+        self._schedules: Schedules | None = None
         self._engine: Engine | None = None
         """The running engine: set from `start()` until `stop()` ends."""
         self._stopping = False
@@ -277,6 +298,51 @@ class Scheduler(Generic[B]):
         self._check_options("at", options, frozenset())
         return self._register(name, At.parse(when), handler, options)
 
+    # -- schedules as data -----------------------------------------------------------------------
+
+    @overload
+    def task(self: Scheduler[SchB], name: str) -> Callable[[H], H]: ...
+    @overload
+    def task(self: Scheduler[CB], name: NeedsScheduleBackend[Never]) -> Callable[[H], H]: ...
+
+    def task(self, name: Any) -> Any:
+        """Register the decorated function as task `name`: it runs the stored schedules that name it,
+        called with the run's `JobContext` and the schedule's arguments as keywords."""
+        self._check_schedules("task")
+        try:
+            check_name(name)
+        except AnarchonError as exc:
+            raise type(exc)(str(exc).replace("job name", "task name")) from None
+        if name in self.tasks:
+            raise DuplicateJobError(f"task {name!r} is already registered (handler "
+                                    f"{qualname(self.tasks[name].handler)}): task names must be unique")
+
+        def decorator(func: H) -> H:
+            if not callable(func):
+                raise ConfigError(f"task {name!r}: {func!r} is not callable: decorate a function")
+            self.tasks[name] = Task(name, func, _task_is_async(name, func))
+            return func
+
+        return decorator
+
+    @property
+    def schedules(self) -> Schedules:
+        """The schedules kept in this scheduler's store and namespace: add, update, remove, get, list."""
+        if self._schedules is None:
+            self._check_schedules("schedules")
+            self._schedules = Schedules(
+                cast(ScheduleBackend, self.backend), namespace=self.namespace, clock=self.clock,
+                max_skew=f"{self.max_skew_ms}ms", opened=lambda: self._engine is not None,
+                known_tasks=lambda: set(self.tasks))
+        return self._schedules
+
+    def _check_schedules(self, what: str) -> None:
+        if Capability.SCHEDULES not in self.backend.capabilities:
+            raise ConfigError(
+                f"{what} needs a backend that keeps schedules as data, but {self.backend!r} does not declare "
+                "the 'schedules' capability: use SQLite, PostgreSQL, Redis or Valkey (or MemoryBackend), or "
+                "register the job in code with every(), cron() or at()")
+
     def register(self, obj: object) -> Self:
         """Add the jobs declared with `anarchon.every`/`cron`/`at` on an instance, module or function."""
         from ._decorators import register  # only for jobs declared with the decorators
@@ -348,7 +414,8 @@ class Scheduler(Generic[B]):
         self._stopping = False
         try:
             self._engine = await Engine.start(self.backend, self.settings, list(self.jobs.values()),
-                                              hook=self._hook, owner=self, sibling=self._sibling)
+                                              hook=self._hook, owner=self, sibling=self._sibling,
+                                              tasks=self.tasks)
         except BaseException:
             await self.backend.close()
             raise
@@ -600,6 +667,21 @@ class Scheduler(Generic[B]):
     def lifespan(self, app: object = None) -> contextlib.AbstractAsyncContextManager[None]:
         """An ASGI lifespan: `FastAPI(lifespan=scheduler.lifespan)` starts and stops with the app."""
         return _lifespan(self)
+
+
+def _task_is_async(name: str, func: Callable[..., Any]) -> bool:
+    """Whether task `name`'s handler is a coroutine function; `ConfigError` unless it takes the run's
+    `JobContext` first (the schedule's arguments follow as keywords)."""
+    try:
+        params = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        params = None
+    if params is not None and not (params and params[0].kind in (
+            inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            inspect.Parameter.VAR_POSITIONAL)):
+        raise ConfigError(f"task {name!r}: handler {qualname(func)} must take the run's JobContext first, "
+                          "then the schedule's arguments as keywords: def send(ctx: JobContext, **args)")
+    return inspect.iscoroutinefunction(func)
 
 
 def _flush_logs(log: logging.Logger) -> None:

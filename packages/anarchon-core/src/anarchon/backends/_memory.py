@@ -12,7 +12,7 @@ import asyncio
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import ClassVar, Generic, TypeVar
+from typing import ClassVar, Generic, Literal, TypeVar
 
 from .._clock import Clock, SystemClock
 from .._duration import Duration, parse_duration
@@ -22,6 +22,7 @@ from ._protocols import (
     _RUNNING,  # JobStatus.RUNNING, bound once (read per claim)
     CONTROLS_CHANGED,
     ERROR_LIMIT,
+    SCHEDULES_CHANGED,
     Capability,
     CatalogueEntry,
     ClaimOutcome,
@@ -34,6 +35,9 @@ from ._protocols import (
     ReleaseCallback,
     ReleaseOutcome,
     RunRecord,
+    ScheduleRecord,
+    ScheduleWrite,
+    ScheduleWriteResult,
     WinsCallback,
 )
 
@@ -88,6 +92,10 @@ class MemoryStore:
         """(namespace, job, instance) -> (entry, expires_at in store time)."""
         self.history: dict[tuple[str, str], dict[tuple[int, int], RunRecord]] = {}
         """(namespace, job) -> {(slot, attempt): run}, at most `keep` runs each."""
+        self.schedules: dict[str, dict[str, ScheduleRecord]] = {}
+        """namespace -> {id: stored schedule}."""
+        self.schedule_versions: dict[str, int] = {}
+        """namespace -> its change counter."""
         self.calls = 0
         """Store operations served: the round trips a real store would see."""
 
@@ -101,7 +109,7 @@ class MemoryBackend(LeaseBackendBase):
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT, Capability.CONTROL,
-         Capability.HISTORY, Capability.ANNOUNCE, Capability.FORGET}
+         Capability.HISTORY, Capability.ANNOUNCE, Capability.FORGET, Capability.SCHEDULES}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("memory",)
 
@@ -334,8 +342,97 @@ class MemoryBackend(LeaseBackendBase):
             now = self._now()
             held = {ns for ns, _ in self.store.jobs} | {ns for ns, _ in self.store.controls}
             held |= {ns for ns, _ in self.store.history}
+            held |= {ns for ns, kept in self.store.schedules.items() if kept}
             held |= {ns for (ns, _, _), (_, expires) in self.store.catalogue.items() if expires > now}
             return sorted(held)
+
+    # -- schedules as data -------------------------------------------------------------------------
+
+    async def put_schedule(self, namespace: str, write: ScheduleWrite, *,
+                           expect: int | Literal["absent", "any"]) -> ScheduleWriteResult:
+        """Write a schedule by `expect` (see `ScheduleBackend.put_schedule`)."""
+        with self.store.lock:
+            self.store.calls += 1
+            kept = self.store.schedules.setdefault(namespace, {})
+            current = kept.get(write.id)
+            if (expect == "absent" and current is not None) or (
+                    isinstance(expect, int) and (current is None or current.version != expect)):
+                return ScheduleWriteResult(False, current)
+            now = self._now()
+            record = ScheduleRecord(
+                write.id, write.task, write.spec, write.args, write.options, write.paused, write.next_due,
+                version=1 if current is None else current.version + 1,
+                created_at=now if current is None else current.created_at, updated_at=now)
+            kept[write.id] = record
+            self._schedules_changed(namespace, write.id)
+            return ScheduleWriteResult(True, record)
+
+    async def remove_schedule(self, namespace: str, schedule_id: str, *, expect: int | None = None
+                              ) -> ScheduleWriteResult:
+        """Remove a schedule (see `ScheduleBackend.remove_schedule`)."""
+        with self.store.lock:
+            self.store.calls += 1
+            kept = self.store.schedules.get(namespace, {})
+            current = kept.get(schedule_id)
+            if current is None or (expect is not None and current.version != expect):
+                return ScheduleWriteResult(False, current)
+            del kept[schedule_id]
+            self._schedules_changed(namespace, schedule_id)
+            return ScheduleWriteResult(True, current)
+
+    def _schedules_changed(self, namespace: str, schedule_id: str) -> None:
+        """Bump the namespace's change counter and push the change (under the store's lock)."""
+        self.store.schedule_versions[namespace] = self.store.schedule_versions.get(namespace, 0) + 1
+        if self.notify:
+            for sub in self.store.subscriptions:
+                if sub.namespace == namespace and not sub.loop.is_closed():
+                    sub.loop.call_soon_threadsafe(sub.callback, schedule_id, SCHEDULES_CHANGED)
+
+    async def get_schedules(self, namespace: str, ids: Sequence[str]) -> list[ScheduleRecord | None]:
+        """The schedules with these ids, in order."""
+        with self.store.lock:
+            self.store.calls += 1
+            kept = self.store.schedules.get(namespace, {})
+            return [kept.get(i) for i in ids]
+
+    async def list_schedules(self, namespace: str, *, after: str = "", limit: int, task: str | None = None,
+                             prefix: str = "") -> list[ScheduleRecord]:
+        """A page of schedules by id (see `ScheduleBackend.list_schedules`)."""
+        with self.store.lock:
+            self.store.calls += 1
+            kept = self.store.schedules.get(namespace, {})
+            page = sorted(r for r in kept if r > after and r.startswith(prefix)
+                          and (task is None or kept[r].task == task))[:max(limit, 0)]
+            return [kept[r] for r in page]
+
+    async def due_schedules(self, namespace: str, *, until: int, after: tuple[int, str] | None = None,
+                            limit: int) -> list[ScheduleRecord]:
+        """A page of the due index (see `ScheduleBackend.due_schedules`)."""
+        with self.store.lock:
+            self.store.calls += 1
+            kept = self.store.schedules.get(namespace, {})
+            due = sorted((r.next_due, r.id) for r in kept.values()
+                         if r.next_due is not None and r.next_due <= until)
+            page = [key for key in due if after is None or key > after][:max(limit, 0)]
+            return [kept[schedule_id] for _, schedule_id in page]
+
+    async def advance_schedules(self, namespace: str, moves: Sequence[tuple[str, int, int | None]]) -> None:
+        """Move schedules forward in the due index (see `ScheduleBackend.advance_schedules`)."""
+        with self.store.lock:
+            self.store.calls += 1
+            kept = self.store.schedules.get(namespace, {})
+            for schedule_id, version, next_due in moves:
+                current = kept.get(schedule_id)
+                if current is None or current.version != version or current.next_due is None:
+                    continue
+                if next_due is None or next_due > current.next_due:
+                    kept[schedule_id] = replace(current, next_due=next_due)
+
+    async def schedules_version(self, namespace: str) -> int:
+        """The namespace's change counter."""
+        with self.store.lock:
+            self.store.calls += 1
+            return self.store.schedule_versions.get(namespace, 0)
 
     async def subscribe(self, namespace: str, callback: ReleaseCallback) -> None:
         """Push releases in `namespace` to `callback` (only when `notify` is on)."""

@@ -12,7 +12,7 @@ import dataclasses
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, Final, Literal, Protocol, TypeVar, runtime_checkable
 
 __all__ = [
     "DEFAULT_HISTORY",
@@ -38,6 +38,11 @@ __all__ = [
     "ReleaseCallback",
     "ReleaseOutcome",
     "RunRecord",
+    "SCHEDULES_CHANGED",
+    "ScheduleBackend",
+    "ScheduleRecord",
+    "ScheduleWrite",
+    "ScheduleWriteResult",
     "WinsCallback",
 ]
 
@@ -69,6 +74,8 @@ class Capability(enum.StrEnum):
     FORGET = "forget"
     """`forget` deletes everything stored of a job, and `namespaces` lists the namespaces the store
     holds (`ForgetBackend`)."""
+    SCHEDULES = "schedules"
+    """Schedules kept in the store as data, indexed by their next due slot (`ScheduleBackend`)."""
 
 
 class ClaimOutcome(enum.StrEnum):
@@ -368,6 +375,10 @@ WinsCallback = Callable[[str, Sequence[tuple[str, int]]], None]
 CONTROLS_CHANGED: Final = -1
 """The slot a backend with `notify` and `control` pushes to say that a job's controls changed."""
 
+SCHEDULES_CHANGED: Final = -2
+"""The slot a backend with `notify` and `schedules` pushes (with the schedule's id as the job) to say
+that a stored schedule was written or removed."""
+
 
 @runtime_checkable
 class ClaimBackend(Protocol):
@@ -632,4 +643,122 @@ class ForgetBackend(Protocol):
     async def namespaces(self) -> list[str]:
         """Every namespace in which the store keeps anything (a record, controls, a run or a catalogue
         entry), sorted by code point."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleWrite:
+    """A stored schedule as a client writes it: everything but what the store sets."""
+
+    id: str
+    """The schedule's id: its job name for claims, leases, history and controls."""
+    task: str
+    """The name of the task (a handler registered in code) that runs it."""
+    spec: str
+    """When it is due, as JSON text: `{"every": ms, "offset": ms}`, `{"cron": ..., "timezone": ...,
+    "dst_gap": ..., "dst_fold": ...}` or `{"at": ms}`. The store keeps it as it is."""
+    args: str
+    """The task's keyword arguments, as JSON text of an object."""
+    options: str
+    """The job options given (overlap, timeout, ...), as JSON text of an object."""
+    paused: bool
+    next_due: int | None
+    """The slot at which the schedule next needs a look (epoch ms), for the due index; None when it
+    has no slot left."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRecord:
+    """A stored schedule as the store keeps it (`ScheduleWrite` plus what the store sets)."""
+
+    id: str
+    task: str
+    spec: str
+    args: str
+    options: str
+    paused: bool
+    next_due: int | None
+    version: int
+    """1 when created; one more with every write."""
+    created_at: int
+    """Store time of its creation, epoch ms (kept by every later write)."""
+    updated_at: int
+    """Store time of its last write, epoch ms."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleWriteResult:
+    """What a write or a removal did: `record` is the record written (or removed) when `written`, else
+    the record that made the store refuse (None when there is none)."""
+
+    written: bool
+    record: ScheduleRecord | None
+
+
+@runtime_checkable
+class ScheduleBackend(LeaseBackend, Protocol):
+    """A lease backend that keeps schedules as data (capability `schedules`), from any process.
+
+    Each write bumps the namespace's change counter (`schedules_version`); a backend that also
+    declares `notify` then pushes `(id, SCHEDULES_CHANGED)` to the namespace's subscribers, so that
+    replicas look again at once instead of at their next poll. A push may be lost; replicas poll the
+    counter every heartbeat. Ids are compared exactly (code point order), like job names.
+    """
+
+    async def put_schedule(self, namespace: str, write: ScheduleWrite, *,
+                           expect: int | Literal["absent", "any"]) -> ScheduleWriteResult:
+        """Write a schedule, atomically, by `expect`:
+
+        - `"absent"`: only if no schedule has this id (an add); else refused with the current record.
+        - `"any"`: create it, or replace the current one whatever its version (an upsert).
+        - a version (int): only if the current schedule has exactly that version (a compare-and-set);
+          else refused with the current record, or with None when there is none.
+        - Created: version 1, `created_at` = `updated_at` = the store's now. Replaced: version + 1,
+          `created_at` kept, `updated_at` = now; every field of `write` replaces the old one.
+        - A write bumps the change counter, in the same atomic step.
+        """
+        ...
+
+    async def remove_schedule(self, namespace: str, schedule_id: str, *, expect: int | None = None
+                              ) -> ScheduleWriteResult:
+        """Remove a schedule (only if its version is `expect`, when given), atomically.
+
+        - Written: the removed record; refused: the current record (a version mismatch), or None when
+          there is no such schedule. A removal bumps the change counter.
+        - The job's lease records, controls and history are left alone (`ForgetBackend.forget`).
+        """
+        ...
+
+    async def get_schedules(self, namespace: str, ids: Sequence[str]) -> list[ScheduleRecord | None]:
+        """The schedules with these ids, in order (None where there is none), in one round trip."""
+        ...
+
+    async def list_schedules(self, namespace: str, *, after: str = "", limit: int, task: str | None = None,
+                             prefix: str = "") -> list[ScheduleRecord]:
+        """A page of schedules ordered by id (code point order): ids greater than `after` that start
+        with `prefix` (and whose task is `task`, when given), at most `limit`.
+
+        Paging from the last id of one page to the next never skips a schedule that exists from
+        the first page to the last, nor returns one twice, while others are written meanwhile.
+        """
+        ...
+
+    async def due_schedules(self, namespace: str, *, until: int, after: tuple[int, str] | None = None,
+                            limit: int) -> list[ScheduleRecord]:
+        """A page of the due index: schedules whose `next_due` is set and at most `until`, ordered
+        by (`next_due`, id), greater than `after`, at most `limit`. It reads only those rows (an index
+        on next due), never every schedule."""
+        ...
+
+    async def advance_schedules(self, namespace: str, moves: Sequence[tuple[str, int, int | None]]) -> None:
+        """Move each `(id, version, next_due)` forward in the due index, in one round trip.
+
+        - Only while the schedule still has that version (a write since then set its own next due),
+          and only forward: a set `next_due` replaces a smaller one; None (no slot left) replaces any.
+        - A move changes nothing else and does not bump the change counter.
+        """
+        ...
+
+    async def schedules_version(self, namespace: str) -> int:
+        """The namespace's change counter: 0 before any write, and larger after each write or removal."""
         ...

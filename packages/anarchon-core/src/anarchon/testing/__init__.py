@@ -14,7 +14,7 @@ import asyncio
 import selectors
 from collections.abc import Coroutine, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, cast
 from urllib.parse import urlsplit
 
 from .._schedules import to_ms
@@ -36,6 +36,10 @@ from ..backends import (
     ReleaseCallback,
     ReleaseOutcome,
     RunRecord,
+    ScheduleBackend,
+    ScheduleRecord,
+    ScheduleWrite,
+    ScheduleWriteResult,
     WinsCallback,
 )
 
@@ -362,6 +366,47 @@ class FaultyBackend:
     async def namespaces(self) -> list[str]:
         """List the namespaces (when the wrapped backend declares `forget`)."""
         return await cast(ForgetBackend, self.inner).namespaces()
+
+    async def put_schedule(self, namespace: str, write: ScheduleWrite, *,
+                           expect: int | Literal["absent", "any"]) -> ScheduleWriteResult:
+        """Write a stored schedule (the wrapped backend declares `schedules`), unless crashed or frozen."""
+        await self._gate()
+        return await cast(ScheduleBackend, self.inner).put_schedule(namespace, write, expect=expect)
+
+    async def remove_schedule(self, namespace: str, schedule_id: str, *, expect: int | None = None
+                              ) -> ScheduleWriteResult:
+        """Remove a stored schedule, unless crashed or frozen."""
+        await self._gate()
+        return await cast(ScheduleBackend, self.inner).remove_schedule(namespace, schedule_id, expect=expect)
+
+    async def get_schedules(self, namespace: str, ids: Sequence[str]) -> list[ScheduleRecord | None]:
+        """Read stored schedules by id, unless crashed or frozen."""
+        await self._gate()
+        return await cast(ScheduleBackend, self.inner).get_schedules(namespace, ids)
+
+    async def list_schedules(self, namespace: str, *, after: str = "", limit: int, task: str | None = None,
+                             prefix: str = "") -> list[ScheduleRecord]:
+        """List stored schedules, unless crashed or frozen."""
+        await self._gate()
+        return await cast(ScheduleBackend, self.inner).list_schedules(namespace, after=after, limit=limit,
+                                                                      task=task, prefix=prefix)
+
+    async def due_schedules(self, namespace: str, *, until: int, after: tuple[int, str] | None = None,
+                            limit: int) -> list[ScheduleRecord]:
+        """Read the due index, unless crashed or frozen."""
+        await self._gate()
+        return await cast(ScheduleBackend, self.inner).due_schedules(namespace, until=until, after=after,
+                                                                     limit=limit)
+
+    async def advance_schedules(self, namespace: str, moves: Sequence[tuple[str, int, int | None]]) -> None:
+        """Move the due index on, unless crashed or frozen."""
+        await self._gate()
+        await cast(ScheduleBackend, self.inner).advance_schedules(namespace, moves)
+
+    async def schedules_version(self, namespace: str) -> int:
+        """Read the change counter, unless crashed or frozen."""
+        await self._gate()
+        return await cast(ScheduleBackend, self.inner).schedules_version(namespace)
 
     async def subscribe(self, namespace: str, callback: ReleaseCallback) -> None:
         """Subscribe; a crashed instance hears nothing more."""

@@ -1,0 +1,284 @@
+"""The sweep: which stored schedules are due soon, and which of them can this replica run?
+
+A replica never loads every stored schedule. Once a heartbeat (and at once when the store pushes a
+change) it reads the page(s) of the store's due index that fall within the next `window`, and plans
+each schedule found whose task it has as a job of its own, bounded to that window
+(`Planner.add(until=...)`): from then on the job is claimed, leased, run, watched and taken over
+like a code job. A job whose slots are all behind it, that watches nothing and runs nothing, is
+planned no more. The store's due index moves forward as slots are claimed (`advance_schedules`), so
+a sweep reads the schedules due next, not the ones done.
+
+Writes reach every replica within a heartbeat: the namespace's change counter is read at each
+sweep, and when it moved, the schedules planned here are read again; a removed or paused one is
+planned no more, a changed one is planned anew (its runs in progress end as they would).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ._context import JobContext
+from ._errors import AnarchonError
+from ._job import Job
+from ._logs import SkipSummary, qualname, short
+from ._options import resolve
+from ._planner import Planner
+from ._settings import Settings
+from ._stored import decode_options, decode_spec
+from ._wakeup import Wakeup
+from .backends import ScheduleBackend, ScheduleRecord
+
+__all__ = ["PAGE", "Sweeper", "Task", "task_call"]
+
+PAGE = 1000
+"""Schedules read from the due index per round trip."""
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """A handler registered by name (`Scheduler.task`), run for the stored schedules that name it."""
+
+    name: str
+    handler: Callable[..., Any]
+    is_async: bool
+
+
+class _AsyncCall:
+    """A task's handler with one schedule's arguments bound: what a stored schedule's job runs."""
+
+    __slots__ = ("__qualname__", "args", "handler")
+
+    def __init__(self, handler: Callable[..., Any], args: dict[str, Any]) -> None:
+        self.handler, self.args = handler, args
+        self.__qualname__ = qualname(handler)
+
+    async def __call__(self, ctx: JobContext) -> None:
+        await self.handler(ctx, **self.args)
+
+
+class _SyncCall:
+    """`_AsyncCall` for a plain-function task (it runs in a worker thread)."""
+
+    __slots__ = ("__qualname__", "args", "handler")
+
+    def __init__(self, handler: Callable[..., Any], args: dict[str, Any]) -> None:
+        self.handler, self.args = handler, args
+        self.__qualname__ = qualname(handler)
+
+    def __call__(self, ctx: JobContext) -> Any:
+        return self.handler(ctx, **self.args)
+
+
+def task_call(task: Task, args: dict[str, Any], schedule_id: str) -> Callable[..., Any]:
+    """`task`'s handler with `args` bound; `AnarchonError` naming both when they do not fit."""
+    try:
+        inspect.signature(task.handler).bind(None, **args)
+    except TypeError as exc:
+        raise AnarchonError(f"the args of schedule {schedule_id!r} do not fit task {task.name!r} "
+                            f"({qualname(task.handler)}): {exc}") from None
+    except ValueError:  # no signature to check (a builtin): the call will tell
+        pass
+    return _AsyncCall(task.handler, args) if task.is_async else _SyncCall(task.handler, args)
+
+
+@dataclass(slots=True)
+class _Planned:
+    version: int
+    job: Job
+
+
+class Sweeper:
+    """The stored schedules due soon, planned as this replica's jobs."""
+
+    def __init__(self, backend: ScheduleBackend, settings: Settings, planner: Planner, *,
+                 tasks: Mapping[str, Task], code_jobs: Mapping[str, Job], running: Callable[[str], bool],
+                 skips: SkipSummary) -> None:
+        self._backend = backend
+        self._settings = settings
+        self._log: logging.Logger = settings.log
+        self._planner = planner
+        self._tasks = tasks
+        self._code = code_jobs
+        self._running = running
+        self._skips = skips
+        self.window_ms = max(2 * settings.heartbeat_ms, 2000)
+        """How far ahead a sweep reads the due index: two heartbeats (at least 2 s), so a slot is
+        planned at least one sweep before it is due."""
+        self._planned: dict[str, _Planned] = {}
+        self._version: int | None = None
+        self._wake = Wakeup()
+        self._said: set[tuple[str, str, int]] = set()
+        """What was said once already: (what, schedule id or task, version)."""
+        self._wanted: set[str] = set()
+        """Stored schedules asked for by name (`job(fetch=True)`), to read at the next sweep."""
+        self._failing = False
+        self.sweeps = 0
+        """Sweeps done (for tests and metrics)."""
+
+    def job(self, name: str, *, fetch: bool = False) -> Job | None:
+        """The job of stored schedule `name` while it is planned here; with `fetch`, one that is not is
+        read at the next sweep (a trigger of a schedule not due soon), and planned from then on."""
+        planned = self._planned.get(name)
+        if planned is None and fetch:
+            self._wanted.add(name)
+        return None if planned is None else planned.job
+
+    @property
+    def planned(self) -> int:
+        """How many stored schedules are planned here now."""
+        return len(self._planned)
+
+    def poke(self) -> None:
+        """The store pushed a change: sweep now, not at the next heartbeat."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Sweep once a heartbeat, and whenever poked; a store error is logged, never raised."""
+        while True:
+            self._wake.clear()
+            try:
+                await self.sweep()
+            except Exception as exc:  # the store is away: the claims say so too; once here
+                self._log.log(logging.DEBUG if self._failing else logging.WARNING,
+                              "sweeping the stored schedules of namespace %r failed: %s",
+                              self._settings.namespace, short(exc))
+                self._failing = True
+            else:
+                self._failing = False
+            await self._wake.wait(self._settings.heartbeat_ms / 1000)
+
+    async def sweep(self) -> None:
+        """Read what changed and what is due within the window; plan it; move the due index on."""
+        backend, ns = self._backend, self._settings.namespace
+        version = await backend.schedules_version(ns)
+        if version != self._version:
+            if self._planned:
+                ids = list(self._planned)
+                for schedule_id, record in zip(ids, await backend.get_schedules(ns, ids), strict=True):
+                    planned = self._planned[schedule_id]
+                    if record is None or record.paused or record.version != planned.version:
+                        self._unplan(schedule_id)  # (a changed one is planned anew if it is due soon)
+            self._version = version
+        now = self._settings.clock.now_ms()
+        until = now + self.window_ms
+        seen: set[str] = set()
+        moves: list[tuple[str, int, int | None]] = []
+        after: tuple[int, str] | None = None
+        while True:
+            page = await backend.due_schedules(ns, until=until, after=after, limit=PAGE)
+            for record in page:
+                seen.add(record.id)
+                move = self._consider(record, now, until)
+                if move is not None:
+                    moves.append(move)
+            if len(page) < PAGE:
+                break
+            last = page[-1]
+            assert last.next_due is not None
+            after = (last.next_due, last.id)
+        if self._wanted:
+            wanted, self._wanted = sorted(self._wanted - seen), set()
+            for record in await backend.get_schedules(ns, wanted) if wanted else []:
+                if record is not None and record.next_due is not None:
+                    seen.add(record.id)
+                    self._consider(record, now, now)  # planned, with no boundary beyond now
+        if moves:
+            await backend.advance_schedules(ns, moves)
+        for schedule_id in [i for i in self._planned if i not in seen]:
+            plan = self._planner.plan_of(schedule_id)
+            if plan is None or (self._planner.idle(plan) and not self._running(schedule_id)):
+                self._unplan(schedule_id)
+        self.sweeps += 1
+
+    def _unplan(self, schedule_id: str) -> None:
+        self._planned.pop(schedule_id, None)
+        self._planner.remove(schedule_id)
+
+    def _consider(self, record: ScheduleRecord, now: int, until: int) -> tuple[str, int, int | None] | None:
+        """Plan one schedule of the due index; the due index's move for it, if any."""
+        schedule_id = record.id
+        if schedule_id in self._code:
+            self._once(("code", schedule_id, record.version), logging.ERROR,
+                       "stored schedule %r has the name of a code job of this replica: it is not claimed "
+                       "here; remove it, or add it again under another id", schedule_id)
+            return None
+        try:
+            schedule = decode_spec(record.spec)
+        except AnarchonError as exc:
+            self._once(("spec", schedule_id, record.version), logging.ERROR,
+                       "stored schedule %r cannot be read: %s", schedule_id, exc)
+            return None
+        next_due = record.next_due
+        assert next_due is not None
+        if record.paused:
+            # Its slots are skipped: said once a minute (with the others), and the index moved on.
+            if next_due <= now:
+                self._skips.add("paused", schedule_id)
+                return schedule_id, record.version, schedule.next_slot(now)
+            return None
+        task = self._tasks.get(record.task)
+        if task is None:
+            self._once(("task", record.task, 0), logging.WARNING,
+                       "task %r is not registered on this replica: its stored schedules (%r, ...) are not "
+                       "claimed here; a replica that has it claims them", record.task, schedule_id)
+            return None
+        planned = self._planned.get(schedule_id)
+        if planned is None or planned.version != record.version:
+            if planned is not None:
+                self._unplan(schedule_id)
+            job = self._job(record, schedule, task)
+            if job is None:
+                return None
+            planned = self._planned[schedule_id] = _Planned(record.version, job)
+            self._planner.add(job, until=until, not_before=record.updated_at)
+        plan = self._planner.plan_of(schedule_id)
+        if plan is None:
+            return None
+        self._planner.extend(plan, until)
+        latest = plan.latest_slot
+        if latest is not None and latest >= next_due:
+            return schedule_id, record.version, schedule.next_slot(latest)
+        catch_up = planned.job.options.catch_up_ms
+        if latest is None and next_due < now - catch_up - self.window_ms:
+            # Due long ago and beyond catch-up: no claim will move it, so the sweep does.
+            return schedule_id, record.version, schedule.next_slot(now - catch_up)
+        return None
+
+    def _job(self, record: ScheduleRecord, schedule: Any, task: Task) -> Job | None:
+        """The job a stored schedule runs as here; None (said once) when it cannot be built."""
+        s = self._settings
+        try:
+            options = resolve(decode_options(record.options), lease_ms=s.lease_ms,
+                              heartbeat_ms=s.heartbeat_ms)
+            args = _args(record)
+            return Job(record.id, schedule, options, task_call(task, args, record.id))
+        except AnarchonError as exc:
+            self._once(("job", record.id, record.version), logging.ERROR,
+                       "stored schedule %r is not claimed here: %s", record.id, exc)
+            return None
+
+    def _once(self, key: tuple[str, str, int], level: int, message: str, *args: object) -> None:
+        """Log a line once per `key` (what, which, version)."""
+        if key in self._said:
+            return
+        if len(self._said) > 10_000:
+            self._said.clear()
+        self._said.add(key)
+        self._log.log(level, message, *args)
+
+
+def _args(record: ScheduleRecord) -> dict[str, Any]:
+    import json
+
+    try:
+        args = json.loads(record.args)
+    except ValueError:
+        raise AnarchonError(f"its args {record.args[:100]!r} are not JSON") from None
+    if not isinstance(args, dict):
+        raise AnarchonError(f"its args {record.args[:100]!r} are not a JSON object")
+    return args
+

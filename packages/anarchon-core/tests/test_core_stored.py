@@ -1,0 +1,369 @@
+"""Schedules as data, in virtual time: tasks in code, schedules in the store, each slot run once."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from anarchon import (
+    ConfigError,
+    JobContext,
+    JobStatus,
+    MemoryBackend,
+    MemoryClaimBackend,
+    MemoryStore,
+    ScheduleConflict,
+    ScheduleError,
+    ScheduleNotFound,
+    Scheduler,
+    Schedules,
+    to_ms,
+)
+from anarchon.testing import VirtualClock
+
+START = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
+T0 = to_ms(START)
+
+
+@pytest.fixture
+def clock() -> VirtualClock:
+    return VirtualClock(START)
+
+
+class Replicas:
+    """Schedulers over one in-memory store, each with the task `report` unless told otherwise."""
+
+    def __init__(self, clock: VirtualClock, n: int = 3, *, without_task: int = 0,
+                 notify: bool = True) -> None:
+        self.clock = clock
+        self.store = MemoryStore(clock)
+        self.runs: list[tuple[str, int, int, str, dict[str, Any]]] = []
+        """(schedule id, slot, attempt, instance, args) of every run."""
+        self.schedulers: list[Scheduler[MemoryBackend]] = []
+        for k in range(n):
+            s = Scheduler(MemoryBackend(self.store, notify=notify), instance_id=f"i{k}", clock=clock,
+                          lease="6s", heartbeat="1s")
+            if k >= without_task:
+                @s.task("report")
+                async def report(ctx: JobContext, **args: Any) -> None:
+                    self.runs.append((ctx.name, ctx.slot, ctx.attempt, ctx.instance_id, args))
+            else:  # an older version of the service: it has other tasks, not this one
+                @s.task("cleanup")
+                async def cleanup(ctx: JobContext) -> None: ...
+            self.schedulers.append(s)
+        self.admin = Schedules(MemoryBackend(self.store), namespace="anarchon", clock=clock)
+
+    async def start(self) -> None:
+        for s in self.schedulers:
+            await s.start()
+
+    async def stop(self) -> None:
+        for s in self.schedulers:
+            await s.stop()
+
+    def slots(self, schedule_id: str) -> list[int]:
+        return sorted(slot for i, slot, _, _, _ in self.runs if i == schedule_id)
+
+    def doubles(self) -> dict[tuple[str, int, int], int]:
+        counts = Counter((i, slot, attempt) for i, slot, attempt, _, _ in self.runs)
+        return {k: v for k, v in counts.items() if v > 1}
+
+
+def test_a_schedule_added_from_a_process_with_no_tasks_runs_once_per_slot(clock: VirtualClock) -> None:
+    r = Replicas(clock)
+
+    async def main() -> None:
+        await r.start()
+        added = await r.admin.add("cust-42", "report", every="10s", args={"customer": 42})
+        assert (added.version, added.task, added.kind, added.args) == (1, "report", "every", {"customer": 42})
+        await asyncio.sleep(35)
+        await r.stop()
+
+    clock.run(main())
+    assert r.slots("cust-42") == [T0 + 10_000, T0 + 20_000, T0 + 30_000]
+    assert not r.doubles()
+    assert all(args == {"customer": 42} for *_, args in r.runs)
+    assert len({inst for _, _, _, inst, _ in r.runs}) >= 1
+
+
+def test_changing_the_interval_moves_the_next_slot_and_no_slot_runs_twice(clock: VirtualClock) -> None:
+    r = Replicas(clock)
+
+    async def main() -> None:
+        await r.start()
+        s = await r.admin.add("s", "report", every="10s")
+        await asyncio.sleep(21)  # +10 and +20 ran
+        await r.admin.update("s", version=s.version, every="15s")
+        await asyncio.sleep(40)  # +30, +45, +60 on the new grid
+        await r.stop()
+
+    clock.run(main())
+    assert r.slots("s") == [T0 + 10_000, T0 + 20_000, T0 + 30_000, T0 + 45_000, T0 + 60_000]
+    assert not r.doubles()
+
+
+def test_removing_a_schedule_stops_it_within_a_heartbeat(clock: VirtualClock) -> None:
+    r = Replicas(clock, notify=False)
+
+    async def main() -> None:
+        await r.start()
+        await r.admin.add("s", "report", every="2s")
+        await asyncio.sleep(6.5)  # +2, +4, +6
+        await r.admin.remove("s")
+        await asyncio.sleep(10)
+        await r.stop()
+
+    clock.run(main())
+    slots = r.slots("s")
+    assert slots[:3] == [T0 + 2000, T0 + 4000, T0 + 6000]
+    assert all(slot <= T0 + 6500 + 1000 for slot in slots), slots  # at most one heartbeat after
+
+
+def test_a_replica_without_the_task_never_claims_it_and_says_so_once(
+    clock: VirtualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    r = Replicas(clock, without_task=1)
+    claims: list[str] = []
+    backend = r.schedulers[0].backend
+    original = backend.claim_many
+
+    async def spy(requests: Any) -> Any:
+        claims.extend(req.job for req in requests)
+        return await original(requests)
+
+    backend.claim_many = spy  # type: ignore[method-assign]
+
+    async def main() -> None:
+        await r.start()
+        await r.admin.add("a", "report", every="5s")
+        await r.admin.add("b", "report", every="5s")
+        await asyncio.sleep(21)
+        await r.stop()
+
+    with caplog.at_level(logging.WARNING, logger="anarchon"):
+        clock.run(main())
+    assert "a" not in claims and "b" not in claims
+    assert {inst for _, _, _, inst, _ in r.runs} <= {"i1", "i2"} and r.slots("a")
+    said = [m for m in caplog.messages if "task 'report' is not registered on this replica" in m]
+    assert len(said) == 1, said
+
+
+def test_a_killed_runner_is_taken_over_as_attempt_2(clock: VirtualClock) -> None:
+    from anarchon.testing import FaultyBackend, crash
+
+    store = MemoryStore(clock)
+    starts: list[tuple[int, int, str]] = []
+    schedulers = []
+    for k in range(2):
+        s = Scheduler(FaultyBackend(MemoryBackend(store)), instance_id=f"i{k}", clock=clock, lease="6s",
+                      heartbeat="1s")
+
+        @s.task("long")
+        async def long(ctx: JobContext) -> None:
+            starts.append((ctx.slot, ctx.attempt, ctx.instance_id))
+            await ctx.sleep(30)
+
+        schedulers.append(s)
+
+    async def main() -> None:
+        for s in schedulers:
+            await s.start()
+        await Schedules(MemoryBackend(store), clock=clock).add("job", "long", every="1m")
+        await asyncio.sleep(61)
+        winner = next(s for s in schedulers if s.active_runs)
+        await crash(winner)
+        await asyncio.sleep(10)
+        for s in schedulers:
+            if s is not winner:
+                await s.stop()
+
+    clock.run(main())
+    assert [(a, i) for _, a, i in starts][:1][0][0] == 1
+    assert [a for _, a, _ in starts] == [1, 2] and starts[0][2] != starts[1][2]
+
+
+def test_add_is_refused_for_a_taken_id_and_update_compares_the_version(clock: VirtualClock) -> None:
+    admin = Schedules(MemoryBackend(clock=clock), clock=clock)
+
+    async def main() -> None:
+        first = await admin.add("x", "report", cron="0 9 * * *", timezone="Europe/Athens")
+        with pytest.raises(ScheduleConflict, match="exists already") as info:
+            await admin.add("x", "report", every="1h")
+        assert info.value.current is not None and info.value.current.version == 1
+        replaced = await admin.add("x", "other", every="1h", replace=True)
+        assert (replaced.version, replaced.task, replaced.kind) == (2, "other", "every")
+        assert replaced.created_at == first.created_at
+        with pytest.raises(ScheduleConflict, match="at version 2, not 1"):
+            await admin.update("x", version=1, every="2h")
+        updated = await admin.update("x", version=2, args={"a": [1, 2]}, timeout="30s")
+        assert (updated.version, updated.args, updated.options) == (3, {"a": [1, 2]}, {"timeout": "30000ms"})
+        assert updated.kind == "every" and updated.description == "every 1h"
+        removed = await admin.remove("x", version=3)
+        assert removed.id == "x" and await admin.get("x") is None
+        with pytest.raises(ScheduleNotFound):
+            await admin.remove("x")
+
+    clock.run(main())
+
+
+def test_list_pages_by_id_with_filters(clock: VirtualClock) -> None:
+    admin = Schedules(MemoryBackend(clock=clock), clock=clock)
+
+    async def main() -> None:
+        for i in range(7):
+            await admin.add(f"cust-{i}", "report" if i % 2 else "sync", every="1h")
+        await admin.add("other", "report", every="1h")
+        page = await admin.list(prefix="cust-", limit=3)
+        assert [s.id for s in page.items] == ["cust-0", "cust-1", "cust-2"] and page.cursor == "cust-2"
+        rest = await admin.list(prefix="cust-", after=page.cursor or "", limit=10)
+        assert [s.id for s in rest.items] == ["cust-3", "cust-4", "cust-5", "cust-6"] and rest.cursor is None
+        tasks = await admin.list(task="report", limit=100)
+        assert [s.id for s in tasks.items] == ["cust-1", "cust-3", "cust-5", "other"]
+
+    clock.run(main())
+
+
+@pytest.mark.parametrize(("kwargs", "text"), [
+    ({"cron": "61 * * * *"}, "invalid cron expression '61 * * * *'"),
+    ({"every": "10 parsecs"}, "invalid interval '10 parsecs'"),
+    ({"cron": "0 9 * * *", "timezone": "Mars/Olympus"}, "Mars/Olympus"),
+    ({"every": "1h", "cron": "0 9 * * *"}, "exactly one of every, cron or at, not every and cron"),
+    ({}, "exactly one of every, cron or at, not none"),
+    ({"every": "1h", "args": {"when": datetime(2026, 1, 1)}}, "use JSON values only"),
+    ({"every": "1h", "args": {"blob": "x" * 70_000}}, "more than 65536"),
+    ({"every": "1h", "args": [1, 2]}, "pass a dict with string keys"),
+    ({"at": datetime(2020, 1, 1, tzinfo=UTC)}, "is in the past: it would never run"),
+    ({"every": "1h", "overlap": "sometimes"}, "invalid overlap 'sometimes'"),
+    ({"every": "1h", "colour": "red"}, "unknown option 'colour'"),
+])
+def test_bad_input_gets_one_clear_error_and_nothing_is_written(
+    clock: VirtualClock, kwargs: dict[str, Any], text: str
+) -> None:
+    backend = MemoryBackend(clock=clock)
+    admin = Schedules(backend, clock=clock)
+
+    async def main() -> None:
+        with pytest.raises((ScheduleError, ConfigError, ValueError, TypeError)) as info:
+            await admin.add("s", "report", **kwargs)
+        assert text in str(info.value), str(info.value)
+        assert await admin.get("s") is None
+
+    clock.run(main())
+
+
+@pytest.mark.parametrize("bad", ["", "x" * 201, "a\x1fb", "tab\there"])
+def test_ids_the_stores_cannot_key_are_refused(clock: VirtualClock, bad: str) -> None:
+    admin = Schedules(MemoryBackend(clock=clock), clock=clock)
+    with pytest.raises(ScheduleError, match="invalid schedule id"):
+        clock.run(admin.add(bad, "report", every="1h"))
+
+
+def test_an_unknown_task_is_accepted_with_a_warning_or_refused_when_strict(
+    clock: VirtualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    admin = Schedules(MemoryBackend(clock=clock), clock=clock)
+
+    async def main() -> None:
+        await admin.add("s", "nosuch", every="1h")
+        with pytest.raises(ScheduleError, match="has registered task 'nosuch'"):
+            await admin.add("t", "nosuch", every="1h", strict=True)
+
+    with caplog.at_level(logging.WARNING, logger="anarchon"):
+        clock.run(main())
+    said = "no replica in namespace 'anarchon' has registered task 'nosuch'"
+    assert any(said in m for m in caplog.messages)
+
+
+def test_a_stored_schedule_cannot_take_a_code_jobs_name(clock: VirtualClock) -> None:
+    store = MemoryStore(clock)
+    s = Scheduler(MemoryBackend(store), clock=clock, instance_id="i0")
+    s.every("nightly", "1h", lambda: None)
+
+    async def main() -> None:
+        async with s:
+            await asyncio.sleep(1)  # the catalogue is published
+            with pytest.raises(ConfigError, match="'nightly' is a code job"):
+                await Schedules(MemoryBackend(store), clock=clock).add("nightly", "report", every="1h")
+
+    clock.run(main())
+
+
+def test_a_claim_only_backend_refuses_schedules_as_data() -> None:
+    scheduler = Scheduler(MemoryClaimBackend())
+    with pytest.raises(ConfigError, match="'schedules' capability"):
+        scheduler.task("report")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="'schedules' capability"):
+        Schedules(MemoryClaimBackend())  # type: ignore[arg-type]
+
+
+def test_a_paused_schedule_is_skipped_and_resumes_from_its_next_slot(clock: VirtualClock) -> None:
+    r = Replicas(clock, n=2)
+
+    async def main() -> None:
+        await r.start()
+        await r.admin.add("s", "report", every="10s")
+        await asyncio.sleep(15)  # +10 ran
+        await r.admin.pause("s")
+        await asyncio.sleep(20)  # +20, +30 skipped
+        await r.admin.resume("s")
+        await asyncio.sleep(20)  # +40, +50
+        await r.stop()
+
+    clock.run(main())
+    assert r.slots("s") == [T0 + 10_000, T0 + 40_000, T0 + 50_000]
+
+
+def test_a_trigger_runs_a_schedule_that_is_not_due_soon(clock: VirtualClock) -> None:
+    r = Replicas(clock, n=2)
+
+    async def main() -> None:
+        await r.start()
+        await r.admin.add("daily", "report", cron="0 3 * * *")
+        await asyncio.sleep(1)
+        await r.schedulers[0].trigger("daily", force=True)
+        await asyncio.sleep(5)
+        await r.stop()
+
+    clock.run(main())
+    assert len([run for run in r.runs if run[0] == "daily"]) == 1
+
+
+def test_a_one_off_schedule_runs_once_and_leaves_the_due_index(clock: VirtualClock) -> None:
+    r = Replicas(clock, n=2)
+
+    async def main() -> None:
+        await r.start()
+        await r.admin.add("once", "report", at=START + timedelta(seconds=5))
+        await asyncio.sleep(20)
+        got = await r.admin.get("once")
+        assert got is not None and got.next_due is None
+        state = await r.schedulers[0].backend.inspect("anarchon", "once")
+        assert state is not None and state.status is JobStatus.DONE
+        await r.stop()
+
+    clock.run(main())
+    assert r.slots("once") == [T0 + 5000]
+
+
+def test_a_replica_plans_only_the_schedules_due_soon(clock: VirtualClock) -> None:
+    r = Replicas(clock, n=1)
+
+    async def main() -> None:
+        for i in range(200):
+            await r.admin.add(f"s{i}", "report", every="1h", offset=f"{(i + 1) * 10}s")
+        await r.start()
+        sweeper = r.schedulers[0]._engine.sweeper  # type: ignore[union-attr]
+        assert sweeper is not None
+        await asyncio.sleep(1)
+        assert sweeper.planned <= 1, sweeper.planned  # due within the window: s0 at +10 s at most
+        await asyncio.sleep(100)
+        assert sweeper.planned <= 2, sweeper.planned
+        await r.stop()
+
+    clock.run(main())
+    assert r.slots("s0") == [T0 + 10_000] and len(r.slots("s8")) == 1
