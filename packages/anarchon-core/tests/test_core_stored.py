@@ -367,3 +367,29 @@ def test_a_replica_plans_only_the_schedules_due_soon(clock: VirtualClock) -> Non
 
     clock.run(main())
     assert r.slots("s0") == [T0 + 10_000] and len(r.slots("s8")) == 1
+
+
+def test_the_overview_shows_stored_schedules_and_those_no_live_replica_can_run(clock: VirtualClock) -> None:
+    from anarchon.inspect import Inspector
+
+    r = Replicas(clock, n=1)
+
+    async def main() -> None:
+        await r.start()
+        await r.admin.add("cust-1", "report", every="1h", args={"c": 1})
+        await r.admin.add("cust-2", "export", every="1h")  # no replica has "export"
+        await asyncio.sleep(2)  # the catalogue (tasks included) is published
+        async with Inspector(MemoryBackend(r.store), close=False) as store:
+            overview = await store.overview()
+            await store.pause("cust-2")  # a stored schedule is a known job, though it never ran
+        await r.stop()
+        assert overview.tasks == {"report": ("i0",)}
+        views = {j.name: j for j in overview.jobs}
+        assert views["cust-1"].origin == "schedule" and views["cust-1"].task_live
+        hourly = 3_600_000
+        assert views["cust-1"].schedule == "every 1h"
+        assert views["cust-1"].next_slot == (overview.now // hourly + 1) * hourly
+        assert [j.name for j in overview.orphans] == ["cust-2"]
+        assert "report" not in views, "a task is not a job"
+
+    clock.run(main())

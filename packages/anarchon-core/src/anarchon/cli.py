@@ -6,6 +6,7 @@
     anarchon pause|resume|trigger sqlite:///jobs.db JOB --namespace myapp [--force]
     anarchon forget sqlite:///jobs.db JOB --namespace myapp [--force]
     anarchon namespaces redis://localhost:6379/0 [--json]
+    anarchon schedules add|update|rm|get|ls sqlite:///jobs.db ... --namespace myapp [--json]
     anarchon dashboard sqlite:///jobs.db --namespace myapp [--port 8321] [--read-only] [--token T]
     anarchon backends
     anarchon next "0 8 * * 1-5" --timezone Europe/Athens -n 5
@@ -29,6 +30,7 @@ from importlib import metadata
 from typing import Any, cast
 from zoneinfo import ZoneInfo
 
+from . import _cli_schedules
 from ._duration import parse_duration
 from ._entrypoints import entry_points
 from ._errors import AnarchonError
@@ -166,6 +168,7 @@ def _job_row(job: JobView) -> dict[str, Any]:
         paused=job.paused, pending_trigger=job.pending_trigger, trigger_id=job.control.trigger or None,
         last_success=_iso(success), last_success_ms=success,
         missed=job.missed, missed_window_s=job.missed_window_ms // 1000,
+        origin=job.origin, task=None if job.stored is None else job.stored.task, task_live=job.task_live,
     )
     return row
 
@@ -175,7 +178,8 @@ def _overview_rows(o: Overview) -> list[dict[str, Any]]:
 
 
 def _state_cell(row: dict[str, Any]) -> str:
-    marks = [m for m, on in (("paused", row["paused"]), ("trigger pending", row["pending_trigger"])) if on]
+    marks = [m for m, on in (("paused", row["paused"]), ("trigger pending", row["pending_trigger"]),
+                             (f"no live replica has task {row['task']}", not row["task_live"])) if on]
     status: str = row["status"]
     return status + (f" ({', '.join(marks)})" if marks else "")
 
@@ -519,6 +523,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="no pause, resume or trigger: the buttons are left out and their requests refused")
     dash.add_argument("--refresh", default="2s", help="how often the page polls the store (default 2s)")
     dash.set_defaults(func=_dashboard)
+
+    _cli_schedules.add_parser(sub, _existing_store)
 
     backends = sub.add_parser("backends", help="list installed drivers and their URL schemes")
     backends.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -17,9 +17,10 @@ the store's capabilities: records need `inspect`, pauses and triggers `control`,
 runs `history`. A part the store cannot feed is left out, and `Overview.notes` says why.
 
 A job is what the store knows of it: the replicas that register it (the catalogue each publishes), its
-lease record, its controls and its runs. Schedules kept in the store are a second kind of job (their
-`JobView.origin` will be `"schedule"`); until then every job is `"code"`, and `Inspector._jobs_of`
-is the one place that gathers a namespace's jobs, where stored schedules will join the catalogue.
+lease record, its controls and its runs. Schedules kept in the store are a second kind of job
+(`JobView.origin` is `"schedule"`, `JobView.stored` the schedule); `Overview.tasks` names the live
+replicas of each task, and `Overview.orphans` the stored schedules whose task no live replica has.
+`Inspector._jobs_of` is the one place that gathers a namespace's jobs.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ._history import CATALOGUE_TTL_MS, next_slot_of, schedule_of
 from ._job import check_name
 from ._plugins import backend_for_url
 from ._schedules import Every, Schedule
+from ._stored import StoredSchedule, public
 from .backends import (
     Capability,
     CatalogueEntry,
@@ -49,6 +51,7 @@ from .backends import (
     JobState,
     JobStatus,
     RunRecord,
+    ScheduleBackend,
     redact_url,
 )
 
@@ -69,6 +72,8 @@ MISSED_WINDOW_MS = 86_400_000
 """How far back `JobView.missed` counts missed slots unless told otherwise: one day."""
 RUNS_READ = 25
 """How many of each job's newest history entries an overview reads unless told otherwise."""
+SCHEDULES_READ = 1000
+"""How many stored schedules (the first by id) an overview reads."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +85,7 @@ class JobView:
     now: int
     """The time of the read, epoch ms (the store's, where its records tell it)."""
     origin: Literal["code", "schedule"] = "code"
-    """Where the job is defined: `code` (registered by replicas); `schedule` is kept for stored schedules."""
+    """Where the job is defined: `code` (registered by replicas) or `schedule` (kept in the store)."""
     record: JobState | None = None
     """Its newest lease record; None when no slot was ever claimed (or the store keeps none)."""
     trigger_record: JobState | None = None
@@ -93,11 +98,15 @@ class JobView:
     """Its newest history entries, newest first: runs, trigger runs (`RunRecord.job` ends with
     `TRIGGER_SUFFIX`) and missed slots (outcome `missed`)."""
     missed_window_ms: int = MISSED_WINDOW_MS
+    stored: StoredSchedule | None = None
+    """The stored schedule, for a job of origin `schedule`."""
+    task_live: bool = True
+    """For a stored schedule: whether a live replica has registered its task (else no one claims it)."""
 
     @property
     def paused(self) -> bool:
-        """True while the job is paused on every replica."""
-        return self.control.paused
+        """True while the job is paused on every replica (its controls, or a stored schedule's flag)."""
+        return self.control.paused or (self.stored is not None and self.stored.paused)
 
     @property
     def pending_trigger(self) -> bool:
@@ -128,11 +137,15 @@ class JobView:
 
     @property
     def schedule(self) -> str | None:
-        """Its schedule in words, e.g. "every 10s", where a replica published it."""
+        """Its schedule in words, e.g. "every 10s", as a replica published it or the store keeps it."""
+        if self.stored is not None:
+            return self.stored.description
         return None if self.entry is None else self.entry.schedule
 
     def _schedule(self) -> Schedule | None:
-        """The schedule a registration's fingerprint names (the last one listed that has one)."""
+        """The stored schedule's, or the one a registration's fingerprint names (the last one listed)."""
+        if self.stored is not None:
+            return self.stored.schedule
         found = next((e.fingerprint for e in reversed(self.entries) if e.fingerprint), "")
         return schedule_of(found) if found else None
 
@@ -144,7 +157,9 @@ class JobView:
 
     @property
     def next_slot(self) -> int | None:
-        """Its next slot after `now` (the earliest the replicas publish), or None."""
+        """Its next slot after `now` (the earliest the replicas publish, or the stored schedule's)."""
+        if self.stored is not None:
+            return None if self.stored.paused else self.stored.schedule.next_slot(self.now)
         found = [n for n in (next_slot_of(e, self.now) for e in self.entries) if n is not None]
         return min(found, default=None)
 
@@ -200,6 +215,13 @@ class Overview:
     """Sorted by name."""
     notes: tuple[str, ...] = ()
     """What the store cannot show, and why (a capability it lacks)."""
+    tasks: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Each task a live replica registers, with those replicas."""
+
+    @property
+    def orphans(self) -> list[JobView]:
+        """The stored schedules (among those read) whose task no live replica has: nobody claims them."""
+        return [j for j in self.jobs if j.stored is not None and not j.task_live]
 
     def job(self, name: str) -> JobView | None:
         """The view of job `name`, or None."""
@@ -317,17 +339,33 @@ class Inspector:
         else:
             notes.append(f"{name} keeps no job catalogue or run history (it lacks the 'history' "
                          "capability): schedules, next runs and runs are not shown")
+        stored: list[StoredSchedule] = []
+        if Capability.SCHEDULES in caps:
+            records = await cast(ScheduleBackend, self.backend).list_schedules(
+                self.namespace, limit=SCHEDULES_READ + 1)
+            if len(records) > SCHEDULES_READ:
+                notes.append(f"only the first {SCHEDULES_READ} stored schedules (by id) are shown: "
+                             "anarchon schedules ls pages through them all")
+            stored = [public(r) for r in records[:SCHEDULES_READ]]
+        tasks: dict[str, list[str]] = {}
+        for entry in catalogue:
+            if entry.kind == "task":
+                tasks.setdefault(entry.job, []).append(entry.instance)
+        catalogue = [e for e in catalogue if e.kind != "task"]
         # The store's time as its records were read; with no record to read it from, this machine's.
         now = max((s.now for s in states), default=0) or int(time.time() * 1000)
         jobs = await self._jobs_of(states, controls, catalogue, now, runs=runs if Capability.HISTORY in caps
-                                  else 0, missed_window_ms=missed_window_ms)
-        return Overview(self.namespace, self.url, now, caps, tuple(jobs), tuple(notes))
+                                  else 0, missed_window_ms=missed_window_ms, stored=stored, tasks=set(tasks))
+        return Overview(self.namespace, self.url, now, caps, tuple(jobs), tuple(notes),
+                        {t: tuple(i) for t, i in sorted(tasks.items())})
 
     async def _jobs_of(self, states: Sequence[JobState], controls: dict[str, JobControl],
                       catalogue: Sequence[CatalogueEntry], now: int, *, runs: int,
-                      missed_window_ms: int = MISSED_WINDOW_MS) -> list[JobView]:
-        """The namespace's jobs from what was read: every name with a record, controls or a registration
-        (stored schedules will join here), each with its newest `runs` history entries."""
+                      missed_window_ms: int = MISSED_WINDOW_MS, stored: Sequence[StoredSchedule] = (),
+                      tasks: set[str] | None = None) -> list[JobView]:
+        """The namespace's jobs from what was read: every name with a record, controls, a registration
+        or a stored schedule, each with its newest `runs` history entries."""
+        schedules = {s.id: s for s in stored}
         records: dict[str, JobState] = {}
         triggers: dict[str, JobState] = {}
         for state in states:
@@ -338,7 +376,7 @@ class Inspector:
         entries: dict[str, list[CatalogueEntry]] = {}
         for entry in catalogue:
             entries.setdefault(entry.job, []).append(entry)
-        names = sorted({*records, *triggers, *controls, *entries})
+        names = sorted({*records, *triggers, *controls, *entries, *schedules})
         found: dict[str, list[RunRecord]] = {}
         if runs > 0:
             store = cast(HistoryBackend, self.backend)
@@ -351,9 +389,12 @@ class Inspector:
         for name in names:
             history = found.get(name, [])
             history.sort(key=lambda r: (r.started_at, r.slot, r.attempt), reverse=True)
-            views.append(JobView(name, self.namespace, now, "code", records.get(name), triggers.get(name),
-                                 controls.get(name, JobControl()), tuple(entries.get(name, ())),
-                                 tuple(history), missed_window_ms))
+            schedule = schedules.get(name)
+            live = schedule is None or tasks is None or schedule.task in tasks
+            views.append(JobView(name, self.namespace, now, "code" if schedule is None else "schedule",
+                                 records.get(name), triggers.get(name), controls.get(name, JobControl()),
+                                 tuple(entries.get(name, ())), tuple(history), missed_window_ms, schedule,
+                                 live))
         return views
 
     async def job(self, name: str, *, runs: int = RUNS_READ,
@@ -369,7 +410,8 @@ class Inspector:
         await self.open()
         names: set[str] = set()
         if Capability.HISTORY in caps:
-            names |= {e.job for e in await cast(HistoryBackend, self.backend).catalogue(self.namespace)}
+            names |= {e.job for e in await cast(HistoryBackend, self.backend).catalogue(self.namespace)
+                      if e.kind != "task"}
         if Capability.INSPECT in caps:
             names |= {s.job for s in await cast(InspectBackend, self.backend).jobs(self.namespace)
                       if not s.job.endswith(TRIGGER_SUFFIX)}
@@ -393,6 +435,10 @@ class Inspector:
         if not self.capabilities & {Capability.INSPECT, Capability.HISTORY}:
             return
         known = await self.known()
+        if job not in known and Capability.SCHEDULES in self.capabilities:
+            [found] = await cast(ScheduleBackend, self.backend).get_schedules(self.namespace, [job])
+            if found is not None:
+                return  # a stored schedule: a job of the namespace, run or not
         if job not in known:
             raise UnknownJob(
                 f"cannot {verb} {job!r}: no job {job!r} in namespace {self.namespace!r} (known: "
