@@ -54,3 +54,25 @@ async def controls() -> None:
     assert trigger_id
     await claim_only.pause("d")  # type: ignore[arg-type]
     await claim_only.trigger("d")  # type: ignore[arg-type]
+
+
+async def stored_schedules() -> None:
+    """Schedules as data need a backend that keeps them; a task's handler keeps its type."""
+
+    @lease.task("send-report")
+    async def send_report(ctx: JobContext, customer: int) -> None:
+        """A task: the run's context, then the schedule's arguments."""
+
+    await send_report(ctx=await _a_context(), customer=1)
+    added = await lease.schedules.add("cust-1", "send-report", every="1h", args={"customer": 1},
+                                      overlap="skip", timeout="5m")
+    await lease.schedules.update(added.id, version=added.version, cron="0 9 * * *", timezone="UTC")
+    page = await lease.schedules.list(task="send-report", prefix="cust-")
+    assert page.items or page.cursor is None
+    claim_only.task("send-report")  # type: ignore[arg-type]
+    await lease.schedules.add("x", "t", every="1h", overlap="sometimes")  # type: ignore[arg-type]
+    await lease.schedules.add("x", "t", every="1h", colour="blue")  # type: ignore[call-arg]
+
+
+async def _a_context() -> JobContext:
+    raise NotImplementedError
