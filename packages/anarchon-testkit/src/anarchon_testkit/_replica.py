@@ -11,6 +11,8 @@ one when it is ready, when SIGTERM arrives (`stopping`) and when it exits, to
 - with `history` = n, `Scheduler(history=n)`;
 - with `block_for` (a list of seconds), `block`, every `block_every`: an `async def` that blocks its
   event loop with `time.sleep`, the n-th such run in the cluster for `block_for[n]` seconds, then no more;
+- with `tasks` = [name, ...], those tasks for stored schedules: each runs `seconds` (the schedule's
+  argument, 0 by default) like `long`;
 - with `stubborn` = {"at": epoch seconds, "kind": "thread" or "async", "seconds": s}, `stubborn`, due
   once at `at`: a handler that ignores its cancellation signal and runs for `s` seconds (a plain
   function that sleeps in its worker thread, or an `async def` that awaits short sleeps; a cancelled
@@ -89,6 +91,8 @@ def main(argv: list[str]) -> None:
         scheduler.every("block", config["block_every"], block, **options)
     if config.get("later"):
         scheduler.at("later", datetime(2100, 1, 1, tzinfo=UTC), tick)
+    if config.get("tasks"):
+        _add_tasks(scheduler, config["tasks"], emit)
     stubborn = config.get("stubborn")
     if stubborn:
         _add_stubborn(scheduler, stubborn, emit)
@@ -119,6 +123,23 @@ def main(argv: list[str]) -> None:
 
     asyncio.run(serve())
     fh.write(json.dumps({"event": "exit", "pid": os.getpid(), "t": time.time()}) + "\n")
+
+
+def _add_tasks(scheduler: Scheduler[Any], tasks: list[str], emit: Any) -> None:
+    """Tasks for stored schedules, each like `long`: it runs `seconds` (a schedule's argument; 0 by
+    default), checking its signal, and writes start, end or cancelled."""
+    for name in tasks:
+        async def task(ctx: JobContext, seconds: float = 0.0) -> None:
+            emit("start", ctx)
+            try:
+                if seconds:
+                    await ctx.sleep(seconds)
+            except RunCancelled as exc:
+                emit("cancelled", ctx, reason=exc.reason)
+                raise
+            emit("end", ctx)
+
+        scheduler.task(name)(task)
 
 
 def _add_stubborn(scheduler: Scheduler[Any], config: dict[str, Any], emit: Any) -> None:

@@ -37,6 +37,7 @@ T = TypeVar("T")
 
 __all__ = ["FAULT_SCENARIOS", "STOP_SCENARIOS", "Cluster", "Event", "ProxyThread", "check_blocked_loops",
            "check_controls", "check_every_slot_once", "check_history", "check_slow_network",
+           "check_stored_schedules",
            "check_stop_never_overlaps", "check_store_fault"]
 
 
@@ -82,6 +83,7 @@ class Cluster:
         history: int | None = None,
         later: bool = False,
         stubborn: dict[str, Any] | None = None,
+        tasks: list[str] | None = None,
         ready_within: float = 30.0,
     ) -> None:
         self.url = url
@@ -106,6 +108,7 @@ class Cluster:
             "history": history,
             "later": later,
             "stubborn": stubborn,
+            "tasks": list(tasks or []),
             "block_limit": (None if block_limit is None
                             else f"{parse_duration(block_limit, name='block_limit')}ms"),
         }
@@ -133,12 +136,14 @@ class Cluster:
     ) -> None:
         self.close()
 
-    def spawn(self, *, wait: bool = True) -> int:
-        """Start one more replica; return its pid once it is ready (or at once with wait=False)."""
+    def spawn(self, *, wait: bool = True, tasks: list[str] | None = None) -> int:
+        """Start one more replica; return its pid once it is ready (or at once with wait=False).
+        `tasks`: this replica's tasks instead of the cluster's (e.g. [] for one that lacks them)."""
         path = self.workdir / f"replica-{len(self.procs)}-{uuid.uuid4().hex[:4]}.log"
         log = path.open("wb")
+        config = self._config if tasks is None else {**self._config, "tasks": list(tasks)}
         proc = subprocess.Popen(
-            [sys.executable, "-m", "anarchon_testkit._replica", json.dumps(self._config)],
+            [sys.executable, "-m", "anarchon_testkit._replica", json.dumps(config)],
             stdout=log, stderr=subprocess.STDOUT, env=self._env,
         )
         self.procs[proc.pid] = proc
@@ -588,6 +593,64 @@ def _cli(*args: str) -> str:
                           timeout=30, check=False)
     assert done.returncode == 0, f"anarchon {' '.join(args)} failed: {done.stderr}"
     return done.stdout
+
+
+def check_stored_schedules(url: str, workdir: Path | str, *, heartbeat_s: float = 0.5,
+                           lease_s: float = 2.0) -> None:
+    """Three replicas on `url` (two with the task `report`, one without it) and schedules added,
+    changed and removed from the command line, in processes of their own. Assert:
+
+    1. a schedule added from the CLI runs once per slot, and never on the replica without the task;
+    2. changing its interval moves its slots to the new grid within a heartbeat on every replica, and
+       no slot runs twice;
+    3. `kill -9` of a run's replica is taken over as attempt 2, after the lease;
+    4. removing it stops it within a heartbeat;
+    5. a restart of every replica loses nothing: a schedule goes on from its next slot.
+    """
+    slack_s = 0.5
+    with Cluster(url, workdir, replicas=2, lease=f"{lease_s}s", heartbeat=f"{heartbeat_s}s",
+                 tick_every="1h", long_every="1h", tasks=["report"]) as c:
+        lacking = c.spawn(tasks=[])
+        ns = c.namespace
+        _cli("schedules", "add", url, "s1", "--task", "report", "--every", "2s", "--namespace", ns)
+        added = time.time()
+        c.wait_for(lambda e: e.event == "start" and e.job == "s1" and e.t > added + 4.5, timeout=20)
+
+        got = json.loads(_cli("schedules", "get", url, "s1", "--namespace", ns, "--json"))
+        _cli("schedules", "update", url, "s1", "--version", str(got["version"]), "--every", "3s",
+             "--namespace", ns)
+        changed_ms = int(time.time() * 1000)
+        c.wait_for(lambda e: e.event == "start" and e.job == "s1" and e.t * 1000 > changed_ms + 6500,
+                   timeout=20)
+        late = [e.slot for e in c.starts("s1") if e.slot > changed_ms + (heartbeat_s + slack_s) * 1000
+                and e.slot % 3000]
+        assert not late, f"slots on the old grid after the change was in force: {late}\n{c.output()}"
+
+        _cli("schedules", "add", url, "s2", "--task", "report", "--every", "20s", "--args", '{"seconds": 8}',
+             "--namespace", ns)
+        first = c.wait_for(lambda e: e.event == "start" and e.job == "s2", timeout=30)
+        killed = time.time()
+        c.kill(first.pid)
+        taken = c.wait_for(lambda e: e.event == "start" and e.job == "s2" and e.slot == first.slot
+                           and e.attempt == 2, timeout=lease_s + 10)
+        assert taken.t - killed >= lease_s - heartbeat_s - slack_s, "taken over before the lease ran out"
+
+        _cli("schedules", "rm", url, "s1", "--namespace", ns)
+        removed_ms = int(time.time() * 1000)
+        time.sleep(4)
+        after = [e.slot for e in c.starts("s1") if e.slot > removed_ms + (heartbeat_s + slack_s) * 1000]
+        assert not after, f"s1 ran after it was removed: {after}\n{c.output()}"
+
+        for pid in c.alive():
+            c.stop(pid)
+        restarted_ms = int(time.time() * 1000)
+        c.spawn()
+        c.spawn()
+        c.wait_for(lambda e: e.event == "start" and e.job == "s2" and e.t * 1000 > restarted_ms, timeout=30)
+
+        c.assert_one_winner()
+        assert not [e for e in c.starts() if e.pid == lacking], "the replica without the task ran one"
+        assert "task 'report' is not registered on this replica" in c.log_of(lacking), c.log_of(lacking)
 
 
 def check_history(url: str, workdir: Path | str, *, keep: int = 3) -> None:
