@@ -1,0 +1,135 @@
+"""Stored schedules at rest: a replica's memory and CPU with N schedules in the store, none due, beside
+the same N registered as code jobs.
+
+    python bench/stored_rest.py redis://127.0.0.1:6379/14 postgresql://postgres@127.0.0.1:5432/test \\
+        --count 100000 --replicas 3 --warmup 10 --seconds 45
+
+For each URL and each kind ("stored": N schedules written through `Schedules`, each replica with the
+task; "code": N jobs registered in code on each replica), it starts `--replicas` replica processes
+with the default lease and heartbeat, waits `--warmup` seconds, then measures each replica's CPU
+(user + sys, every thread) over `--seconds` and its RSS (now and peak). The schedules are yearly
+(every 365 days, offsets spread over the year), so none is due during the run. Printed: a table, and
+with `--json` the rows. Numbers move with the machine's load: compare kinds within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+YEAR_S = 365 * 86_400
+
+
+def _replica(url: str, namespace: str, kind: str, count: int, seconds: float, warmup: float) -> None:
+    """One replica: run, then print its CPU over `seconds` after `warmup`, and its RSS."""
+    from anarchon import JobContext, Scheduler
+
+    scheduler: Scheduler[Any] = Scheduler.from_url(url, namespace=namespace)
+
+    async def handler(ctx: JobContext) -> None:
+        """Never due during the run."""
+
+    if kind == "stored":
+        scheduler.task("report")(handler)
+    else:
+        step = YEAR_S // max(count, 1)
+        for i in range(count):
+            scheduler.every(f"job-{i}", f"{YEAR_S}s", handler, offset=f"{(i * step) % YEAR_S}s")
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(warmup)
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            before = usage.ru_utime + usage.ru_stime
+            await asyncio.sleep(seconds)
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            cpu = usage.ru_utime + usage.ru_stime - before
+            print(json.dumps({"cpu_s": cpu, "rss_mb": _rss_mb(), "peak_mb": usage.ru_maxrss / 1024}),
+                  flush=True)
+
+    asyncio.run(main())
+
+
+def _rss_mb() -> float:
+    with open(f"/proc/{os.getpid()}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+async def _populate(url: str, namespace: str, count: int) -> float:
+    """Write `count` yearly schedules; return the seconds it took."""
+    from anarchon import Schedules
+
+    step = YEAR_S // max(count, 1)
+    started = time.monotonic()
+    async with Schedules.from_url(url, namespace=namespace) as schedules:
+        sem = asyncio.Semaphore(32)
+
+        async def one(i: int) -> None:
+            async with sem:
+                await schedules.add(f"cust-{i:07d}", "report", every=f"{YEAR_S}s",
+                                    offset=f"{(i * step) % YEAR_S + 86_400}s", args={"customer": i})
+
+        await asyncio.gather(*(one(i) for i in range(count)))
+    return time.monotonic() - started
+
+
+def _run(url: str, kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    namespace = f"rest-{kind}-{uuid.uuid4().hex[:8]}"
+    populate_s = None
+    if kind == "stored":
+        import logging
+
+        logging.getLogger("anarchon").setLevel(logging.ERROR)  # (an unknown task's warning, per add)
+        populate_s = asyncio.run(_populate(url, namespace, args.count))
+    procs = [subprocess.Popen([sys.executable, __file__, "--replica", url, namespace, kind, str(args.count),
+                               str(args.seconds), str(args.warmup)], stdout=subprocess.PIPE, text=True)
+             for _ in range(args.replicas)]
+    results = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=args.warmup + args.seconds + 600)
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    per45 = [r["cpu_s"] * 45 / args.seconds for r in results]
+    return {"url": url, "kind": kind, "count": args.count, "replicas": args.replicas,
+            "populate_s": populate_s, "cpu_s_per_45s": per45, "cpu_pct": [c / 45 * 100 for c in per45],
+            "rss_mb": [r["rss_mb"] for r in results], "peak_mb": [r["peak_mb"] for r in results]}
+
+
+def main(argv: list[str]) -> int:
+    """Entry point (a replica when `--replica` comes first)."""
+    if argv and argv[0] == "--replica":
+        url, namespace, kind, count, seconds, warmup = argv[1:7]
+        _replica(url, namespace, kind, int(count), float(seconds), float(warmup))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("urls", nargs="+")
+    ap.add_argument("--count", type=int, default=100_000)
+    ap.add_argument("--replicas", type=int, default=3)
+    ap.add_argument("--warmup", type=float, default=10.0)
+    ap.add_argument("--seconds", type=float, default=45.0)
+    ap.add_argument("--kinds", default="stored,code")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    rows = [_run(url, kind, args) for url in args.urls for kind in args.kinds.split(",")]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'store':<45} {'kind':<7} {'count':>8} {'RSS MB (min-max)':>18} {'peak MB':>14} "
+          f"{'CPU % of a core':>16}")
+    for r in rows:
+        def span(values: list[float], fmt: str = "{:.0f}") -> str:
+            return f"{fmt.format(min(values))}-{fmt.format(max(values))}"
+        print(f"{r['url'][:45]:<45} {r['kind']:<7} {r['count']:>8} {span(r['rss_mb']):>18} "
+              f"{span(r['peak_mb']):>14} {span(r['cpu_pct'], '{:.2f}'):>16}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
