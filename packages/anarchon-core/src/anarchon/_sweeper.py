@@ -15,6 +15,7 @@ planned no more, a changed one is planned anew (its runs in progress end as they
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Callable, Mapping
@@ -32,10 +33,12 @@ from ._stored import decode_options, decode_spec
 from ._wakeup import Wakeup
 from .backends import ScheduleBackend, ScheduleRecord
 
-__all__ = ["PAGE", "Sweeper", "Task", "task_call"]
+__all__ = ["MIN_GAP_S", "PAGE", "Sweeper", "Task", "task_call"]
 
 PAGE = 1000
 """Schedules read from the due index per round trip."""
+MIN_GAP_S = 0.2
+"""The shortest time between two sweeps, however many writes are pushed meanwhile."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +140,13 @@ class Sweeper:
         self._wake.set()
 
     async def run(self) -> None:
-        """Sweep once a heartbeat, and whenever poked; a store error is logged, never raised."""
+        """Sweep once a heartbeat, and when poked (a burst of pushed writes makes one sweep, at most
+        one per `MIN_GAP_S`); a store error is logged, never raised. (The engine sweeps once before.)"""
+        heartbeat_s = self._settings.heartbeat_ms / 1000
+        gap_s = min(MIN_GAP_S, heartbeat_s / 2)
         while True:
+            await asyncio.sleep(gap_s)
+            await self._wake.wait(heartbeat_s - gap_s)
             self._wake.clear()
             try:
                 await self.sweep()
@@ -149,7 +157,6 @@ class Sweeper:
                 self._failing = True
             else:
                 self._failing = False
-            await self._wake.wait(self._settings.heartbeat_ms / 1000)
 
     async def sweep(self) -> None:
         """Read what changed and what is due within the window; plan it; move the due index on."""
