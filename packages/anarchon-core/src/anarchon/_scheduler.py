@@ -6,12 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import gc
 import inspect
 import logging
-import os
-import signal
-import sys
 import threading
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
@@ -39,6 +35,7 @@ from ._runs import running_for
 from ._schedules import At, Cron, DstFold, DstGap, Every, Schedule
 from ._settings import Settings
 from ._sibling import second_backend
+from ._signals import SecondSignal, run_until_signal
 from ._stored import Schedules
 from ._sweeper import Task
 from .backends import (
@@ -56,9 +53,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Scheduler"]
 
-_YOUNG_GC_THRESHOLD = 10_000
-"""The youngest generation's threshold that `run()` sets, where it is lower: a young collection every
-10,000 new objects, not every 700 (CPython's default)."""
 
 B = TypeVar("B", bound=ClaimBackend)
 LB = TypeVar("LB", bound=LeaseBackend)
@@ -128,10 +122,8 @@ class Scheduler(Generic[B]):
         self._stopped: asyncio.Event | None = None
         """Set when a stop completes, whoever began it."""
         self._thread_runner: SchedulerThread | None = None
-        self._exit_armed = False
-        """True once a SIGINT or SIGTERM ends the process at once (see `_arm_exit`)."""
-        self._restore: dict[int, Any] = {}
-        """The signal handlers that `_arm_exit` replaced, put back when the stop ends."""
+        self._exit = SecondSignal(lambda: self.instance_id, self.settings.log, lambda: self.active_runs)
+        """Ends the process at once on a second SIGINT or SIGTERM while a stop waits for a handler."""
         self._listeners = Listeners(self.settings.log)
         self._hook = Observers(plugin_manager(), self._listeners, self.settings.log)
         """Delivers the engine's observer hooks to plugins and listeners (a failure is logged)."""
@@ -439,10 +431,10 @@ class Scheduler(Generic[B]):
             return
         self._stopping = True
         try:
-            await engine.stop(self._arm_exit)
+            await engine.stop(self._exit.arm)
             await self._listeners.drain(5)
         finally:
-            self._disarm_exit()
+            self._exit.disarm()
             try:
                 await self.backend.close()
             finally:
@@ -520,84 +512,10 @@ class Scheduler(Generic[B]):
         leaves the collector as it is.
         """
         try:
-            asyncio.run(self._run_until_signal(tune_gc))
+            asyncio.run(run_until_signal(self, self._exit, tune_gc=tune_gc))
         except AnarchonError as exc:
             self.log.debug("%s failed", self.instance_id, exc_info=exc)
             raise SystemExit(f"anarchon: error: {' '.join(str(exc).split())}") from None
-
-    async def _run_until_signal(self, tune_gc: bool) -> None:
-        loop = asyncio.get_running_loop()
-        done = asyncio.Event()
-        installed: list[signal.Signals] = []
-
-        def first(sig: int) -> None:
-            # The stop begins; from now on a second signal ends the process at once (as uvicorn's and
-            # Celery's second Ctrl-C do), releasing nothing.
-            done.set()
-            for other in installed:
-                loop.add_signal_handler(other, self._exit_now, other)
-            self._exit_armed = True
-            self.log.info("%s stopping (signal %s): running jobs have stop_timeout=%d ms to end; a second "
-                          "signal exits at once", self.instance_id, signal.Signals(sig).name,
-                          self.stop_timeout_ms)
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, first, sig)
-                installed.append(sig)
-        try:
-            async with self:
-                if tune_gc:
-                    gc.collect()
-                    gc.freeze()
-                    young, middle, old = gc.get_threshold()
-                    if 0 < young < _YOUNG_GC_THRESHOLD:  # (0: the app turned automatic collection off)
-                        gc.set_threshold(_YOUNG_GC_THRESHOLD, middle, old)
-                await self._wait_for_stop_or(done)
-        finally:
-            self._exit_armed = False
-            for each in installed:
-                loop.remove_signal_handler(each)
-
-    def _arm_exit(self) -> str:
-        """A handler outlives the stop: let a second SIGINT or SIGTERM end the process at once, where
-        this thread may handle signals, and say what ends the wait (for the log line naming it)."""
-        again = "a second " if self._exit_armed else ""  # (run() armed it at the first signal)
-        if not self._exit_armed and threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                try:
-                    previous = signal.getsignal(sig)
-                    signal.signal(sig, self._exit_now)
-                except (ValueError, OSError):  # not the main interpreter: leave the signals alone
-                    continue
-                self._restore[sig] = previous
-            self._exit_armed = bool(self._restore)
-        if self._exit_armed:
-            return (f"{again}SIGINT or SIGTERM exits now without releasing it, and another replica takes "
-                    "the slot over as attempt 2 once the lease expires")
-        return ("the process exits only after it returns (stop the process to end it: another replica "
-                "then takes the slot over as attempt 2 once the lease expires)")
-
-    def _disarm_exit(self) -> None:
-        """Put back the signal handlers that `_arm_exit` replaced."""
-        restore, self._restore = self._restore, {}
-        for sig, previous in restore.items():
-            if previous is not None:
-                with contextlib.suppress(ValueError, OSError):
-                    signal.signal(sig, previous)
-        if restore:
-            self._exit_armed = False
-
-    def _exit_now(self, signum: int, _frame: object = None) -> None:
-        """A second SIGINT or SIGTERM during a stop: end the process now, releasing nothing, so the
-        leases of the runs still going expire and other replicas take their slots over."""
-        running = ", ".join(f"{c.name} slot={c.slot} attempt={c.attempt}"
-                            for c in self.active_runs) or "none"
-        self.log.warning("%s: second %s: exiting now without releasing (running: %s); other replicas take "
-                         "these slots over once their leases expire", self.instance_id,
-                         signal.Signals(signum).name, running)
-        _flush_logs(self.log)
-        os._exit(128 + signum)
 
     async def _wait_for_stop_or(self, event: asyncio.Event) -> bool:
         """Wait until `event` is set, or until this scheduler has stopped by itself (a handler
@@ -682,19 +600,6 @@ def _task_is_async(name: str, func: Callable[..., Any]) -> bool:
         raise ConfigError(f"task {name!r}: handler {qualname(func)} must take the run's JobContext first, "
                           "then the schedule's arguments as keywords: def send(ctx: JobContext, **args)")
     return inspect.iscoroutinefunction(func)
-
-
-def _flush_logs(log: logging.Logger) -> None:
-    """Flush every handler that `log`'s records reach, and the standard streams (before `os._exit`)."""
-    current: logging.Logger | None = log
-    while current is not None:
-        for handler in current.handlers:
-            with contextlib.suppress(Exception):
-                handler.flush()
-        current = current.parent if current.propagate else None
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
 
 
 async def start_for_app(scheduler: Scheduler[Any]) -> None:
