@@ -45,6 +45,22 @@ class Job:
 
     def __post_init__(self) -> None:
         check_name(self.name)
-        takes_ctx, is_async = handler_arity(self.name, self.handler)
-        object.__setattr__(self, "takes_ctx", takes_ctx)
-        object.__setattr__(self, "is_async", is_async)
+        if not hasattr(self, "is_async"):  # (set already by `bound`)
+            takes_ctx, is_async = handler_arity(self.name, self.handler)
+            object.__setattr__(self, "takes_ctx", takes_ctx)
+            object.__setattr__(self, "is_async", is_async)
+
+    @classmethod
+    def bound(cls, name: str, schedule: Schedule, options: ResolvedOptions, handler: Callable[..., Any], *,
+              is_async: bool) -> Job:
+        """A job whose handler takes the context and is known to be async or not (a stored schedule's
+        task, bound to its arguments): its signature is not inspected again for every schedule."""
+        job = cls.__new__(cls)
+        object.__setattr__(job, "takes_ctx", True)
+        object.__setattr__(job, "is_async", is_async)
+        object.__setattr__(job, "name", name)
+        object.__setattr__(job, "schedule", schedule)
+        object.__setattr__(job, "options", options)
+        object.__setattr__(job, "handler", handler)
+        job.__post_init__()
+        return job

@@ -16,6 +16,7 @@ planned no more, a changed one is planned anew (its runs in progress end as they
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 from collections.abc import Callable, Mapping
@@ -26,10 +27,9 @@ from ._context import JobContext
 from ._errors import AnarchonError
 from ._job import Job
 from ._logs import SkipSummary, qualname, short
-from ._options import resolve
 from ._planner import Planner
 from ._settings import Settings
-from ._stored import decode_options, decode_spec
+from ._stored import decode_spec, resolve_stored
 from ._wakeup import Wakeup
 from .backends import ScheduleBackend, ScheduleRecord
 
@@ -78,14 +78,24 @@ class _SyncCall:
 
 def task_call(task: Task, args: dict[str, Any], schedule_id: str) -> Callable[..., Any]:
     """`task`'s handler with `args` bound; `AnarchonError` naming both when they do not fit."""
-    try:
-        inspect.signature(task.handler).bind(None, **args)
-    except TypeError as exc:
+    problem = _misfit(task.handler, tuple(sorted(args)))
+    if problem:
         raise AnarchonError(f"the args of schedule {schedule_id!r} do not fit task {task.name!r} "
-                            f"({qualname(task.handler)}): {exc}") from None
+                            f"({qualname(task.handler)}): {problem}")
+    return _AsyncCall(task.handler, args) if task.is_async else _SyncCall(task.handler, args)
+
+
+@functools.lru_cache(maxsize=4096)
+def _misfit(handler: Callable[..., Any], names: tuple[str, ...]) -> str:
+    """Why a call of `handler` with a context and these keyword arguments would fail ("" if it would
+    not): the same for the many schedules of one task that pass the same names."""
+    try:
+        inspect.signature(handler).bind(None, **dict.fromkeys(names))
+    except TypeError as exc:
+        return str(exc)
     except ValueError:  # no signature to check (a builtin): the call will tell
         pass
-    return _AsyncCall(task.handler, args) if task.is_async else _SyncCall(task.handler, args)
+    return ""
 
 
 @dataclass(slots=True)
@@ -259,10 +269,10 @@ class Sweeper:
         """The job a stored schedule runs as here; None (said once) when it cannot be built."""
         s = self._settings
         try:
-            options = resolve(decode_options(record.options), lease_ms=s.lease_ms,
-                              heartbeat_ms=s.heartbeat_ms)
+            options = resolve_stored(record.options, lease_ms=s.lease_ms, heartbeat_ms=s.heartbeat_ms)
             args = _args(record)
-            return Job(record.id, schedule, options, task_call(task, args, record.id))
+            return Job.bound(record.id, schedule, options, task_call(task, args, record.id),
+                             is_async=task.is_async)
         except AnarchonError as exc:
             self._once(("job", record.id, record.version), logging.ERROR,
                        "stored schedule %r is not claimed here: %s", record.id, exc)
