@@ -17,8 +17,7 @@ from typing import cast
 from ._controls import ControlState
 from ._history import HistoryWriter
 from ._job import Job
-from ._keeper import Keeper
-from ._keeper_thread import Sibling, open_keeper
+from ._keeper import Keeper, Sibling, open_keeper
 from ._logs import SkipSummary, fields, fmt_slot, short
 from ._missed import MissedSlots
 from ._outcomes import Claim, Facts, Step, late_by, react_taken, verdict

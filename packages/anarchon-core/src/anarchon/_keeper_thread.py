@@ -14,63 +14,32 @@ the default heartbeat, never. Releases stay on the scheduler's loop and connecti
 the other runs that end in the same step; the thread renews a lease until its release lands.
 """
 
+
 from __future__ import annotations
 
 import asyncio
-import atexit
 import concurrent.futures
 import contextlib
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Awaitable, Callable
-from typing import cast
 
 from ._job import Job
-from ._keeper import Keeper, LeaseKeeper, NullKeeper, Releases, job_names, lag_threshold
-from ._logs import short
+from ._lag import job_names, lag_threshold
+from ._process import PROCESS
+from ._releases import Releases
 from ._renewals import Held, Renewals, hold
 from ._tasks import Tasks
-from .backends import Capability, ClaimBackend, Lease, LeaseBackend, ReleaseOutcome
+from .backends import Lease, LeaseBackend, ReleaseOutcome
 
-__all__ = ["KeeperThread", "Sibling", "open_keeper"]
-
-Sibling = Callable[[], tuple[LeaseBackend | None, str]]
-"""Returns a new, unopened backend on the same store with a connection of its own and where it came
-from ("its sibling()"), or None and why not."""
+__all__ = ["KeeperThread"]
 
 _PING_S = 0.5
 """How often the thread asks the scheduler's loop for a sign of life while it keeps a lease."""
 _IDLE_PING_MAX_S = 2.5
 """How often it asks at most while it keeps none (half a heartbeat, at least `_PING_S`): each ask wakes
 both loops, which twice a second would cost a replica at rest about a fifth of its CPU."""
-
-
-async def open_keeper(backend: ClaimBackend, sibling: Sibling, log: logging.Logger, *, heartbeat_ms: int,
-                      block_limit_ms: int, running: Callable[[], list[str]]) -> Keeper:
-    """Start the keeper `backend` calls for: none for a claim-only backend; in a thread of its own when
-    a second connection can be opened; otherwise on the scheduler's loop, saying why once."""
-    keeper: Keeper
-    if Capability.LEASE not in backend.capabilities:
-        keeper = NullKeeper(log, heartbeat_ms=heartbeat_ms)
-    else:
-        second, why = sibling()
-        level = logging.INFO
-        if second is not None:
-            thread = KeeperThread(cast(LeaseBackend, backend), second, log, heartbeat_ms=heartbeat_ms,
-                                  block_limit_ms=block_limit_ms, source=why)
-            try:
-                await thread.start(running)
-                log.debug("leases on %s are renewed %s", backend.url, thread.where)
-                return thread
-            except Exception as exc:
-                level, why = logging.WARNING, f"its second connection did not open: {short(exc)}"
-        log.log(level, "leases on %s are renewed on the scheduler's event loop, not beside it: %s; a handler "
-                "that blocks the loop for longer than the lease loses its lease", backend.url, why)
-        keeper = LeaseKeeper(cast(LeaseBackend, backend), log, heartbeat_ms=heartbeat_ms)
-    await keeper.start(running)
-    return keeper
 
 
 class KeeperThread:
@@ -121,8 +90,7 @@ class KeeperThread:
             await asyncio.wrap_future(self._ended)
             self._thread.join()
             raise
-        _live.add(self)
-        _stop_at_exit()
+        PROCESS.add_keeper_thread(self)
 
     def hold(self, lease: Lease, job: Job, sent: float, on_lost: Callable[[str], None]) -> Held:
         """Hand `lease` to the thread at once: the handler may block this loop right after."""
@@ -172,6 +140,17 @@ class KeeperThread:
         self._tasks.cancel()
         await self._end()
 
+    def end_at_exit(self) -> None:
+        """Have the thread end at once, sending nothing more (at interpreter exit: the process is going
+        away, so its leases expire for the backups); `join` waits for that."""
+        self._crashed = True
+        self._shut()
+
+    def join(self, timeout: float) -> None:
+        """Wait up to `timeout` seconds for the thread to end."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
     # -- the scheduler's side ---------------------------------------------------------------------
 
     async def _end(self) -> None:
@@ -179,7 +158,7 @@ class KeeperThread:
         await asyncio.wrap_future(self._ended)
         if self._thread is not None:
             self._thread.join()
-        _live.discard(self)
+        PROCESS.forget_keeper_thread(self)
         await self._tasks.wait(within=5)
 
     def _shut(self) -> None:
@@ -256,27 +235,3 @@ class KeeperThread:
                     f"block_limit ({int(self._block_limit_s * 1000)} ms): renewals stop, so that another "
                     "instance takes the run over"
                 )
-
-
-_live: weakref.WeakSet[KeeperThread] = weakref.WeakSet()
-_exit_lock = threading.Lock()
-_exit_hooked = False
-
-
-def _stop_at_exit() -> None:
-    """At interpreter exit, end every keeper thread still running: its process is going away, so it
-    renews nothing more and its leases expire for the backups."""
-    global _exit_hooked
-    with _exit_lock:
-        if not _exit_hooked:
-            atexit.register(_end_all)
-            _exit_hooked = True
-
-
-def _end_all() -> None:
-    for keeper in list(_live):
-        keeper._crashed = True
-        keeper._shut()
-    for keeper in list(_live):
-        if keeper._thread is not None:
-            keeper._thread.join(2)

@@ -9,6 +9,7 @@ from typing import Any, Literal, Never, Protocol, TypedDict, TypeVar
 
 from ._duration import Duration, parse_duration
 from ._errors import ConfigError, OptionError
+from ._process import PROCESS
 from .backends import Overlap
 
 __all__ = [
@@ -178,18 +179,14 @@ def check_heartbeat(lease_ms: int, heartbeat_ms: int) -> None:
         )
 
 
-_last_arity: tuple[object, tuple[bool, bool]] | None = None
-"""The last handler `handler_arity` accepted, and its answer: jobs registered in a loop share one."""
-
-
 def handler_arity(name: str, handler: object) -> tuple[bool, bool]:
     """Return (takes_ctx, is_async) for a handler, or raise ConfigError naming the job."""
-    global _last_arity
-    last = _last_arity
+    # The last handler's answer is kept (`PROCESS.last_arity`): jobs registered in a loop share one.
+    last = PROCESS.last_arity
     if last is not None and last[0] is handler:
         return last[1]
     answer = _handler_arity(name, handler)
-    _last_arity = (handler, answer)
+    PROCESS.last_arity = (handler, answer)
     return answer
 
 

@@ -11,9 +11,7 @@ import contextlib
 import importlib
 import logging
 import os
-import threading
 import types
-import weakref
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -23,21 +21,14 @@ import pluggy
 from . import hookspecs
 from ._entrypoints import entry_points
 from ._errors import BackendNotFound
+from ._process import PROCESS
 from .backends import redact_url
 
 __all__ = ["PluginError", "backend_classes", "backend_for_url", "plugin_errors", "plugin_manager", "url_of"]
 
 logger = logging.getLogger("anarchon")
 
-_lock = threading.Lock()
-_manager: pluggy.PluginManager | None = None
-_errors: dict[tuple[str, str], PluginError] = {}
-_errors_lock = threading.Lock()  # not `_lock`: plugins fail while `plugin_manager()` holds that one
-_dists: dict[str, str] = {}
-"""The distribution of each plugin loaded from an entry point, by plugin name."""
 _DISABLE = "ANARCHON_DISABLE_PLUGIN_AUTOLOAD"
-_urls: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-"""The URL each backend that `backend_for_url` built was built from (never logged: it may hold a password)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,18 +55,23 @@ class PluginError:
 
 def plugin_errors() -> list[PluginError]:
     """The plugins that failed so far in this process, each once."""
-    with _errors_lock:
-        return list(_errors.values())
+    with PROCESS.errors_lock:
+        return list(PROCESS.plugin_errors.values())
 
 
 def _failed(plugin: str, distribution: str | None, where: str, exc: BaseException) -> None:
     """Record a plugin's failure, and report it the first time."""
     error = PluginError(plugin, distribution, where, f"{type(exc).__name__}: {exc}")
-    with _errors_lock:
-        if (plugin, where) in _errors:
+    with PROCESS.errors_lock:
+        if (plugin, where) in PROCESS.plugin_errors:
             return
-        _errors[(plugin, where)] = error
+        PROCESS.plugin_errors[(plugin, where)] = error
     logger.warning("%s", error)
+
+
+def _dist(plugin: str) -> str | None:
+    """The distribution `plugin` was loaded from, when it came from an entry point."""
+    return PROCESS.plugin_dists.get(plugin)
 
 
 def _load_entry_points(pm: pluggy.PluginManager) -> None:
@@ -90,7 +86,7 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
             _failed(ep.name, dist, f"entry point '{ep.name} = {ep.value}' in group 'anarchon'", exc)
             continue
         if dist is not None:
-            _dists[ep.name] = dist
+            PROCESS.plugin_dists[ep.name] = dist
 
 
 class _Builtin:
@@ -138,16 +134,15 @@ class _Manager(pluggy.PluginManager):
 
 def plugin_manager() -> pluggy.PluginManager:
     """Return the process-wide plugin manager, loading entry points on first use."""
-    global _manager
-    with _lock:
-        if _manager is None:
+    with PROCESS.plugins_lock:
+        if PROCESS.plugin_manager is None:
             pm = _Manager("anarchon")
             pm.add_hookspecs(hookspecs)
             pm.register(_Builtin(), name="anarchon-builtin")
             if not os.environ.get(_DISABLE):
                 _load_entry_points(pm)
-            _manager = pm
-        return _manager
+            PROCESS.plugin_manager = pm
+        return PROCESS.plugin_manager
 
 
 def backend_classes() -> list[type[Any]]:
@@ -161,7 +156,7 @@ def backend_classes() -> list[type[Any]]:
             try:
                 cls = _import_backend(plugin, scheme, path)
             except (ImportError, TypeError) as exc:
-                _failed(plugin, _dists.get(plugin), f"hook anarchon_backend_schemes, scheme {scheme!r}", exc)
+                _failed(plugin, _dist(plugin), f"hook anarchon_backend_schemes, scheme {scheme!r}", exc)
                 continue
             listed.update(cls.url_schemes)
             if cls not in found:
@@ -173,14 +168,14 @@ def backend_for_url(url: str) -> Any:
     """Build the backend whose `url_schemes` include `url`'s scheme."""
     backend = _build(url)
     with contextlib.suppress(TypeError):  # a backend that cannot be weakly referenced is not remembered
-        _urls[backend] = url
+        PROCESS.backend_urls[backend] = url
     return backend
 
 
 def url_of(backend: object) -> str | None:
     """The URL `backend_for_url` built `backend` from, if it did."""
     try:
-        return _urls.get(backend)
+        return PROCESS.backend_urls.get(backend)
     except TypeError:
         return None
 
@@ -244,11 +239,11 @@ def _provided_classes(pm: pluggy.PluginManager) -> list[type[Any]]:
         try:
             classes = cast(list[type[Any]], impl.function() or [])
         except Exception as exc:
-            _failed(name, _dists.get(name), "hook anarchon_backends", exc)
+            _failed(name, _dist(name), "hook anarchon_backends", exc)
             continue
         for cls in classes:
             if not getattr(cls, "url_schemes", None) or not callable(getattr(cls, "from_url", None)):
-                _failed(name, _dists.get(name), "hook anarchon_backends",
+                _failed(name, _dist(name), "hook anarchon_backends",
                         TypeError(f"{cls!r} lacks `url_schemes` or `from_url`"))
             elif cls not in found:
                 found.append(cls)
@@ -268,7 +263,7 @@ def _scheme_paths(pm: pluggy.PluginManager) -> dict[str, tuple[str, str]]:
             if not isinstance(mapping, dict):
                 raise TypeError(f"returned {mapping!r}, not a dict of URL scheme to 'module:ClassName'")
         except Exception as exc:
-            _failed(name, _dists.get(name), "hook anarchon_backend_schemes", exc)
+            _failed(name, _dist(name), "hook anarchon_backend_schemes", exc)
             continue
         for scheme, path in cast(dict[str, str], mapping).items():
             found.setdefault(str(scheme).lower(), (impl.plugin_name, path))

@@ -14,10 +14,10 @@ import re
 import socket
 import sys
 import threading
-import weakref
 from typing import Protocol
 
 from ._errors import AnarchonError
+from ._process import PROCESS
 from ._settings import default_instance_id
 
 __all__ = ["Runnable", "SchedulerThread", "fork_message"]
@@ -25,9 +25,6 @@ __all__ = ["Runnable", "SchedulerThread", "fork_message"]
 logger = logging.getLogger("anarchon")
 
 _RECIPE = "docs/recipes/flask-gunicorn.md"
-_started: weakref.WeakSet[SchedulerThread] = weakref.WeakSet()
-_hook_lock = threading.Lock()
-_hook_installed = False
 
 
 def fork_message(parent: int) -> str:
@@ -38,21 +35,6 @@ def fork_message(parent: int) -> str:
         "fork instead: with gunicorn, call scheduler.start_in_thread() in the post_fork(server, worker) "
         f"hook of gunicorn.conf.py (or drop --preload); see {_RECIPE}"
     )
-
-
-def _after_fork_in_child() -> None:
-    for runner in list(_started):
-        if runner.alive_in_parent():
-            # Printed, not raised: at-fork callbacks cannot fail the fork.
-            print(f"anarchon: warning: {fork_message(runner.pid)}", file=sys.stderr)
-
-
-def _install_fork_hook() -> None:
-    global _hook_installed
-    with _hook_lock:
-        if not _hook_installed and hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=_after_fork_in_child)
-            _hook_installed = True
 
 
 class Runnable(Protocol):
@@ -99,6 +81,12 @@ class SchedulerThread:
         """True when this runner was started by another process (so this one is a forked child)."""
         return self.thread is not None and self.pid != os.getpid()
 
+    def warn_if_forked(self) -> None:
+        """In a process forked after the start, say on stderr where to start the scheduler instead."""
+        if self.alive_in_parent():
+            # Printed, not raised: at-fork callbacks cannot fail the fork.
+            print(f"anarchon: warning: {fork_message(self.pid)}", file=sys.stderr)
+
     def check_fork(self) -> None:
         """Raise `RuntimeError` in a process forked after the start."""
         if self.alive_in_parent():
@@ -106,11 +94,10 @@ class SchedulerThread:
 
     def start(self, timeout: float) -> threading.Thread:
         """Start the thread and wait until the scheduler has started; re-raise its start error."""
-        _install_fork_hook()
         _fresh_instance_id(self.scheduler)
         self.pid = os.getpid()
         self.thread = threading.Thread(target=self._main, name="anarchon-scheduler", daemon=True)
-        _started.add(self)
+        PROCESS.add_scheduler_thread(self)
         self.thread.start()
         if not self._ready.wait(timeout):
             raise TimeoutError(f"{self.scheduler!r} did not start within {timeout} s")
