@@ -272,3 +272,59 @@ def test_plugins_and_listeners_added_or_removed_later_are_seen_at_once() -> None
         for plugin, name in before:
             pm.register(plugin, name=name)
     assert seen == ["plugin:2", "plugin:3", "listener:3", "listener:4"]
+
+
+def test_hooks_go_through_pluggy_so_its_order_and_wrappers_hold(caplog: pytest.LogCaptureFixture) -> None:
+    # Each plugin is called through pluggy on its own: `tryfirst` orders the calls, a wrapper wraps
+    # each plugin's call, and a plugin that raises is named while the others still run.
+    from collections.abc import Generator
+
+    from anarchon._events import Listeners, Observers
+    from anarchon.backends import ClaimOutcome, ClaimRequest, ClaimResult
+
+    seen: list[str] = []
+
+    class First:
+        @hookimpl(tryfirst=True)
+        def anarchon_takeover(self, request: ClaimRequest) -> None:
+            seen.append(f"first:{request.slot}")
+
+    class Broken:
+        @hookimpl
+        def anarchon_takeover(self, result: ClaimResult) -> None:
+            seen.append("broken")
+            raise RuntimeError("plugin bug")
+
+    class Last:
+        @hookimpl(trylast=True)
+        def anarchon_takeover(self, request: ClaimRequest, result: ClaimResult) -> None:
+            seen.append(f"last:{result.outcome}")
+
+    class Wrapper:
+        @hookimpl(wrapper=True)
+        def anarchon_takeover(self) -> Generator[None, list[object], list[object]]:
+            seen.append("(")
+            try:
+                return (yield)
+            finally:
+                seen.append(")")
+
+    pm = plugin_manager()
+    before = [(impl.plugin, impl.plugin_name) for impl in pm.hook.anarchon_takeover.get_hookimpls()]
+    for plugin, _ in before:  # e.g. anarchon-opentelemetry, when installed: not part of this test
+        pm.unregister(plugin)
+    plugins = {"last": Last(), "first": First(), "broken": Broken(), "wrapper": Wrapper()}
+    observers = Observers(pm, Listeners(logging.getLogger("anarchon")), logging.getLogger("anarchon"))
+    try:
+        for name, plugin in plugins.items():  # the last registered is called first, tryfirst aside
+            pm.register(plugin, name=name)
+        with caplog.at_level(logging.ERROR, logger="anarchon"):
+            observers.emit("anarchon_takeover", request=ClaimRequest("ns", "job", 7, "me"),
+                           result=ClaimResult(ClaimOutcome.WON, "job", 7))
+    finally:
+        for plugin in plugins.values():
+            pm.unregister(plugin)
+        for plugin, name in before:
+            pm.register(plugin, name=name)
+    assert seen == ["(", "first:7", ")", "(", "broken", ")", "(", "last:won", ")"]
+    assert [r.getMessage() for r in caplog.records] == ["plugin 'broken' failed in hook anarchon_takeover"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, get_args
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, get_args
 import pluggy
 
 from ._errors import ConfigError
+from ._plugins import each_plugin
 
 if TYPE_CHECKING:
     from ._context import JobContext
@@ -191,8 +191,9 @@ class Observers:
         self._pm_gen = -1
         """The plugin manager's `generation` when the hooks were last looked at (-1: never)."""
         self._listeners_gen = -1
-        self._plugins: dict[str, tuple[_Impl, ...]] = {}
-        """Each hook's implementations, in the order they are called (the last registered first)."""
+        self._plugins: dict[str, list[tuple[str, pluggy.HookCaller]]] = {}
+        """Each hook as one pluggy caller per plugin, with the plugin's name, in pluggy's call order
+        (`each_plugin`)."""
         self._wanted: frozenset[str] = frozenset()
         self._listened: frozenset[str] = frozenset()
         """The hooks whose events some listener takes."""
@@ -202,8 +203,7 @@ class Observers:
         # time. (Read first: a change made while this runs is seen at the next event.)
         pm_gen, listeners_gen = getattr(self._pm, "generation", -1), self._listeners.generation
         relay = self._pm.hook
-        self._plugins = {name: tuple(_impl(i) for i in reversed(getattr(relay, name).get_hookimpls()))
-                         for name in _HOOKS if hasattr(relay, name)}
+        self._plugins = {name: each_plugin(self._pm, name) for name in _HOOKS if hasattr(relay, name)}
         self._listened = frozenset(name for name in _HOOKS if self._listeners.wants(name))
         self._wanted = frozenset(name for name in _HOOKS if self._plugins.get(name)) | self._listened
         self._pm_gen, self._listeners_gen = pm_gen, listeners_gen
@@ -217,41 +217,22 @@ class Observers:
         return name in self._wanted
 
     def emit(self, name: str, /, **kwargs: Any) -> None:
-        """Deliver the hook `name`; a failure is logged, never raised.
-
-        A method, not `__call__`: calling an instance goes through its type's call slot, which packs
-        the keyword arguments twice and costs a third of a plugin's hook call."""
+        """Deliver the hook `name`; a failure is logged, never raised."""
         pm_gen = getattr(self._pm, "generation", -1)
         if pm_gen != self._pm_gen or pm_gen == -1 or self._listeners.generation != self._listeners_gen:
             self._refresh()
         if name not in self._wanted:
             return
-        impls = self._plugins.get(name)
-        if impls:
-            # Each plugin's implementation on its own: one that raises is logged and the others still run.
-            for function, count, pick, plugin in impls:
+        callers = self._plugins.get(name)
+        if callers:
+            # Each plugin through pluggy on its own: one that raises is logged and the others still run.
+            for plugin, call in callers:
                 try:
-                    if count == 1:
-                        function(pick(kwargs))
-                    elif count:
-                        function(*pick(kwargs))
-                    else:
-                        function()
+                    call(**kwargs)
                 except Exception:
                     self._log.exception("plugin %r failed in hook %s", plugin, name)
         if name in self._listened:
             self._listeners.deliver(name, kwargs)
-
-
-_Impl: TypeAlias = tuple[Callable[..., Any], int, Callable[[dict[str, Any]], Any], str]
-"""A plugin's implementation of a hook: (its function, how many arguments it takes, what picks them
-from the hook's keyword arguments, the plugin's name)."""
-
-
-def _impl(impl: Any) -> _Impl:
-    names: tuple[str, ...] = tuple(impl.argnames)
-    pick = operator.itemgetter(*names) if names else dict
-    return impl.function, len(names), pick, impl.plugin_name
 
 
 def _describe(fn: object) -> str:

@@ -24,7 +24,8 @@ from ._errors import BackendNotFound
 from ._process import PROCESS
 from .backends import redact_url
 
-__all__ = ["PluginError", "backend_classes", "backend_for_url", "plugin_errors", "plugin_manager", "url_of"]
+__all__ = ["PluginError", "backend_classes", "backend_for_url", "each_plugin", "plugin_errors",
+           "plugin_manager", "url_of"]
 
 logger = logging.getLogger("anarchon")
 
@@ -231,13 +232,33 @@ def _scheme_hint(scheme: str, installed: list[str]) -> str:
     return "check the URL, or install the third-party driver that handles it"
 
 
+def each_plugin(pm: pluggy.PluginManager, hook: str) -> list[tuple[str, pluggy.HookCaller]]:
+    """The hook `hook` as one caller per plugin that implements it, with the plugin's name, in pluggy's
+    call order (the plugin registered last first, unless `tryfirst` or `trylast` says otherwise).
+
+    Each caller is pluggy's own (`subset_hook_caller`): it passes the arguments the plugin's
+    implementation takes, and runs the hook's wrappers (`@hookimpl(wrapper=True)`) around it, so a
+    wrapper sees each plugin's call on its own. A plugin that raises therefore fails alone, named,
+    and the other plugins still run. A hook that only wrappers implement is one caller for them all.
+    """
+    caller: pluggy.HookCaller | None = getattr(pm.hook, hook, None)
+    if caller is None:
+        return []
+    impls = caller.get_hookimpls()
+    plain = [impl for impl in reversed(impls) if not (impl.wrapper or impl.hookwrapper)]
+    if not plain:
+        return [(", ".join(impl.plugin_name for impl in impls), caller)] if impls else []
+    return [(impl.plugin_name,
+             pm.subset_hook_caller(hook, [other.plugin for other in plain if other is not impl]))
+            for impl in plain]
+
+
 def _provided_classes(pm: pluggy.PluginManager) -> list[type[Any]]:
     """The classes that the `anarchon_backends` hooks return, in registration order."""
     found: list[type[Any]] = []
-    for impl in pm.hook.anarchon_backends.get_hookimpls():
-        name = impl.plugin_name
+    for name, call in reversed(each_plugin(pm, "anarchon_backends")):  # registration order
         try:
-            classes = cast(list[type[Any]], impl.function() or [])
+            classes = [cls for result in call() for cls in cast(list[type[Any]], result or [])]
         except Exception as exc:
             _failed(name, _dist(name), "hook anarchon_backends", exc)
             continue
@@ -256,17 +277,18 @@ def _scheme_paths(pm: pluggy.PluginManager) -> dict[str, tuple[str, str]]:
     When two plugins map one scheme, the first registered wins, as among `anarchon_backends` classes.
     """
     found: dict[str, tuple[str, str]] = {}
-    for impl in pm.hook.anarchon_backend_schemes.get_hookimpls():
-        name = impl.plugin_name
+    for name, call in reversed(each_plugin(pm, "anarchon_backend_schemes")):  # registration order
+        mapping: dict[str, str] = {}
         try:
-            mapping = impl.function() or {}
-            if not isinstance(mapping, dict):
-                raise TypeError(f"returned {mapping!r}, not a dict of URL scheme to 'module:ClassName'")
+            for result in call():
+                if not isinstance(result, dict):
+                    raise TypeError(f"returned {result!r}, not a dict of URL scheme to 'module:ClassName'")
+                mapping.update(cast(dict[str, str], result))
         except Exception as exc:
             _failed(name, _dist(name), "hook anarchon_backend_schemes", exc)
             continue
-        for scheme, path in cast(dict[str, str], mapping).items():
-            found.setdefault(str(scheme).lower(), (impl.plugin_name, path))
+        for scheme, path in mapping.items():
+            found.setdefault(str(scheme).lower(), (name, path))
     return found
 
 

@@ -10,9 +10,11 @@ import its client library only inside its hooks. A backend plugin implements `an
 The observer hooks (`anarchon_claim`, `anarchon_run_started`, `anarchon_run_finished`,
 `anarchon_lease_lost`, `anarchon_takeover`, `anarchon_slot_skipped`, `anarchon_slots_missed`) are called
 on the scheduler's event loop, in every process that runs a scheduler, for each scheduler there; they
-must return quickly. Each plugin's implementation is called on its own: one that raises is logged, and
-the others still run. An implementation may take any subset of a hook's arguments. `Scheduler.on`
-delivers the same events to one scheduler's listeners.
+must return quickly. Each plugin's implementation is called through pluggy on its own, in pluggy's
+order (the plugin registered last first; `tryfirst` and `trylast` move it): one that raises is logged,
+and the others still run. A wrapper (`@hookimpl(wrapper=True)`) wraps each plugin's call. An
+implementation may take any subset of a hook's arguments. `Scheduler.on` delivers the same events to
+one scheduler's listeners.
 """
 
 from __future__ import annotations
