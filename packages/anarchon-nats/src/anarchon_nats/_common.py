@@ -433,14 +433,19 @@ def _epoch_s(whole: str) -> int:
 
 
 def _epoch_ms(text: str | None) -> int:
-    """JetStream's RFC 3339 time (UTC, up to nanoseconds) in epoch ms, rounded as
-    `round(datetime.timestamp() * 1000)` of the microsecond time."""
+    """JetStream's RFC 3339 time (up to nanoseconds) in epoch ms, as nats-py reads a stored message's
+    time (`RawStreamMsg.time`): the fraction cut to microseconds, then `round(timestamp() * 1000)`."""
     if not text:
         return 0
-    if not text.endswith("Z"):
-        return round(nats.js.api.Base._parse_utc_iso(text).timestamp() * 1000)
-    whole, _, fraction = text[:-1].partition(".")
-    seconds = _epoch_s(whole)
+    if text.endswith("Z"):  # what the server sends: UTC
+        whole, offset = text[:-1], 0
+    else:  # an explicit offset, e.g. +00:00 or -05:30
+        whole, sign, zone = text[:-6], text[-6], text[-5:]
+        if sign not in "+-" or zone[2] != ":":
+            raise ValueError(f"invalid RFC 3339 time {text!r}: expected it to end in Z or ±HH:MM")
+        offset = (int(zone[:2]) * 3600 + int(zone[3:]) * 60) * (1 if sign == "+" else -1)
+    whole, _, fraction = whole.partition(".")
+    seconds = _epoch_s(whole) - offset
     micros = int((fraction + "000000")[:6])
     return round((seconds * 1_000_000 + micros) / 1000)
 
