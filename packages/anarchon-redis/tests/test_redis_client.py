@@ -27,6 +27,32 @@ def test_c_packer_matches_the_client_library(args: tuple[Any, ...]) -> None:
     assert b"".join(packed.pack_command(*args)) == b"".join(python.pack_command(*args))
 
 
+@pytest.mark.parametrize("library", ["redis", "valkey"])
+def test_a_pipeline_packs_through_the_swapped_pack_command(
+    library: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The C packing replaces the connection's `pack_command` (redis/redis-py#4176). That a pipeline
+    # packs through it (`pack_commands`) is the client library's own business: this fails once it
+    # stops, when the swap would be dead code and the claims would cost Python packing again.
+    import hiredis
+
+    module = redis.asyncio if library == "redis" else pytest.importorskip("valkey.asyncio")
+    calls: list[tuple[Any, ...]] = []
+    real = hiredis.pack_command
+
+    def counting(args: tuple[Any, ...]) -> bytes:
+        calls.append(args)
+        packed: bytes = real(args)
+        return packed
+
+    monkeypatch.setattr(hiredis, "pack_command", counting)
+    connection = _c_packing(module.Connection)()
+    commands = [COMMANDS[0], COMMANDS[3], COMMANDS[4]]
+    packed = b"".join(connection.pack_commands(commands))
+    assert [args[0] for args in calls] == ["EVALSHA", "SADD", "PUBLISH"]
+    assert packed == b"".join(module.Connection().pack_commands(commands))
+
+
 def test_backends_built_from_a_url_use_it() -> None:
     backend = RedisBackend("redis://127.0.0.1:6379/0")
     cls = backend.client.connection_pool.connection_class

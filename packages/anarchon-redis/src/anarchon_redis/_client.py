@@ -24,6 +24,8 @@ class Driver:
     unavailable: tuple[type[BaseException], ...]
     no_script: type[BaseException]
     response_error: type[BaseException]
+    timeout: type[BaseException]
+    """The client library's own timeout (not the builtin `TimeoutError`), one of `unavailable`."""
     cluster_type: type[Any] | None = None
     """The client library's Cluster client, which a backend also accepts in place of `client_type`."""
 
@@ -64,6 +66,7 @@ def _redis_driver() -> Driver:
                      e.ClusterError, e.RedisClusterException, MasterNotFoundError),
         no_script=e.NoScriptError,
         response_error=e.ResponseError,
+        timeout=e.TimeoutError,
         cluster_type=redis.asyncio.RedisCluster,
     )
 
@@ -86,6 +89,7 @@ def valkey_driver() -> Driver:
         unavailable=(e.ConnectionError, e.TimeoutError, e.BusyLoadingError, e.ReadOnlyError),
         no_script=e.NoScriptError,
         response_error=e.ResponseError,
+        timeout=e.TimeoutError,
     )
 
 
@@ -189,15 +193,18 @@ def _multi_node_client(driver: Driver, url: str, kwargs: dict[str, Any]) -> Any:
 
 
 def _c_packing(connection_class: type[Any]) -> type[Any]:
-    """`connection_class` packing commands with hiredis's C packer (the async clients pack in Python).
+    """`connection_class` packing commands with hiredis's C packer alone: the bytes sent are the same.
 
-    A claim batch is a pipeline of one EVALSHA with a dozen arguments per job: packing it in Python
-    costs more CPU than anything else a replica does. The bytes sent are the same.
+    A claim batch is a pipeline of one EVALSHA with a dozen arguments per job, and the async clients
+    pack in Python (redis/redis-py#4176; where they use hiredis, as redis-py 8.2 does, they still
+    encode every argument in Python first): 4 us per job of a 200-job claim batch on redis-py 8.2,
+    0.8 us here, more CPU than anything else a replica spends per claim at thousands of jobs
+    (scenario D of bench/run.py). `pack_command` is the connection's public method, but that a
+    pipeline packs through it (`pack_commands`) is the library's own business:
+    tests/test_redis_client.py fails if a client library stops doing so.
     """
-    try:
-        import hiredis
-    except ImportError:  # an optional speed-up: without it the client library packs as usual
-        return connection_class
+    import hiredis  # a dependency of anarchon-redis
+
     pack = hiredis.pack_command
 
     def pack_command(self: Any, *args: Any) -> list[bytes]:

@@ -112,6 +112,12 @@ class RedisStore(BackendBase):
 
     _schemes: ClassVar[dict[str, str]] = {}
     _url_options: ClassVar[tuple[str, ...]] = ("prefix",)
+    _cluster: bool = False
+    """The client is a Cluster client, which refuses EVALSHA in a pipeline: one script call per job
+    (set by `RedisBackend` when it opens)."""
+    wait_replicas: int = 0
+    """Replicas that must acknowledge a won claim before it is reported as won (0: none; an option of
+    `RedisBackend`)."""
 
     @classmethod
     def _driver(cls) -> Driver:
@@ -174,9 +180,8 @@ class RedisStore(BackendBase):
                 raise BackendUnavailable(
                     f"{self._drv.name} at {self.url} did not answer within {OP_TIMEOUT_S:g} s while {doing}"
                 ) from exc
-            except self._drv.unavailable as exc:
-                if type(exc).__name__ == "TimeoutError":  # the client library's own (redis-py, valkey-py)
-                    await self._drop_idle_connections()
+            except self._drv.timeout:
+                await self._drop_idle_connections()
                 raise
 
     async def _drop_idle_connections(self) -> None:
@@ -203,7 +208,7 @@ class RedisStore(BackendBase):
         todo = list(range(len(calls)))
         for round_ in range(2):
             now_extra = extra if round_ == 0 else None
-            if getattr(self, "_cluster", False):
+            if self._cluster:
                 replies = await self._eval_cluster(script, [calls[i] for i in todo], doing, now_extra)
             else:
                 pipe = self.client.pipeline(transaction=False)
@@ -214,7 +219,7 @@ class RedisStore(BackendBase):
                     now_extra(pipe)
                 if wait:
                     # On the same connection as the scripts: WAIT counts the writes of its connection.
-                    pipe.execute_command("WAIT", getattr(self, "wait_replicas", 0), wait)
+                    pipe.execute_command("WAIT", self.wait_replicas, wait)
                 async with self._op(doing):
                     replies = await pipe.execute(raise_on_error=False)
                 for reply in replies[len(todo):]:
