@@ -27,8 +27,9 @@ from ._job import Job
 from ._logs import fmt_slot
 from ._outcomes import Action, Step
 from ._schedules import At
+from ._speed import OVERLAP_ALLOW as _ALLOW
+from ._speed import OVERLAP_BUFFER_ONE as _BUFFER_ONE
 from ._wakeup import Wakeup
-from .backends import Overlap
 
 __all__ = ["Due", "Plan", "Planner"]
 
@@ -55,11 +56,6 @@ _CATCH_UP_ROOM_MS = 300_000
 # keeps ties in push order): the sequence wraps only after 2**32 pushes, none of which share a due time.
 _SEQ_BITS = 32
 _SEQ_MASK = (1 << _SEQ_BITS) - 1
-
-# Members bound once: on Python 3.11 an Enum class's attribute lookup goes through
-# EnumType.__getattr__, several times the cost of a global, and these are read per claim.
-_WATCH, _ALLOW, _BUFFER_ONE = Step.WATCH, Overlap.ALLOW, Overlap.BUFFER_ONE
-
 
 def _follow_cap(interval_ms: int | None, jitter_ms: int) -> int:
     """The latest after its slot an instance claims a group another instance leads: 1 s, or for
@@ -272,10 +268,11 @@ class Planner:
         watches = plan.watches
         # (A watch that supersedes needs no sweep: `_watch` clears the others outside overlap="allow",
         # and under "allow" nothing supersedes. A backup watches a slot per boundary: this runs often.)
-        if action.supersedes and watches and action.step is not _WATCH:
+        watch = action.step is Step.WATCH
+        if action.supersedes and watches and not watch:
             for older in [w for w in watches if w < action.slot]:
                 del watches[older]  # a newer slot superseded the older one this instance watched
-        if action.step is _WATCH:
+        if watch:
             self._watch(plan, action.slot, action.delay_ms, backup=action.backup, jitter=True)
         else:
             watches.pop(action.slot, None)

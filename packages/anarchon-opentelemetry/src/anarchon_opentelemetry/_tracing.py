@@ -89,7 +89,7 @@ class Tracing:
         assert api is not None  # (set by the run's start, which opened the span)
         _ctx, span, token = entry
         span.set_attribute("anarchon.outcome", "lost" if outcome is None else str(outcome))
-        if outcome is _FAILED:
+        if outcome is ReleaseOutcome.FAILED:
             if error is not None:
                 span.record_exception(error)
             span.set_status(api.trace.Status(api.trace.StatusCode.ERROR, _describe(error)))
@@ -100,8 +100,6 @@ class Tracing:
         span.end()
 
 
-_FAILED = ReleaseOutcome.FAILED
-"""Bound once: on Python 3.11 an Enum class's attribute lookup goes through EnumType.__getattr__."""
 
 
 class _Api:

@@ -61,10 +61,6 @@ _STATUSES = {s.value: s for s in JobStatus}
 """A status's string to the member, likewise."""
 _RELEASE_STATUS = {o: o.status.value for o in ReleaseOutcome}
 """The status a release with each outcome writes, without a property call per release."""
-# Members bound once: on Python 3.11 an Enum class's attribute lookup goes through
-# EnumType.__getattr__, and these are read per claim.
-_WON, _TAKEN, _SKIPPED, _EARLY, _EXHAUSTED = (ClaimOutcome.WON, ClaimOutcome.TAKEN, ClaimOutcome.SKIPPED,
-                                              ClaimOutcome.EARLY, ClaimOutcome.EXHAUSTED)
 
 def _first_of_each_job(keys: Sequence[tuple[str, str]], pending: list[int]) -> tuple[list[int], list[int]]:
     """Split the items `pending` (indices into `keys`, each a (namespace, job)) into those that go in
@@ -414,14 +410,14 @@ class PostgresBackend(LeaseBackendBase):
         if won:
             lease = Lease(r.namespace, r.job, r.slot, w_attempt, w_token, r.owner, w_expires_at)
             return ClaimResult(
-                _WON, r.job, r.slot, lease, r.owner, w_attempt, w_expires_at, now,
+                ClaimOutcome.WON, r.job, r.slot, lease, r.owner, w_attempt, w_expires_at, now,
                 None if prev_status is None else _STATUSES.get(prev_status) or JobStatus(prev_status),
                 prev_fingerprint, prev_slot,
             )
         if outcome == "won":
             return None  # the row appeared after this statement's snapshot: ask again
         if outcome == "early":
-            return ClaimResult(_EARLY, r.job, r.slot, now=now)
+            return ClaimResult(ClaimOutcome.EARLY, r.job, r.slot, now=now)
         slot = r.slot
         if outcome == "stale" or outcome == "skipped" or slot == c_slot:
             holder, attempt, status = c_owner, c_attempt, c_status
@@ -431,20 +427,20 @@ class PostgresBackend(LeaseBackendBase):
             holder, attempt, status = other["owner"], other["attempt"], other["status"]
             expires_at, fingerprint, record_slot = other["expires_at"], other["fingerprint"], slot
         kind = _OUTCOMES.get(outcome) or ClaimOutcome(outcome)
-        if kind is _TAKEN and holder == r.owner:
+        if kind is ClaimOutcome.TAKEN and holder == r.owner:
             # Held by the claimer already (a claim whose answer was lost): its own lease again, nothing
             # written. (Read from the statement's snapshot: the scheduler renews it before relying on it.)
             token = c_token if slot == c_slot else json.loads(c_other)["token"]
             lease = Lease(r.namespace, r.job, slot, attempt, int(token), r.owner, int(expires_at))
             return ClaimResult(
-                _WON, r.job, slot, lease=lease, holder=holder, attempt=attempt,
+                ClaimOutcome.WON, r.job, slot, lease=lease, holder=holder, attempt=attempt,
                 expires_at=lease.expires_at, now=now, fingerprint=fingerprint, record_slot=record_slot,
                 reissued=True,
             )
-        live = kind is _TAKEN or kind is _SKIPPED
+        live = kind is ClaimOutcome.TAKEN or kind is ClaimOutcome.SKIPPED
         return ClaimResult(
             kind, r.job, slot, None, holder, attempt or 0, expires_at if live else None, now,
-            _STATUSES.get(status) or JobStatus(status) if kind is _EXHAUSTED else None,
+            _STATUSES.get(status) or JobStatus(status) if kind is ClaimOutcome.EXHAUSTED else None,
             fingerprint, record_slot,
         )
 

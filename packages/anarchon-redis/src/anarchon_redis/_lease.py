@@ -59,8 +59,6 @@ _REISSUED = b"reissued"
 """The claim script's code for a WON by the owner of the slot's live record: its own lease again."""
 _OVERLAPS: dict[Any, str] = {o: o.value for o in Overlap}
 """An overlap (member or its string) to its value, without an Enum call per claim."""
-_WON = ClaimOutcome.WON
-"""Bound once: on Python 3.11 an Enum class's attribute lookup goes through EnumType.__getattr__."""
 _RELEASED_AS: dict[ReleaseOutcome, str] = {o: o.status.value for o in ReleaseOutcome}
 """The status each release outcome stores (`.value` of an Enum is a Python-level property on 3.11)."""
 
@@ -548,7 +546,7 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         # (Inline rather than through _opt_s and _opt_i: this runs once per claim attempt.)
         code, holder, attempt, expires, now, prev, fingerprint, record_slot = reply[:8]
         reissued = code == _REISSUED
-        outcome = _WON if reissued else _OUTCOMES.get(code) or ClaimOutcome(_s(code))
+        outcome = ClaimOutcome.WON if reissued else _OUTCOMES.get(code) or ClaimOutcome(_s(code))
         if holder is not None:
             holder = holder.decode() if type(holder) is bytes else str(holder)
         if fingerprint is not None:
@@ -556,7 +554,7 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         attempt = int(attempt)
         expires_at = None if expires is None else int(expires)
         lease = None
-        if outcome is _WON:
+        if outcome is ClaimOutcome.WON:
             assert expires_at is not None
             lease = Lease(r.namespace, r.job, r.slot, attempt, int(reply[8]), r.owner, expires_at)
         status = None if prev is None else (_STATUSES.get(prev) or JobStatus(_s(prev)))

@@ -2,6 +2,7 @@
 
 from typing import TYPE_CHECKING
 
+from .. import _speed
 from ._base import BackendBase, LeaseBackendBase, deliver_wins, lazy_exports, read_wins, redact_url, wins_text
 from ._protocols import (
     CONTROLS_CHANGED,
@@ -35,6 +36,8 @@ from ._protocols import (
     ScheduleWriteResult,
     WinsCallback,
 )
+
+del _speed  # imported for its effect: the result types above get their cheaper `__init__` there
 
 __all__ = [
     "DEFAULT_HISTORY",

@@ -13,32 +13,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._speed import CLAIM_DONE as _DONE
+from .._speed import CLAIM_EARLY as _EARLY
+from .._speed import CLAIM_EXHAUSTED as _EXHAUSTED
+from .._speed import CLAIM_SKIPPED as _SKIPPED
+from .._speed import CLAIM_STALE as _STALE
+from .._speed import CLAIM_TAKEN as _TAKEN
+from .._speed import CLAIM_WON as _WON
+from .._speed import OVERLAP_ALLOW as _ALLOW
+from .._speed import OVERLAP_BUFFER_ONE as _BUFFER_ONE
+from .._speed import OVERLAP_SKIP as _SKIP
+from .._speed import RELEASE_HANDOVER as _HANDOVER
+from .._speed import STATUS_DONE as _STATUS_DONE
+from .._speed import STATUS_FAILED as _STATUS_FAILED
+from .._speed import STATUS_RUNNING as _RUNNING
+from .._speed import fast_init
 from ._protocols import (
-    ClaimOutcome,
     ClaimRequest,
     ClaimResult,
     JobStatus,
     Lease,
     LeaseRecord,
-    Overlap,
     ReleaseOutcome,
-    _quick_init,
 )
 
 __all__ = ["ClaimDecision", "ReleaseDecision", "RenewDecision", "decide", "decide_release", "decide_renew"]
 
 
-# Members bound once: on Python 3.11 an Enum class's attribute lookup goes through
-# EnumType.__getattr__, several times the cost of a global, and these are read per claim.
-_WON, _TAKEN, _DONE, _SKIPPED, _STALE, _EXHAUSTED, _EARLY = (
-    ClaimOutcome.WON, ClaimOutcome.TAKEN, ClaimOutcome.DONE, ClaimOutcome.SKIPPED, ClaimOutcome.STALE,
-    ClaimOutcome.EXHAUSTED, ClaimOutcome.EARLY)
-_RUNNING, _STATUS_DONE, _STATUS_FAILED = JobStatus.RUNNING, JobStatus.DONE, JobStatus.FAILED
-_ALLOW, _SKIP, _BUFFER_ONE = Overlap.ALLOW, Overlap.SKIP, Overlap.BUFFER_ONE
-_HANDOVER = ReleaseOutcome.HANDOVER
-
-
-@_quick_init
+@fast_init  # a speed trick: see anarchon._speed
 @dataclass(frozen=True, slots=True)
 class ClaimDecision:
     """What `decide` found: the answer to return, and what to write in the same atomic step."""
@@ -168,7 +170,7 @@ def _won(
                        previous_status, previous.fingerprint, previous.slot)
 
 
-@_quick_init
+@fast_init  # a speed trick: see anarchon._speed
 @dataclass(frozen=True, slots=True)
 class RenewDecision:
     """What `decide_renew` found: the lease to return, and the record to write in the same atomic step."""
@@ -200,7 +202,7 @@ def decide_renew(rec: LeaseRecord | None, lease: Lease, lease_ms: int, now: int)
     return RenewDecision(renewed, write)
 
 
-@_quick_init
+@fast_init  # a speed trick: see anarchon._speed
 @dataclass(frozen=True, slots=True)
 class ReleaseDecision:
     """What `decide_release` found: the answer, and what to write in the same atomic step."""

@@ -16,10 +16,10 @@ from typing import ClassVar, Generic, Literal, TypeVar
 
 from .._clock import Clock, SystemClock
 from .._duration import Duration, parse_duration
+from .._speed import STATUS_RUNNING as _RUNNING
 from ._base import BackendBase, LeaseBackendBase
 from ._decide import decide, decide_release, decide_renew
 from ._protocols import (
-    _RUNNING,  # JobStatus.RUNNING, bound once (read per claim)
     CONTROLS_CHANGED,
     ERROR_LIMIT,
     SCHEDULES_CHANGED,

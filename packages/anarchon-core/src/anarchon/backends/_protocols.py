@@ -8,11 +8,10 @@ published in docs/lease-contract.md; the docstrings below state them method by m
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final, Literal, Protocol, TypeVar, runtime_checkable
+from typing import ClassVar, Final, Literal, Protocol, runtime_checkable
 
 __all__ = [
     "DEFAULT_HISTORY",
@@ -115,11 +114,6 @@ class JobStatus(enum.StrEnum):
     RELEASED = "released"
 
 
-_RUNNING = JobStatus.RUNNING
-"""Bound once (read per claim): on Python 3.11 an Enum class's attribute lookup goes through
-EnumType.__getattr__."""
-
-
 class ReleaseOutcome(enum.StrEnum):
     """How a run ended, as told to `release`."""
 
@@ -141,54 +135,6 @@ _STATUS_AFTER = {
 }
 
 
-_T = TypeVar("_T")
-
-
-def _quick_init(cls: type[_T]) -> type[_T]:
-    """Give a frozen, slotted dataclass an `__init__` with the same signature that fills the slots
-    cheaply: these types are made once or twice per claim attempt.
-
-    The generated `__init__` calls `object.__setattr__` per field, and storing through each slot's
-    descriptor (`__set__`) still costs a call with an argument tuple per field. This one lends the
-    new instance, for the length of `__init__`, a twin class with no frozen `__setattr__`, so each
-    field is a plain slot store; then gives it its own class back. The twin is a subclass that adds
-    no slots: `__class__` assignment then finds the layouts equal by the common base, without
-    comparing two classes' `__slots__` name by name. (An instance of a subclass that inherits this
-    `__init__` is filled through the descriptors instead.)
-    """
-    params: list[str] = []
-    fast: list[str] = []
-    slow: list[str] = []
-    twin = type(f"_{cls.__name__}Fill", (cls,), {"__slots__": (), "__module__": cls.__module__,
-                                                 "__setattr__": object.__setattr__,
-                                                 "__delattr__": object.__delattr__})
-    names: dict[str, Any] = {"_cls": cls, "_twin": twin, "_set_class": object.__setattr__}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        assert f.init and f.default_factory is dataclasses.MISSING and not f.kw_only
-        names[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
-        if f.default is dataclasses.MISSING:
-            params.append(f.name)
-        else:
-            names[f"_default_{f.name}"] = f.default
-            params.append(f"{f.name}=_default_{f.name}")
-        fast.append(f"        self.{f.name} = {f.name}")
-        slow.append(f"        _set_{f.name}(self, {f.name})")
-    assert not hasattr(cls, "__post_init__")
-    exec(f"def __init__(self, {', '.join(params)}):\n"
-         "    if type(self) is _cls:\n"
-         "        _set_class(self, '__class__', _twin)\n"
-         + "\n".join(fast) + "\n"
-         "        self.__class__ = _cls\n"
-         "    else:\n"
-         + "\n".join(slow), names)
-    init = names["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__module__ = cls.__module__
-    cls.__init__ = init  # type: ignore[method-assign]
-    return cls
-
-
-@_quick_init
 @dataclass(frozen=True, slots=True)
 class ClaimRequest:
     """One instance's request to run one slot of one job."""
@@ -212,7 +158,6 @@ class ClaimRequest:
     after the next slot was due, cannot start a past slot."""
 
 
-@_quick_init
 @dataclass(frozen=True, slots=True)
 class Lease:
     """The winner's right to run one slot, valid until `expires_at` by the store's clock."""
@@ -228,7 +173,6 @@ class Lease:
     """Store time, epoch ms. Zero on claim-only backends, which have no lease."""
 
 
-@_quick_init
 @dataclass(frozen=True, slots=True)
 class ClaimResult:
     """The store's answer to one claim."""
@@ -262,7 +206,6 @@ class ClaimResult:
         return self.outcome is ClaimOutcome.WON
 
 
-@_quick_init
 @dataclass(frozen=True, slots=True)
 class LeaseRecord:
     """One stored record of a job's slot: what the lease rules (`decide` and its siblings) read and write."""
@@ -281,11 +224,11 @@ class LeaseRecord:
 
     def live(self, now: int) -> bool:
         """True while the record runs under an unexpired lease (expiry is inclusive)."""
-        return self.status is _RUNNING and self.expires_at > now
+        return self.status is JobStatus.RUNNING and self.expires_at > now
 
     def held_by(self, lease: Lease) -> bool:
         """True while this is the running record that `lease` was granted: same slot, token and owner."""
-        return (self.status is _RUNNING and self.slot == lease.slot and self.token == lease.token
+        return (self.status is JobStatus.RUNNING and self.slot == lease.slot and self.token == lease.token
                 and self.owner == lease.owner)
 
 
@@ -321,7 +264,6 @@ class JobControl:
     """The id of the job's newest trigger (store time in epoch ms when it was issued); 0 for none."""
 
 
-@_quick_init
 @dataclass(frozen=True, slots=True)
 class RunRecord:
     """One ended run of a job, as its history keeps it."""
