@@ -24,6 +24,7 @@ from ._outcomes import Claim, Facts, Step, late_by, react_taken, verdict
 from ._planner import Due, Planner
 from ._runs import Hook, Runs
 from ._settings import Settings
+from ._speed import OVERLAP_ALLOW as _ALLOW
 from ._sweeper import Sweeper, Task
 from ._tasks import Tasks
 from .backends import (
@@ -40,7 +41,6 @@ from .backends import (
     InspectBackend,
     Lease,
     LeaseBackend,
-    Overlap,
     ReleaseOutcome,
     ScheduleBackend,
 )
@@ -50,9 +50,8 @@ __all__ = ["Engine", "stale_after"]
 _RECOVERY_S = 15.0
 """After a store outage, how long further claim failures count as the same outage (not warned again)."""
 
-# Members bound once: on Python 3.11 an Enum class's attribute lookup goes through
-# EnumType.__getattr__, several times the cost of a global, and these are read per claim.
-_RUN, _HAND_BACK, _ALLOW = Step.RUN, Step.HAND_BACK, Overlap.ALLOW
+# The steps, read from the class once (see anarchon/_speed.py: module globals cost less per claim).
+_RUN, _HAND_BACK = Step.RUN, Step.HAND_BACK
 _UNRUN, _FREE_OWN, _RETRY = Step.UNRUN, Step.FREE_OWN, Step.RETRY
 
 

@@ -45,7 +45,15 @@ from typing import Protocol
 from ._errors import BackendError
 from ._job import Job
 from ._logs import SlotText
-from .backends import ClaimOutcome, ClaimResult, JobStatus, Lease, Overlap
+from ._speed import CLAIM_EARLY as _EARLY
+from ._speed import CLAIM_EXHAUSTED as _EXHAUSTED
+from ._speed import CLAIM_SKIPPED as _SKIPPED
+from ._speed import CLAIM_TAKEN as _TAKEN
+from ._speed import CLAIM_WON as _WON
+from ._speed import OVERLAP_ALLOW as _ALLOW
+from ._speed import OVERLAP_BUFFER_ONE as _BUFFER_ONE
+from ._speed import STATUS_RELEASED as _RELEASED
+from .backends import ClaimResult, Lease
 
 __all__ = ["Action", "Claim", "Facts", "Running", "Step", "is_takeover", "late_by", "react", "react_taken",
            "skips", "verdict"]
@@ -73,13 +81,9 @@ class Step(enum.Enum):
     """This instance already runs the slot: nothing to do."""
 
 
-# Members bound once: on Python 3.11 an Enum class's attribute lookup goes through
-# EnumType.__getattr__, several times the cost of a global, and these are read per claim.
+# The steps, read from the class once (the claim outcomes and overlaps: anarchon/_speed.py).
 _RUN, _HAND_BACK, _WATCH, _DROP = Step.RUN, Step.HAND_BACK, Step.WATCH, Step.DROP
 _UNRUN, _FREE_OWN, _RETRY, _NOTHING = Step.UNRUN, Step.FREE_OWN, Step.RETRY, Step.NOTHING
-_WON, _TAKEN, _SKIPPED, _EARLY, _EXHAUSTED = (ClaimOutcome.WON, ClaimOutcome.TAKEN, ClaimOutcome.SKIPPED,
-                                              ClaimOutcome.EARLY, ClaimOutcome.EXHAUSTED)
-_ALLOW, _BUFFER_ONE, _RELEASED = Overlap.ALLOW, Overlap.BUFFER_ONE, JobStatus.RELEASED
 _DEBUG, _INFO = logging.DEBUG, logging.INFO
 
 

@@ -28,6 +28,9 @@ from ._history import HistoryWriter
 from ._job import Job
 from ._keeper import Held, Keeper
 from ._logs import SlotText, fields, fmt_slot, handler_exc_info, qualname, short
+from ._speed import RELEASE_DONE as _DONE
+from ._speed import RELEASE_FAILED as _FAILED
+from ._speed import RELEASE_HANDOVER as _HANDOVER
 from ._tasks import Tasks
 from .backends import Lease, ReleaseOutcome
 
@@ -37,9 +40,6 @@ STOP = "stop"
 LEASE_LOST = "lease lost"
 TIMEOUT = "timeout"
 
-# Members bound once: on Python 3.11 an Enum class's attribute lookup goes through
-# EnumType.__getattr__, several times the cost of a global, and these are read per run.
-_DONE, _FAILED, _HANDOVER = ReleaseOutcome.DONE, ReleaseOutcome.FAILED, ReleaseOutcome.HANDOVER
 
 _CANCEL_GRACE_S = 1.0
 """After a stop cancels the async handlers still running: how long they have to end before the log
