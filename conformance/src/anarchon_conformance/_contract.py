@@ -24,7 +24,7 @@ from anarchon.backends import (
     RunRecord,
 )
 
-from ._kit import LONG_LEASE_MS, SHORT_LEASE_MS, Kit, expire
+from ._kit import EXPIRY_MARGIN_MS, LONG_LEASE_MS, SHORT_LEASE_MS, Kit, expire
 
 __all__ = [
     "TestAnnounceContract",
@@ -49,6 +49,22 @@ ODD_NAMES = [
 ODD_ERROR = 'ValueError: "a,b" {c} \\path\\to\n  File "x.py", line 1, in <módulo> NULL'
 """A handler's error as a traceback holds it: quotes, commas, braces, backslashes and a newline."""
 MINUTE = 60_000
+NAME_VARIANTS = {
+    "report": ["Report", "REPORT", "report ", " report", "report  ", "\uff52\uff45\uff50\uff4f\uff52\uff54"],
+    "réport": ["re\u0301port", "Réport", "rèport"],
+    "straße": ["strasse", "STRASSE", "Straße"],
+    "ﬁle": ["file", "FILE"],
+    "\u0131nfo": ["info", "\u0130nfo"],
+}
+"""Names, each with others that a folding, accent-insensitive, normalising or padding comparison
+makes equal to it (case, PAD SPACE, NFC against NFD, full width, ß, ligatures, the dotless i)."""
+SEPARATORS = ["", *(chr(c) for c in range(0x20, 0x7F) if not chr(c).isalnum()), "%3A", "::", "\x1f", "\u00b7",
+              "\u3000", "\u2028", "é"]
+"""Whatever a store key could join a namespace and a job with: every ASCII punctuation character,
+the space, nothing at all, escapes and a few non-ASCII characters."""
+CUT_AT = ["\x1f", ".", ":", "/", "#", " ", "\x7f", "é", "😀", "\u2028"]
+"""Characters a store might cut a name at: the engine's trigger separator, key scheme separators,
+white space, DEL and multi-byte characters. (Job names hold no other control characters.)"""
 
 
 def tier(capability: str) -> Any:
@@ -74,19 +90,88 @@ async def won_allowing_overlap(kit: Kit, **kw: Any) -> Lease:
         pytest.skip(f"{type(kit.backend).__name__} refuses overlap='allow' (ConfigError: {exc})")
 
 
-async def _race_with_takeover(kit: Kit, act: Any) -> list[str]:
-    """Let short leases of several jobs expire, then race the holder's `act(lease)` (a renew or a release)
-    against another owner's claim of the same slot, each pair at once. Returns the jobs where both the
-    act and the claim succeeded."""
-    leases = [await kit.won(f"race-{i}", "a", lease_ms=SHORT_LEASE_MS) for i in range(8)]
+async def _race_with_takeover(kit: Kit, act: Any, what: str) -> list[str]:
+    """Race the holder's `act(lease)` (a renew or a release, `what`) against other owners' claims that
+    take its record over, three ways, and return what broke the rule "never both succeed".
+
+    - A lease that expired: the act against a takeover of the same slot.
+    - A live lease: the act against a claim of the next slot with `overlap="replace"`, which revokes it.
+      The claim wins either way; afterwards the older lease must be revoked and the new one held, as in
+      either order of the two.
+    - Leases at their end: pairs sent from just before the expiry to just after its slack, so that one
+      of each pair may land on either side of it.
+    """
+    broken: list[str] = []
     other = await kit.client()
+    short = kit.short_lease_ms
+
+    async def pair(lease: Lease, slot: int, overlap: Overlap) -> tuple[Any, Any]:
+        done, claimed = await asyncio.gather(
+            act(lease), kit.claim(lease.job, "b", slot, on=other, overlap=overlap))
+        return done, claimed
+
+    async def after(lease: Lease, done: Any, claimed: Any, where: str) -> None:
+        """The state both orders of the pair leave: the winner of the claim holds, the older lease not."""
+        if claimed.outcome is ClaimOutcome.WON:
+            if done:
+                broken.append(f"{where}: the {what} answered {done!r} and the claim {claimed!r}: "
+                              "both succeeded")
+            assert claimed.lease is not None
+            if await kit.renew(claimed.lease, on=other) is None:
+                broken.append(f"{where}: after the race the claim's winner lost its lease {claimed.lease!r} "
+                              f"(the {what} wrote over the takeover)")
+            if await kit.renew(lease) is not None:
+                broken.append(f"{where}: after the race the old lease {lease!r} still renews")
+
+    expired = [await kit.won(f"expired-{i}", "a", lease_ms=SHORT_LEASE_MS) for i in range(6)]
     await kit.expire()
+    for lease, (done, claimed) in zip(expired, await asyncio.gather(
+            *(pair(lease, lease.slot, Overlap.SKIP) for lease in expired)), strict=True):
+        await after(lease, done, claimed, f"expired lease of {lease.job!r}")
 
-    async def pair(lease: Lease) -> str | None:
-        done, claimed = await asyncio.gather(act(lease), kit.claim(lease.job, "b", on=other))
-        return lease.job if done and claimed.outcome is ClaimOutcome.WON else None
+    live = [await kit.won(f"live-{i}", "a") for i in range(6)]
+    for lease, (_, claimed) in zip(live, await asyncio.gather(
+            *(pair(lease, lease.slot + MINUTE, Overlap.REPLACE) for lease in live)), strict=True):
+        where = f"live lease of {lease.job!r} against a claim of its next slot with overlap='replace'"
+        if claimed.outcome is not ClaimOutcome.WON:
+            broken.append(f"{where}: the claim answered {claimed!r}, not WON")
+            continue
+        assert claimed.lease is not None
+        if await kit.renew(claimed.lease, on=other) is None:
+            broken.append(f"{where}: the new slot's lease {claimed.lease!r} does not renew after the race "
+                          f"(the {what} wrote over the takeover)")
+        if await kit.renew(lease) is not None:
+            broken.append(f"{where}: the revoked lease {lease!r} still renews after the race (the {what} "
+                          "brought it back)")
 
-    return [job for job in await asyncio.gather(*(pair(lease) for lease in leases)) if job]
+    loop = asyncio.get_running_loop()
+    ending: list[tuple[Lease, float]] = []
+    for i in range(8):
+        lease = await kit.won(f"ending-{i}", "a", lease_ms=SHORT_LEASE_MS)
+        ending.append((lease, loop.time()))
+    span = (short * 0.2 + kit.slack_ms) / 1000
+
+    async def at_the_end(i: int, lease: Lease, granted: float) -> tuple[Any, Any]:
+        start = granted + short * 0.9 / 1000 + span * i / 7
+        await asyncio.sleep(max(0.0, start - loop.time()))
+        return await pair(lease, lease.slot, Overlap.SKIP)
+
+    results = await asyncio.gather(*(at_the_end(i, lease, t) for i, (lease, t) in enumerate(ending)))
+    for (lease, _), (done, claimed) in zip(ending, results, strict=True):
+        await after(lease, done, claimed, f"lease of {lease.job!r} at its expiry")
+    return broken
+
+
+ORDER_PATTERN = [True, True, False, True, False, False]
+"""Which items of a batch succeed: the same pattern read backwards, or in any other order the kit
+sends, is another one."""
+
+
+def _ordered_names() -> list[list[str]]:
+    """The names of a batch's items: in order, backwards, and shuffled, so that a store answering in
+    any order of its own (by name, by key, backwards) answers one of them out of order."""
+    names = [f"item-{c}" for c in "abcdef"]
+    return [names, names[::-1], [names[i] for i in (3, 0, 5, 1, 4, 2)]]
 
 
 class TestClaimContract:
@@ -150,28 +235,62 @@ class TestClaimContract:
 
 
     async def test_names_compare_byte_wise(self, anarchon_kit: Kit) -> None:
-        await anarchon_kit.won("report", "a")
-        for name in ("Report", "REPORT", "report ", " report", "réport"):
-            result = await anarchon_kit.claim(name, "b")
-            assert result.outcome is ClaimOutcome.WON, (
-                f"job {name!r} is not job 'report': names must compare byte-wise (a case-insensitive or "
-                f"PAD SPACE collation makes them one job); got {result!r}"
-            )
-        other_ns = anarchon_kit.namespace + " "
-        result = await anarchon_kit.claim("report", "b", namespace=other_ns)
-        assert result.outcome is ClaimOutcome.WON, (
-            f"namespace {other_ns!r} is not {anarchon_kit.namespace!r}: namespaces must compare byte-wise; "
-            f"got {result!r}"
+        ns = anarchon_kit.namespace
+        broken: list[str] = []
+        for base, variants in NAME_VARIANTS.items():
+            await anarchon_kit.won(base, "a")
+            for name in variants:
+                result = await anarchon_kit.claim(name, "b")
+                if result.outcome is not ClaimOutcome.WON:
+                    broken.append(f"job {name!r} after job {base!r} was won: {result!r}")
+        for suffix, variants in NAME_VARIANTS.items():
+            await anarchon_kit.won("report", "a", namespace=f"{ns}-{suffix}")
+            for name in variants:
+                result = await anarchon_kit.claim("report", "b", namespace=f"{ns}-{name}")
+                if result.outcome is not ClaimOutcome.WON:
+                    broken.append(f"namespace {ns + '-' + name!r} after namespace {ns + '-' + suffix!r} "
+                                  f"won the job: {result!r}")
+        assert not broken, (
+            "namespaces and job names are compared exactly, code point by code point: these are other "
+            "jobs, so each claim must be WON (docs/lease-contract.md, Names; a case-insensitive, accent-"
+            "insensitive, normalising or PAD SPACE comparison makes them one):\n  " + "\n  ".join(broken)
         )
 
-    @pytest.mark.parametrize("sep", [":", "/", ".", "|", " ", "%3A"])
-    async def test_joined_names_do_not_collide(self, anarchon_kit: Kit, sep: str) -> None:
+    async def test_joined_names_do_not_collide(self, anarchon_kit: Kit) -> None:
         ns = anarchon_kit.namespace
-        await anarchon_kit.won("b", "a", namespace=f"{ns}{sep}a")
-        result = await anarchon_kit.claim(f"a{sep}b", "b", namespace=ns)
-        assert result.outcome is ClaimOutcome.WON, (
-            f"namespace {ns + sep + 'a'!r} with job 'b' and namespace {ns!r} with job {'a' + sep + 'b'!r} "
-            f"collide: a store key joined from namespace and job must keep them apart; got {result!r}"
+        broken: list[str] = []
+        for sep in SEPARATORS:
+            await anarchon_kit.won("b", "a", namespace=f"{ns}{sep}a")
+            result = await anarchon_kit.claim(f"a{sep}b", "b", namespace=ns)
+            if result.outcome is not ClaimOutcome.WON:
+                broken.append(f"separator {sep!r}: namespace {ns + sep + 'a'!r} with job 'b', then namespace "
+                              f"{ns!r} with job {'a' + sep + 'b'!r}: {result!r}")
+        assert not broken, (
+            "a namespace and a job never run together (docs/lease-contract.md, Names): these pairs "
+            "collide, so a store key joined from namespace and job does not keep them apart:\n  "
+            + "\n  ".join(broken)
+        )
+
+    async def test_a_name_is_never_cut(self, anarchon_kit: Kit) -> None:
+        # The scheduler claims a job's triggers as the record `job + "\x1ftrigger"`: a store that cuts
+        # a name at a character (a C string, a key scheme, a column too short) makes them one job.
+        broken: list[str] = []
+        for i, cut in enumerate(CUT_AT):
+            head, whole = f"cut-{i}", f"cut-{i}{cut}trigger"
+            await anarchon_kit.won(head, "a")
+            result = await anarchon_kit.claim(whole, "b")
+            if result.outcome is not ClaimOutcome.WON:
+                broken.append(f"job {whole!r} while job {head!r} is held: {result!r}")
+            head, whole = f"tuc-{i}", f"tuc-{i}{cut}trigger"
+            await anarchon_kit.won(whole, "a")
+            result = await anarchon_kit.claim(head, "b")
+            if result.outcome is not ClaimOutcome.WON:
+                broken.append(f"job {head!r} while job {whole!r} is held: {result!r}")
+        assert not broken, (
+            "names are never truncated (docs/lease-contract.md, Names): a name and the same name cut at a "
+            "character are two jobs, so each claim must be WON (a job's trigger record is "
+            "`job + '\\x1ftrigger'`: cut there, a trigger is refused while its job runs):\n  "
+            + "\n  ".join(broken)
         )
 
     async def test_claims_are_remembered_for_the_horizon(self, anarchon_kit: Kit) -> None:
@@ -179,13 +298,17 @@ class TestClaimContract:
             pytest.skip("a lease backend keeps a record per job (test_an_ended_slot_stays_done)")
         horizon = anarchon_kit.backend.horizon_ms
         await anarchon_kit.won("job", "a")
-        # Within the horizon (at most 1.5 s of it: a test cannot wait minutes), the claim still holds.
-        wait_s = 1.0 if horizon is None else min(horizon * 0.8, 1_500) / 1000
+        # Within the horizon: 80% of a declared one, but no longer than the kit's patience (a test
+        # cannot wait minutes); None means forever, so the whole patience (longer with --anarchon-thorough).
+        patience = anarchon_kit.patience_s
+        wait_s = patience if horizon is None else min(horizon * 0.8 / 1000, patience)
         await asyncio.sleep(wait_s)
         result = await anarchon_kit.claim("job", "b", on=await anarchon_kit.client())
         assert result.outcome is not ClaimOutcome.WON, (
-            f"a claim was forgotten after {wait_s:.2f} s, within the declared horizon_ms={horizon!r}: "
-            f"the slot was won twice; got {result!r}"
+            f"a claim was forgotten after {wait_s:.2f} s, within the declared horizon_ms={horizon!r} "
+            f"({'forever' if horizon is None else f'{horizon} ms'}): a claim of the same slot within the "
+            f"horizon is TAKEN (docs/lease-contract.md, Claim-only backends); the store answered {result!r}, "
+            "so the slot was won twice"
         )
 
     async def test_a_sibling_sees_the_same_store(self, anarchon_kit: Kit) -> None:
@@ -407,6 +530,38 @@ class TestLeaseContract:
         assert await anarchon_kit.release(again.lease, ReleaseOutcome.DONE), "the reissued lease releases"
         assert (await anarchon_kit.claim("job", "a")).outcome is ClaimOutcome.DONE
 
+    async def test_a_reissued_lease_keeps_its_expiry(self, anarchon_kit: Kit) -> None:
+        short = anarchon_kit.short_lease_ms
+        loop = asyncio.get_running_loop()
+        lease = await anarchon_kit.won("job", "a", lease_ms=SHORT_LEASE_MS)
+        granted = loop.time()
+        await asyncio.sleep(short / 2000)
+        again = await anarchon_kit.claim("job", "a", lease_ms=SHORT_LEASE_MS)
+        rule = ("a claim by the holder of a live record answers WON with that record's lease again, "
+                "reissued: same attempt, token and expiry, writing nothing (docs/lease-contract.md, Late "
+                "deliveries never revive the past)")
+        assert again.outcome is ClaimOutcome.WON and again.reissued and again.lease is not None, (
+            f"{rule}; the store answered {again!r}")
+        assert (again.lease.attempt, again.lease.token, again.lease.expires_at) == (
+            lease.attempt, lease.token, lease.expires_at), (
+            f"{rule}; the lease was {lease!r}, the reissue half way through it answered {again.lease!r}")
+        other = await anarchon_kit.client()
+        taken = await anarchon_kit.claim("job", "b", on=other, lease_ms=SHORT_LEASE_MS)
+        assert taken.outcome is ClaimOutcome.TAKEN, f"{rule}; another owner's claim got {taken!r}"
+        if taken.expires_at is not None:
+            assert taken.expires_at == lease.expires_at, (
+                f"{rule}; the record's expiry moved from {lease.expires_at} to {taken.expires_at} "
+                f"(another owner's claim answered {taken!r})")
+        # The lease ends when it was first granted to: a reissue that refreshed it would hold it longer.
+        await asyncio.sleep(max(0.0, granted + (short + anarchon_kit.slack_ms + EXPIRY_MARGIN_MS) / 1000
+                                - loop.time()))
+        after = await anarchon_kit.claim("job", "b", on=other, lease_ms=SHORT_LEASE_MS)
+        assert after.outcome is ClaimOutcome.WON and after.lease is not None and after.lease.attempt == 2, (
+            f"{rule}; once the first grant of {short} ms (and the store's slack of "
+            f"{anarchon_kit.slack_ms} ms) had run out, another owner's claim got {after!r}: the reissue "
+            "extended the lease"
+        )
+
     async def test_a_claim_past_stale_after_is_stale(self, anarchon_kit: Kit) -> None:
         probe = await anarchon_kit.claim("probe", "a")
         now = probe.now if probe.now is not None else time.time_ns() // 1_000_000
@@ -435,6 +590,44 @@ class TestLeaseContract:
             attempt = 2 if job in ("expired", "handed") else 1
             assert result.lease.attempt == attempt, f"a STALE claim of {job!r} changed the record: {result!r}"
         assert expired.attempt == 1 and handed.attempt == 1
+
+    async def test_a_batch_judges_each_claim_alone(self, anarchon_kit: Kit) -> None:
+        kit = anarchon_kit
+        probe = await kit.claim("probe", "x")
+        now = probe.now if probe.now is not None else time.time_ns() // 1_000_000
+        # A record for every refusal the claim table has.
+        await kit.won("held", "x")
+        done = await kit.won("done", "x")
+        assert await kit.release(done, ReleaseOutcome.DONE)
+        spent = await kit.won("spent", "x", max_attempts=1)
+        assert await kit.release(spent, ReleaseOutcome.HANDOVER)
+        await kit.won("running", "x")
+        newer = await kit.won("newer", "x", kit.slot + MINUTE)
+        assert await kit.release(newer, ReleaseOutcome.DONE)
+        refusals = [
+            (kit.req("early", "b", now + 600_000), ClaimOutcome.EARLY),
+            (kit.req("late", "b", stale_after=now - 60_000), ClaimOutcome.STALE),
+            (kit.req("held", "b"), ClaimOutcome.TAKEN),
+            (kit.req("done", "b"), ClaimOutcome.DONE),
+            (kit.req("spent", "b", max_attempts=1), ClaimOutcome.EXHAUSTED),
+            (kit.req("running", "b", kit.slot + MINUTE), ClaimOutcome.SKIPPED),
+            (kit.req("newer", "b"), ClaimOutcome.STALE),
+        ]
+        for round_, order in enumerate((refusals, refusals[::-1])):
+            batch = []
+            for i, (req, outcome) in enumerate(order):
+                batch += [(kit.req(f"fresh-{round_}-{i}", "b"), ClaimOutcome.WON), (req, outcome)]
+            batch.append((kit.req(f"fresh-{round_}-last", "b"), ClaimOutcome.WON))
+            results = list(await kit.backend.claim_many([req for req, _ in batch]))
+            assert len(results) == len(batch), f"claim_many answered {len(results)} results for {len(batch)}"
+            wrong = [f"{req.job!r} (slot {req.slot}): expected {outcome.value}, got {result!r}"
+                     for (req, outcome), result in zip(batch, results, strict=True)
+                     if result.outcome is not outcome or (result.job, result.slot) != (req.job, req.slot)]
+            assert not wrong, (
+                "claim_many answers one result per item, in order, each judged as if sent alone "
+                "(docs/lease-contract.md, Batches); a refused claim must not change how the items after it "
+                "are judged:\n  " + "\n  ".join(wrong)
+            )
 
     async def test_early_slot_is_refused(self, anarchon_kit: Kit) -> None:
         future = time.time_ns() // 1_000_000 + 3_600_000
@@ -475,6 +668,31 @@ class TestLeaseContract:
         assert other.outcome is ClaimOutcome.TAKEN, (
             f"at 70% of a {lease_ms} ms lease another claim got {other.outcome}: the lease was granted "
             f"shorter than asked (the holder loses it early); {other!r}"
+        )
+
+    async def test_a_lease_is_not_granted_longer_than_asked(self, anarchon_kit: Kit) -> None:
+        # Longer than asked (a TTL rounded up to whole seconds, as etcd's and many other TTLs are) keeps
+        # a dead run's slot from its backups; and a store ends a lease at most its declared slack late.
+        loop = asyncio.get_running_loop()
+        short = anarchon_kit.short_lease_ms
+        lease_ms = short if anarchon_kit.fixed_lease else 600
+        slack = anarchon_kit.slack_ms
+        result = await anarchon_kit.claim("job", "a", lease_ms=lease_ms)
+        granted = loop.time()
+        assert result.lease is not None, result
+        rule = (f"a won lease runs exactly lease_ms from the store's now: expires_at = now + lease_ms "
+                "(docs/lease-contract.md, Store time and max_skew), and ends at most "
+                f"expiry_slack_ms={slack} later")
+        if result.now is not None:
+            granted_ms = result.lease.expires_at - result.now
+            assert granted_ms <= lease_ms + 5, (
+                f"{rule}; a lease of {lease_ms} ms was granted for {granted_ms} ms: {result!r}")
+        await asyncio.sleep(max(0.0, granted + (lease_ms + slack + EXPIRY_MARGIN_MS) / 1000 - loop.time()))
+        other = await anarchon_kit.claim("job", "b", on=await anarchon_kit.client(), lease_ms=lease_ms)
+        assert other.outcome is ClaimOutcome.WON, (
+            f"{rule}; {lease_ms + slack + EXPIRY_MARGIN_MS} ms after the store answered a claim for a "
+            f"{lease_ms} ms lease, another owner's claim got {other!r}: the lease was granted longer than "
+            "asked, or the store ended it later than its declared slack"
         )
 
     async def test_fingerprint_is_stored(self, anarchon_kit: Kit) -> None:
@@ -586,18 +804,19 @@ class TestLeaseContract:
         assert result.lease.attempt == 1, f"renew or release of no record created one: {result!r}"
 
     async def test_renew_and_takeover_race(self, anarchon_kit: Kit) -> None:
-        both = await _race_with_takeover(anarchon_kit, lambda lease: anarchon_kit.renew(lease))
-        assert not both, (
-            f"a renewal and a takeover of one record both succeeded ({both}): renew must be atomic "
-            "against a concurrent claim (two winners for one claim)"
+        broken = await _race_with_takeover(anarchon_kit, lambda lease: anarchon_kit.renew(lease), "renewal")
+        assert not broken, (
+            "renew must be atomic against a concurrent claim: a renewal and a takeover of the same record "
+            "never both succeed (docs/lease-contract.md, Renew; two winners for one claim):\n  "
+            + "\n  ".join(broken)
         )
 
     async def test_release_and_takeover_race(self, anarchon_kit: Kit) -> None:
-        both = await _race_with_takeover(anarchon_kit,
-                                         lambda lease: anarchon_kit.release(lease, ReleaseOutcome.DONE))
-        assert not both, (
-            f"a release and a takeover of one record both succeeded ({both}): release must be atomic "
-            "against a concurrent claim"
+        broken = await _race_with_takeover(
+            anarchon_kit, lambda lease: anarchon_kit.release(lease, ReleaseOutcome.DONE), "release")
+        assert not broken, (
+            "release must be atomic against a concurrent claim: a release and a takeover of the same record "
+            "never both succeed (docs/lease-contract.md, Release):\n  " + "\n  ".join(broken)
         )
 
     # -- release ------------------------------------------------------------------------------------------
@@ -624,15 +843,25 @@ class TestLeaseContract:
         assert (await anarchon_kit.claim("job", "c")).outcome is ClaimOutcome.TAKEN
 
     async def test_an_ended_slot_stays_done(self, anarchon_kit: Kit) -> None:
-        lease = await anarchon_kit.won("job", "a", lease_ms=SHORT_LEASE_MS)
-        assert await anarchon_kit.release(lease, ReleaseOutcome.DONE)
-        await anarchon_kit.expire()
-        await asyncio.sleep(0.3)
-        result = await anarchon_kit.claim("job", "b", on=await anarchon_kit.client())
-        assert result.outcome is ClaimOutcome.DONE, (
-            f"a slot that ran to its end must stay DONE until a newer slot is won (an ended record was "
-            f"forgotten, so the slot can be won again); got {result!r}"
-        )
+        # "However long that takes": the kit cannot wait forever, so it waits longer than any timer a
+        # store would set from the leases it was asked for (see Kit.patience_s; longer under
+        # --anarchon-thorough), on a fresh client.
+        ended = {}
+        for outcome in (ReleaseOutcome.DONE, ReleaseOutcome.FAILED):
+            lease = await anarchon_kit.won(f"job-{outcome.value}", "a", lease_ms=SHORT_LEASE_MS)
+            assert await anarchon_kit.release(lease, outcome)
+            ended[lease.job] = outcome
+        wait_s = anarchon_kit.patience_s
+        await asyncio.sleep(wait_s)
+        other = await anarchon_kit.client()
+        for job, outcome in ended.items():
+            result = await anarchon_kit.claim(job, "b", on=other)
+            assert result.outcome is ClaimOutcome.DONE, (
+                f"a slot released {outcome.value} must stay DONE until a newer slot is won, however long "
+                f"that takes (docs/lease-contract.md, Release: an ended record stays); {wait_s:.1f} s after "
+                f"the release the store answered {result!r}: an ended record was forgotten, so the slot "
+                "can be won again"
+            )
 
     # -- attempts and tokens ---------------------------------------------------------------------------------
 
@@ -776,6 +1005,21 @@ class TestReleaseManyContract:
         )
         assert await anarchon_kit.renew(forged) is not None
 
+    async def test_results_follow_the_batch_order(self, anarchon_kit: Kit) -> None:
+        from dataclasses import replace
+
+        for round_, names in enumerate(_ordered_names()):
+            items: list[tuple[Lease, ReleaseOutcome]] = []
+            for name, ok in zip(names, ORDER_PATTERN, strict=True):
+                lease = await anarchon_kit.won(f"{round_}-{name}", "a")
+                items.append((lease if ok else replace(lease, token=lease.token + 1), ReleaseOutcome.DONE))
+            results = list(await anarchon_kit.backend.release_many(items))
+            assert results == ORDER_PATTERN, (
+                "release_many answers one result per item, in the batch's order (docs/lease-contract.md, "
+                f"Batches): released {[lease.job for lease, _ in items]} (every other one forged), expected "
+                f"{ORDER_PATTERN}, got {results}"
+            )
+
     async def test_batch_of_one_slot_twice(self, anarchon_kit: Kit) -> None:
         lease = await anarchon_kit.won("job", "a")
         results = await anarchon_kit.backend.release_many(
@@ -855,6 +1099,53 @@ class TestRenewManyContract:
         assert await anarchon_kit.renew(forged) is not None, "a forged renewal in a batch changed state"
         assert (await anarchon_kit.claim("released", "b", on=other)).outcome is ClaimOutcome.DONE
         assert await anarchon_kit.renew(taken.lease, on=other) is not None
+
+    async def test_results_follow_the_batch_order(self, anarchon_kit: Kit) -> None:
+        from dataclasses import replace
+
+        live_ms = anarchon_kit.long_lease_ms
+        for round_, names in enumerate(_ordered_names()):
+            items: list[tuple[Lease, int]] = []
+            for name, ok in zip(names, ORDER_PATTERN, strict=True):
+                lease = await anarchon_kit.won(f"{round_}-{name}", "a")
+                items.append((lease if ok else replace(lease, token=lease.token + 1), live_ms))
+            results = list(await anarchon_kit.backend.renew_many(items))
+            got = [None if r is None else r.job for r in results]
+            expected = [lease.job if ok else None
+                        for (lease, _), ok in zip(items, ORDER_PATTERN, strict=True)]
+            assert got == expected, (
+                "renew_many answers one result per item, in the batch's order (docs/lease-contract.md, "
+                f"Batches): renewed {[lease.job for lease, _ in items]} (every forged one lost), expected "
+                f"{expected}, got {got}"
+            )
+
+    async def test_two_slots_of_one_job_under_allow(self, anarchon_kit: Kit) -> None:
+        old = await won_allowing_overlap(anarchon_kit)
+        new = await anarchon_kit.won("job", "b", anarchon_kit.slot + MINUTE, overlap=Overlap.ALLOW)
+        rule = ("renew_many judges each item alone, and under overlap='allow' each slot has its own "
+                "record (docs/lease-contract.md, Batches and overlap='allow')")
+        for items in ([(new, anarchon_kit.long_lease_ms), (old, anarchon_kit.long_lease_ms)],
+                      [(old, anarchon_kit.long_lease_ms), (new, anarchon_kit.long_lease_ms)]):
+            results = list(await anarchon_kit.backend.renew_many(items))
+            got = [None if r is None else (r.slot, r.owner, r.token) for r in results]
+            expected = [(lease.slot, lease.owner, lease.token) for lease, _ in items]
+            assert got == expected, (
+                f"{rule}: two slots of one job renewed in one batch, expected {expected}, got {got}")
+        # Each slot's record was renewed, not one of them twice: a short renewal of the older slot runs
+        # out while the newer one holds.
+        short = await anarchon_kit.backend.renew_many([(old, anarchon_kit.short_lease_ms),
+                                                        (new, anarchon_kit.long_lease_ms)])
+        assert all(r is not None for r in short), f"{rule}: {short}"
+        await anarchon_kit.expire()
+        other = await anarchon_kit.client()
+        taken_over = await anarchon_kit.claim("job", "c", old.slot, on=other, overlap=Overlap.ALLOW)
+        assert taken_over.outcome is ClaimOutcome.WON, (
+            f"{rule}: the older slot was renewed for a short lease, which ran out; a claim of it got "
+            f"{taken_over!r}")
+        held = await anarchon_kit.claim("job", "c", new.slot, on=other, overlap=Overlap.ALLOW)
+        assert held.outcome is ClaimOutcome.TAKEN, (
+            f"{rule}: the newer slot was renewed for a long lease in the same batch; a claim of it got "
+            f"{held!r}")
 
     async def test_a_renewed_lease_is_released_as_before(self, anarchon_kit: Kit) -> None:
         lease = await anarchon_kit.won("job", "a")
@@ -1013,6 +1304,31 @@ class TestAnnounceContract:
             "pushes must carry only this namespace's wins, never a lost claim: got " + repr(pushed))
 
 
+    async def test_a_reissued_lease_is_not_pushed(self, anarchon_kit: Kit) -> None:
+        if Capability.LEASE not in anarchon_kit.backend.capabilities:
+            pytest.skip(f"{type(anarchon_kit.backend).__name__} is claim-only: no lease is reissued")
+        got = await self._subscribe(anarchon_kit)
+        await anarchon_kit.won("held", "a")
+        again = await anarchon_kit.claim("held", "a")
+        assert again.outcome is ClaimOutcome.WON and again.reissued, again
+        await anarchon_kit.won("last", "c")
+        pushed: list[tuple[str, list[tuple[str, int]]]] = []
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(5):
+                while not any(owner == "c" for owner, _ in pushed):
+                    pushed.append(await got.get())
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0.2):  # anything pushed late, out of order
+                while True:
+                    pushed.append(await got.get())
+        times = sum(wins.count(("held", anarchon_kit.slot)) for owner, wins in pushed if owner == "a")
+        assert times <= 1, (
+            "wins are pushed for claims the store decided as won, not for a reissued lease "
+            f"(docs/lease-contract.md, Capabilities: announce): the win of 'held' was pushed {times} times, "
+            f"once more for the holder's own claim answered {again!r}; pushes: {pushed!r}"
+        )
+
+
 class TestControlContract:
     """`control`: each job's paused flag and trigger id, set atomically and read in one call."""
 
@@ -1066,6 +1382,20 @@ class TestControlContract:
                 pytest.fail(f"a backend with 'notify' must push (job, CONTROLS_CHANGED) to the namespace's "
                             f"subscribers after set_control: nothing came within 5 s of {change} of {job!r}")
             assert pushed == (job, CONTROLS_CHANGED), "a control change of another namespace was pushed"
+
+    async def test_joined_names_do_not_share_controls(self, anarchon_kit: Kit) -> None:
+        backend, ns = anarchon_kit.backend, anarchon_kit.namespace
+        broken = []
+        for sep in SEPARATORS:
+            await backend.set_control(f"{ns}{sep}a", "b", paused=True)
+            got = await backend.controls(ns)
+            if got:
+                broken.append(f"separator {sep!r}: a pause of job 'b' in namespace {ns + sep + 'a'!r} read "
+                              f"back in namespace {ns!r} as {got!r}")
+        assert not broken, (
+            "a namespace and a job never run together, for controls as for claims (docs/lease-contract.md, "
+            "Names and Capabilities: control):\n  " + "\n  ".join(broken)
+        )
 
     async def test_controls_are_namespaced(self, anarchon_kit: Kit) -> None:
         backend, ns = anarchon_kit.backend, anarchon_kit.namespace
@@ -1148,6 +1478,25 @@ class TestHistoryContract:
         backend, ns = anarchon_kit.backend, anarchon_kit.namespace
         await backend.record_runs(ns + "-other", [run("job", 1000)], 10)
         assert await backend.history(ns, "job", 10) == []
+
+    async def test_joined_names_do_not_share_a_history(self, anarchon_kit: Kit) -> None:
+        backend, ns = anarchon_kit.backend, anarchon_kit.namespace
+        broken = []
+        for sep in SEPARATORS:
+            await backend.record_runs(f"{ns}{sep}a", [run("b", 1_000)], 10)
+            got = await backend.history(ns, f"a{sep}b", 10)
+            if got:
+                broken.append(f"separator {sep!r}: a run of job 'b' in namespace {ns + sep + 'a'!r} "
+                              f"read back as job {'a' + sep + 'b'!r} of namespace {ns!r}: {got!r}")
+            await backend.publish_catalogue(f"{ns}{sep}a", [entry("b")], 60_000)
+            listed = await backend.catalogue(ns)
+            if listed:
+                broken.append(f"separator {sep!r}: the catalogue of namespace {ns!r} lists namespace "
+                              f"{ns + sep + 'a'!r}'s entries: {listed!r}")
+        assert not broken, (
+            "a namespace and a job never run together, in the history and the catalogue as for claims "
+            "(docs/lease-contract.md, Names and history: namespaces are separate):\n  " + "\n  ".join(broken)
+        )
 
     async def test_catalogue_upserts_per_job_and_instance(self, anarchon_kit: Kit) -> None:
         backend, ns = anarchon_kit.backend, anarchon_kit.namespace

@@ -22,7 +22,10 @@ from ._support import BackendPool, request
 
 __all__ = [
     "LONG_LEASE_MS",
+    "EXPIRY_MARGIN_MS",
+    "PATIENCE_S",
     "SHORT_LEASE_MS",
+    "THOROUGH_PATIENCE_S",
     "Kit",
     "allow_refusal",
     "expire",
@@ -35,6 +38,13 @@ LONG_LEASE_MS = 30_000
 """A lease that never runs out during a test."""
 SHORT_LEASE_MS = 400
 """A lease the suite lets run out, in real time: a real store's clock cannot be faked."""
+EXPIRY_MARGIN_MS = 100
+"""How long after a lease's end (and its slack) the kit looks: timers and round trips on a busy host."""
+PATIENCE_S = 3.0
+"""How long the suite waits, at least, before it checks that something kept "forever" (an ended
+record, a claim without a horizon) is still there."""
+THOROUGH_PATIENCE_S = 15.0
+"""The same wait under `--anarchon-thorough`."""
 
 
 async def expire(lease_ms: int = SHORT_LEASE_MS) -> None:
@@ -108,6 +118,8 @@ class Kit:
     namespace: str
     slot: int
     """A slot safely in the past; `slot + k * 60_000` are the next ones."""
+    thorough: bool = False
+    """`--anarchon-thorough`: wait longer where a rule says "forever" (see `patience_s`)."""
 
     @property
     def capabilities(self) -> frozenset[Capability]:
@@ -129,6 +141,20 @@ class Kit:
     def short_lease_ms(self) -> int:
         """A lease the test lets run out (the backend's fixed lease, if it declares one)."""
         return lease_for(self.backend, SHORT_LEASE_MS)
+
+    @property
+    def slack_ms(self) -> int:
+        """How much later than its length the store may end a lease (`expiry_slack_ms`)."""
+        return expiry_slack_ms(self.backend)
+
+    @property
+    def patience_s(self) -> float:
+        """How long to wait before checking that something kept "forever" is still kept: at least
+        `PATIENCE_S` (`THOROUGH_PATIENCE_S` under `--anarchon-thorough`), and at least five times the
+        short lease and its slack, so that no timer a store sets from the leases it was asked for (a
+        key's TTL, a multiple of the lease) has yet to run out when the kit looks."""
+        floor = THOROUGH_PATIENCE_S if self.thorough else PATIENCE_S
+        return max(floor, 5 * (self.short_lease_ms + self.slack_ms) / 1000)
 
     async def expire(self) -> None:
         """Wait until a short lease granted before the call has expired."""

@@ -18,7 +18,7 @@ import pytest_asyncio
 from anarchon.backends import Capability
 
 from ._containers import parse_images, service_url
-from ._kit import Kit, past_slot
+from ._kit import PATIENCE_S, THOROUGH_PATIENCE_S, Kit, past_slot
 from ._support import BackendFactory, BackendPool, load_backend
 
 # The suite's modules are imported later, by the test modules that pull the suite in: let pytest
@@ -59,6 +59,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=int,
         default=DEFAULT_CLAIMS,
         help=f"claims in the exact-count fuzz (default {DEFAULT_CLAIMS}; long runs: 1000000)",
+    )
+    group.addoption(
+        "--anarchon-thorough",
+        action="store_true",
+        default=False,
+        help="wait longer where a rule says 'forever' (an ended record, a claim without a horizon): "
+        f"{THOROUGH_PATIENCE_S:g} s instead of {PATIENCE_S:g} s; CI runs should use it",
     )
     group.addoption(
         "--anarchon-containers",
@@ -198,9 +205,12 @@ def anarchon_service_url(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 
 @pytest.fixture
-def anarchon_kit(anarchon_backend: Any, anarchon_pool: BackendPool, anarchon_namespace: str) -> Kit:
+def anarchon_kit(
+    request: pytest.FixtureRequest, anarchon_backend: Any, anarchon_pool: BackendPool, anarchon_namespace: str
+) -> Kit:
     """What a suite test works with: the backend, more clients, its namespace and a past slot."""
-    return Kit(anarchon_backend, anarchon_pool, anarchon_namespace, past_slot())
+    thorough = bool(request.config.getoption("--anarchon-thorough"))
+    return Kit(anarchon_backend, anarchon_pool, anarchon_namespace, past_slot(), thorough)
 
 
 @pytest.fixture
