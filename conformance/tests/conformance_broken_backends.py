@@ -7,12 +7,16 @@ Each is the reference model (`MemoryBackend`, or `MemoryClaimBackend`) with one 
 from __future__ import annotations
 
 import asyncio
+import pickle
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from anarchon import ConfigError, MemoryBackend, MemoryClaimBackend, MemoryStore
 from anarchon.backends import (
+    Capability,
     ClaimOutcome,
     ClaimRequest,
     ClaimResult,
@@ -20,9 +24,11 @@ from anarchon.backends import (
     JobState,
     JobStatus,
     Lease,
+    LeaseBackendBase,
     LeaseRecord,
     Overlap,
     ReleaseOutcome,
+    RunRecord,
 )
 from anarchon_conformance import BackendFactory, StoreClock
 
@@ -226,6 +232,28 @@ class FoldedNamesBackend(_Renamed):
         return namespace.rstrip(" ").lower(), job.rstrip(" ").lower()
 
 
+class CaseFoldedNamespaceBackend(_Renamed):
+    """Compares namespaces case-insensitively (job names exactly)."""
+
+    def key(self, namespace: str, job: str) -> tuple[str, str]:
+        return namespace.lower(), job
+
+
+class HashJoinedNamesBackend(_Renamed):
+    """Keys a job by `namespace#job`."""
+
+    def key(self, namespace: str, job: str) -> tuple[str, str]:
+        return "", f"{namespace}#{job}"
+
+
+class CutAtUnitSeparatorBackend(_Renamed):
+    """Cuts a job name at its first `\\x1f` (as a key scheme using it as a separator would): a job's
+    trigger record becomes the job's own."""
+
+    def key(self, namespace: str, job: str) -> tuple[str, str]:
+        return namespace, job.split("\x1f")[0]
+
+
 # -- renew and release -------------------------------------------------------------------------------
 
 
@@ -365,6 +393,149 @@ class ReleasedTwiceBackend(MemoryBackend):
         return out
 
 
+class NonAtomicLiveRenewBackend(MemoryBackend):
+    """Renewal is check-then-act and refuses late renewals, and its write is not conditional (an UPDATE
+    of the job's row): a renewal racing a takeover of a live lease writes the old holder back."""
+
+    async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
+        out: list[Lease | None] = []
+        for lease, lease_ms in renewals:
+            with self.store.lock:
+                job = self.store.jobs.get((lease.namespace, lease.job))
+                rec = None if job is None else job.get(lease.slot)
+                now = self.store.clock.now_ms()
+                held = rec is not None and rec.held_by(lease) and rec.expires_at > now
+            if not held or rec is None:
+                out.append(None)
+                continue
+            await asyncio.sleep(0)  # a takeover runs here
+            with self.store.lock:
+                now = self.store.clock.now_ms()
+                job = self.store.jobs[(lease.namespace, lease.job)]
+                job.current = replace(rec, expires_at=now + lease_ms, updated_at=now)
+                out.append(replace(lease, expires_at=now + lease_ms))
+        return out
+
+
+class RenewManyByJobBackend(MemoryBackend):
+    """Renews a batch keyed by job: two slots of one job in one batch are renewed as one."""
+
+    async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
+        seen: dict[tuple[str, str], Lease | None] = {}
+        out: list[Lease | None] = []
+        for lease, lease_ms in renewals:
+            key = (lease.namespace, lease.job)
+            if key not in seen:
+                [seen[key]] = await super().renew_many([(lease, lease_ms)])
+            out.append(seen[key])
+        return out
+
+
+class StopsAtRefusalBackend(MemoryBackend):
+    """Stops a claim batch at its first EARLY or STALE claim: the items after it are answered TAKEN."""
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        out: list[ClaimResult] = []
+        for i, r in enumerate(requests):
+            [result] = await super().claim_many([r])
+            out.append(result)
+            if result.outcome in (ClaimOutcome.EARLY, ClaimOutcome.STALE):
+                out += [ClaimResult(ClaimOutcome.TAKEN, q.job, q.slot, attempt=1) for q in requests[i + 1:]]
+                break
+        return out
+
+
+class ReleaseManyByNameBackend(MemoryBackend):
+    """Releases a batch in job-name order, and answers in that order."""
+
+    async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
+        return await super().release_many(sorted(releases, key=lambda item: item[0].job))
+
+
+class ReissueRefreshesBackend(_Rewrite):
+    """A reissued lease is renewed in the store: the holder's own claim refreshes its expiry."""
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        results = await super().claim_many(requests)
+        out = []
+        for r, result in zip(requests, results, strict=True):
+            if result.reissued and result.lease is not None:
+                [renewed] = await self.renew_many([(result.lease, r.lease_ms)])
+                result = replace(result, lease=renewed)
+            out.append(result)
+        return out
+
+
+class ReissueAnnouncedBackend(MemoryBackend):
+    """Announces a reissued lease again, as a new win."""
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        results = await super().claim_many(requests)
+        for r, result in zip(requests, results, strict=True):
+            if result.reissued:
+                for sub in list(self.store.win_subscriptions):
+                    if sub.namespace == r.namespace:
+                        sub.loop.call_soon_threadsafe(sub.callback, r.owner, [(r.job, r.slot)])
+        return results
+
+
+class ColonJoinedHistoryBackend(MemoryBackend):
+    """Keys the run history by `namespace:job`: two (namespace, job) pairs share one history."""
+
+    async def record_runs(self, namespace: str, runs: Sequence[RunRecord], keep: int) -> None:
+        await super().record_runs("", [replace(run, job=f"{namespace}:{run.job}") for run in runs], keep)
+
+    async def history(self, namespace: str, job: str, limit: int) -> list[RunRecord]:
+        return [replace(run, job=job) for run in await super().history("", f"{namespace}:{job}", limit)]
+
+
+class RoundedUpLeaseBackend(_Rewrite):
+    """Grants leases rounded up to whole seconds (as many TTLs are), declaring a second of slack."""
+
+    expiry_slack_ms = 1_000
+
+    def request(self, r: ClaimRequest) -> ClaimRequest:
+        return replace(r, lease_ms=-(-r.lease_ms // 1000) * 1000)
+
+
+class LateExpiryBackend(_Rewrite):
+    """Answers the lease as asked, but keeps it 700 ms longer in the store (declaring no slack)."""
+
+    def request(self, r: ClaimRequest) -> ClaimRequest:
+        return replace(r, lease_ms=r.lease_ms + 700)
+
+    def result(self, r: ClaimRequest, result: ClaimResult) -> ClaimResult:
+        if result.lease is None or result.reissued:
+            return result
+        return replace(result, lease=replace(result.lease, expires_at=result.lease.expires_at - 700))
+
+
+class ForgetsEndedLaterBackend(MemoryBackend):
+    """Forgets a record that ended two seconds after it ended (a key's TTL)."""
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        with self.store.lock:
+            now = self.store.clock.now_ms()
+            for r in requests:
+                job = self.store.jobs.get((r.namespace, r.job))
+                head = None if job is None else job.current
+                if head is not None and head.status in (JobStatus.DONE, JobStatus.FAILED) \
+                        and now - head.updated_at > 2_000:
+                    del self.store.jobs[(r.namespace, r.job)]
+        return await super().claim_many(requests)
+
+
+class ForgetfulClaimBackend(MemoryClaimBackend):
+    """Declares no horizon (forever) but forgets a claim after 1.5 s."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        super().__init__(store, horizon="1500ms")
+
+    @property
+    def horizon_ms(self) -> None:
+        return None
+
+
 # -- capabilities ------------------------------------------------------------------------------------
 
 
@@ -437,6 +608,136 @@ class ShortHorizonBackend(MemoryClaimBackend):
         return 60_000
 
 
+# -- a store with a clock of its own, for the clock tests' claimers in other processes -----------------
+
+
+class _RequestClock:
+    """A store clock set from each request: the store decides by the client's clock."""
+
+    value = 0
+
+    def now_ms(self) -> int:
+        return self.value
+
+
+class _StoreServer:
+    """A `MemoryStore` served on a loopback port from a thread of this process: its clock is this
+    process's, whatever the clock of a claimer in another process (unless `client_clock`)."""
+
+    def __init__(self, client_clock: bool) -> None:
+        self.clock: Any = _RequestClock() if client_clock else StoreClock()
+        self.backend = MemoryBackend(MemoryStore(self.clock), notify=False, announce=False)
+        self.loop = asyncio.new_event_loop()
+        self.address: tuple[str, int] = ("", 0)
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            server = self.loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
+            self.address = server.sockets[0].getsockname()[:2]
+            ready.set()
+            self.loop.run_forever()
+
+        threading.Thread(target=run, daemon=True, name="anarchon-test-store").start()
+        ready.wait()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                size = int.from_bytes(await reader.readexactly(4), "big")
+                method, args, client_now = pickle.loads(await reader.readexactly(size))
+                if isinstance(self.clock, _RequestClock):
+                    self.clock.value = client_now
+                try:
+                    answer: tuple[str, Any] = ("ok", await getattr(self.backend, method)(*args))
+                except Exception as exc:
+                    answer = ("error", exc)
+                data = pickle.dumps(answer)
+                writer.write(len(data).to_bytes(4, "big") + data)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+class RemoteBackend(LeaseBackendBase):
+    """The reference model in a `_StoreServer`, reached over a socket: a store with a clock of its own
+    that claimers in other processes share. Each call carries the client's clock (`client_now`)."""
+
+    capabilities = frozenset({Capability.CLAIM, Capability.LEASE, Capability.INSPECT})
+
+    def __init__(self, address: tuple[str, int]) -> None:
+        self.address = address
+        self._conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self._calls: asyncio.Lock | None = None
+
+    async def open(self) -> None:
+        if self._conn is None:
+            self._conn = await asyncio.open_connection(*self.address)
+            self._calls = asyncio.Lock()
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            self._conn[1].close()
+            self._conn = None
+
+    @staticmethod
+    def client_now() -> int:
+        """This process's clock, epoch ms."""
+        return time.time_ns() // 1_000_000
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        assert self._conn is not None and self._calls is not None
+        reader, writer = self._conn
+        async with self._calls:
+            data = pickle.dumps((method, args, self.client_now()))
+            writer.write(len(data).to_bytes(4, "big") + data)
+            await writer.drain()
+            size = int.from_bytes(await reader.readexactly(4), "big")
+            kind, value = pickle.loads(await reader.readexactly(size))
+        if kind != "ok":
+            raise value
+        return value
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        results: list[ClaimResult] = await self._call("claim_many", list(requests))
+        return results
+
+    async def renew_many(self, renewals: Sequence[tuple[Lease, int]]) -> list[Lease | None]:
+        results: list[Lease | None] = await self._call("renew_many", list(renewals))
+        return results
+
+    async def release_many(self, releases: Sequence[tuple[Lease, ReleaseOutcome]]) -> list[bool]:
+        results: list[bool] = await self._call("release_many", list(releases))
+        return results
+
+    async def inspect(self, namespace: str, job: str) -> JobState | None:
+        state: JobState | None = await self._call("inspect", namespace, job)
+        return state
+
+
+class StaleAfterByClientClockBackend(RemoteBackend):
+    """Judges `stale_after` by the client's clock (everything else by the store's)."""
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> list[ClaimResult]:
+        now = self.client_now()
+        stale = [r.stale_after is not None and now > r.stale_after for r in requests]
+        sent = await super().claim_many([replace(r, stale_after=None) for r, s in zip(requests, stale,
+                                                                                     strict=True) if not s])
+        answers = iter(sent)
+        return [ClaimResult(ClaimOutcome.STALE, r.job, r.slot, now=now) if s else next(answers)
+                for r, s in zip(requests, stale, strict=True)]
+
+
+class InspectClientNowBackend(RemoteBackend):
+    """Answers `inspect` with the client's clock as the record's `now`."""
+
+    async def inspect(self, namespace: str, job: str) -> JobState | None:
+        state = await super().inspect(namespace, job)
+        return None if state is None else replace(state, now=self.client_now())
+
+
 # -- correct backends the kit passes -----------------------------------------------------------------
 
 
@@ -496,9 +797,26 @@ def fixed_lease() -> BackendFactory:
     return _factory(FixedLeaseBackend)
 
 
+def _remote_factory(cls: type[RemoteBackend], client_clock: bool = False) -> BackendFactory:
+    """Backends of class `cls` on a new `_StoreServer`; the factory can be pickled (an address)."""
+    address = _StoreServer(client_clock).address
+
+    async def make() -> RemoteBackend:
+        backend = cls(address)
+        await backend.open()
+        return backend
+
+    return make
+
+
+def remote() -> BackendFactory:
+    """The reference model behind a socket, on the store's clock: the kit's clock tests pass it."""
+    return _remote_factory(RemoteBackend)
+
+
 def client_clock() -> BackendFactory:
-    """Reads the client's clock (the process's `time.time_ns`) instead of the store's."""
-    return _factory(MemoryBackend, MemoryStore())
+    """The reference model behind a socket, deciding everything by each client's clock."""
+    return _remote_factory(RemoteBackend, client_clock=True)
 
 
 @dataclass(frozen=True)
@@ -511,6 +829,10 @@ class Broken:
     """The kit test that must fail (a `-k` expression that selects it)."""
     says: str
     """A phrase the failure must contain: the rule, not only its symptom."""
+    remote: bool = False
+    """A `RemoteBackend`, for the clock tests' claimers in other processes."""
+    client_clock: bool = False
+    """Its store decides by each client's clock."""
 
 
 BROKEN = [
@@ -562,12 +884,52 @@ BROKEN = [
            "within the declared horizon"),
     Broken("allow_leaves_record", AllowLeavesRecordBackend, "test_row_older_slot_live_allow",
            "refused overlap='allow' claim left a record"),
+    # Rules the kit let through until it was written from the contract rather than from its breakers.
+    Broken("non_atomic_live_renew", NonAtomicLiveRenewBackend, "test_renew_and_takeover_race",
+           "renew must be atomic"),
+    Broken("forgets_ended_later", ForgetsEndedLaterBackend, "test_an_ended_slot_stays_done",
+           "an ended record was forgotten"),
+    Broken("forgetful_claims", ForgetfulClaimBackend, "test_claims_are_remembered_for_the_horizon",
+           "within the declared horizon"),
+    Broken("stale_after_by_client_clock", StaleAfterByClientClockBackend,
+           "test_early_and_stale_after_follow_the_store_clock", "stale_after is store time", remote=True),
+    Broken("renew_many_by_job", RenewManyByJobBackend,
+           "TestRenewManyContract and test_two_slots_of_one_job_under_allow", "two slots of one job"),
+    Broken("stops_at_refusal", StopsAtRefusalBackend, "test_a_batch_judges_each_claim_alone",
+           "each judged as if sent alone"),
+    Broken("release_many_by_name", ReleaseManyByNameBackend,
+           "TestReleaseManyContract and test_results_follow_the_batch_order", "in the batch's order"),
+    Broken("reissue_refreshes", ReissueRefreshesBackend, "test_a_reissued_lease_keeps_its_expiry",
+           "same attempt, token and expiry"),
+    Broken("reissue_announced", ReissueAnnouncedBackend, "test_a_reissued_lease_is_not_pushed",
+           "not for a reissued lease"),
+    Broken("inspect_client_now", InspectClientNowBackend, "test_inspect_reads_the_store_clock",
+           "the client's clock, not the store's", remote=True),
+    Broken("case_folded_namespace", CaseFoldedNamespaceBackend, "test_names_compare_byte_wise",
+           "code point by code point"),
+    Broken("hash_joined_names", HashJoinedNamesBackend, "test_joined_names_do_not_collide",
+           "never run together"),
+    Broken("cut_at_unit_separator", CutAtUnitSeparatorBackend, "test_a_name_is_never_cut", "never truncated"),
+    Broken("colon_joined_history", ColonJoinedHistoryBackend, "test_joined_names_do_not_share_a_history",
+           "never run together"),
+    Broken("client_clock", RemoteBackend, "test_store_clock_decides", "the store's clock decides",
+           remote=True, client_clock=True),
+    Broken("client_clock_renewal", RemoteBackend, "test_a_renewal_follows_the_store_clock",
+           "the store's clock decides", remote=True, client_clock=True),
+    Broken("rounded_up_lease", RoundedUpLeaseBackend, "test_a_lease_is_not_granted_longer_than_asked",
+           "was granted for"),
+    Broken("late_expiry", LateExpiryBackend, "test_a_lease_is_not_granted_longer_than_asked",
+           "later than its declared slack"),
+    Broken("late_expiry_model", LateExpiryBackend, "test_backend_matches_reference_model",
+           "expiry_slack_ms"),
 ]
 
 
 def broken(name: str) -> BackendFactory:
     """The factory of the broken backend `name` (see `BROKEN`)."""
     [entry] = [b for b in BROKEN if b.name == name]
+    if entry.remote:
+        return _remote_factory(entry.cls, entry.client_clock)
     return _factory(entry.cls)
 
 
@@ -578,4 +940,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-__all__ = ["BROKEN", "Broken", "broken", "client_clock", "correct", "fixed_lease"]
+__all__ = ["BROKEN", "Broken", "broken", "client_clock", "correct", "fixed_lease", "remote"]

@@ -910,40 +910,6 @@ class TestLeaseContract:
         assert taken.attempt == 2
         assert taken.job == name
 
-    # -- the store's clock ----------------------------------------------------------------------
-
-    @pytest.mark.parametrize("offset_s", [3600, -3600], ids=["client-ahead-1h", "client-behind-1h"])
-    async def test_store_clock_decides(
-        self, anarchon_kit: Kit, monkeypatch: pytest.MonkeyPatch, offset_s: int
-    ) -> None:
-        """Move this process's wall clock by an hour: leases still follow the store's clock."""
-        real_now_ms = time.time_ns() // 1_000_000
-        slot = real_now_ms // 1000 * 1000 - 1000
-        lease = await anarchon_kit.won("job", "a", slot, lease_ms=2_000)
-        other = await anarchon_kit.client()
-
-        real_time, real_time_ns = time.time, time.time_ns
-        monkeypatch.setattr(time, "time", lambda: real_time() + offset_s)
-        monkeypatch.setattr(time, "time_ns", lambda: real_time_ns() + offset_s * 1_000_000_000)
-
-        result = await anarchon_kit.claim("job", "b", slot, on=other, lease_ms=2_000)
-        assert result.outcome is ClaimOutcome.TAKEN, (
-            f"client clock {offset_s:+}s decided the lease: {result!r}"
-        )
-        if result.now is not None:
-            assert abs(result.now - real_now_ms) < 600_000, f"store now {result.now} follows the client clock"
-        renewed = await anarchon_kit.renew(lease, 2_000)
-        assert renewed is not None
-        assert abs(renewed.expires_at - (real_now_ms + 2_000)) < 600_000, (
-            f"renewed expires_at {renewed.expires_at} is not store now + lease"
-        )
-        # A slot at the store's now is not early, whatever the client's clock says...
-        now_slot = await anarchon_kit.claim("now", "a", slot + 1000)
-        assert now_slot.outcome is ClaimOutcome.WON, f"slot at store now: {now_slot!r}"
-        # ...and a slot half an hour ahead of the store is early.
-        ahead = await anarchon_kit.claim("ahead", "a", real_now_ms + 1_800_000)
-        assert ahead.outcome is ClaimOutcome.EARLY, f"slot 30 min ahead of the store: {ahead!r}"
-
 
 class TestClaimManyContract:
     """`claim_many` (every backend): results in request order, each judged as if claimed alone."""

@@ -25,7 +25,7 @@ from anarchon.backends import (
     ReleaseOutcome,
 )
 
-from ._kit import LONG_LEASE_MS, allow_refusal, lease_for, past_slot
+from ._kit import LONG_LEASE_MS, allow_refusal, expiry_slack_ms, lease_for, past_slot
 from ._support import BackendPool, StoreClock, request
 
 __all__ = ["MODEL_LEASE_MS", "TestModel"]
@@ -51,7 +51,10 @@ class _World:
     overlaps: list[Overlap] = field(default_factory=lambda: list(Overlap))
     """The overlap policies to send: all, but `allow` where the backend refuses it (ConfigError)."""
     deadlines: list[tuple[float, float]] = field(default_factory=list)
-    """Monotonic windows in which a granted lease expires, by the store's clock."""
+    """Monotonic windows in which a granted lease expires, by the store's clock (its slack included:
+    a store may end a lease up to `expiry_slack_ms` late, never early)."""
+    slack_s: float = 0.0
+    """The backend's `expiry_slack_ms`, in seconds."""
     seen: Counter[str] = field(default_factory=Counter)
     """What the run drove the store through: outcomes, and takeovers by their cause."""
     toured: bool = False
@@ -79,7 +82,9 @@ def _machine(world: _World) -> type[RuleBasedStateMachine]:
             world.deadlines.clear()
 
         def _settle(self) -> None:
-            """Wait out any lease whose expiry is too close to call, so both stores agree on it."""
+            """Wait out any lease whose expiry is too close to call, so both stores agree on it: from just
+            before its length to just after its length and the store's slack. Before that window the lease
+            must hold (never early); after it, it must have ended (never more than the slack late)."""
             now = time.monotonic()
             for low, high in world.deadlines:
                 if low - MARGIN_S < now < high + MARGIN_S:
@@ -89,7 +94,7 @@ def _machine(world: _World) -> type[RuleBasedStateMachine]:
 
         def _granted(self, before: float, lease_ms: int) -> None:
             after = time.monotonic()
-            world.deadlines.append((before + lease_ms / 1000, after + lease_ms / 1000))
+            world.deadlines.append((before + lease_ms / 1000, after + lease_ms / 1000 + world.slack_s))
 
         @initialize()
         def tour(self) -> None:
@@ -102,7 +107,7 @@ def _machine(world: _World) -> type[RuleBasedStateMachine]:
             self._claim(0, k, True, 3, Overlap.SKIP)
             self.release_one(self.held[-1], ReleaseOutcome.HANDOVER)
             self._claim(1, k, True, 3, Overlap.SKIP)
-            self.let_short_leases_expire()
+            self._wait_out(float("inf"))  # however long the lease (a store's fixed lease may be long)
             self._claim(2, k, False, 3, Overlap.SKIP)
             self.release_one(self.held[-1], ReleaseOutcome.HANDOVER)
             self._claim(0, k, False, 3, Overlap.SKIP)
@@ -137,8 +142,8 @@ def _machine(world: _World) -> type[RuleBasedStateMachine]:
             model = run(self.model.claim(req))
             self._granted(before, lease_ms)
             assert real.outcome == model.outcome, (
-                f"{_broken_rule(real.outcome, model.outcome)}: {req!r}: the backend said {real!r}, "
-                f"the reference model {model!r}"
+                f"{_broken_rule(real.outcome, model.outcome, world.slack_s)}: {req!r}: the backend said "
+                f"{real!r}, the reference model {model!r}"
             )
             world.seen[model.outcome.value] += 1
             if model.outcome is ClaimOutcome.WON:
@@ -218,7 +223,12 @@ def _machine(world: _World) -> type[RuleBasedStateMachine]:
 
         @rule()
         def let_short_leases_expire(self) -> None:
-            latest = max((high for _, high in world.deadlines if high - time.monotonic() < 2), default=None)
+            self._wait_out(2.0)
+
+        def _wait_out(self, within_s: float) -> None:
+            """Wait until every lease that ends within `within_s` (and its slack) has ended."""
+            now = time.monotonic()
+            latest = max((high for _, high in world.deadlines if high - now < within_s), default=None)
             if latest is not None:
                 time.sleep(max(0.0, latest + MARGIN_S - time.monotonic()))
             self._settle()
@@ -230,7 +240,7 @@ def _machine(world: _World) -> type[RuleBasedStateMachine]:
     return ModelComparison
 
 
-def _broken_rule(real: ClaimOutcome, model: ClaimOutcome) -> str:
+def _broken_rule(real: ClaimOutcome, model: ClaimOutcome, slack_s: float = 0.0) -> str:
     """The rule a backend broke when it answered `real` where the contract says `model`."""
     if real is ClaimOutcome.WON:
         return {
@@ -242,6 +252,10 @@ def _broken_rule(real: ClaimOutcome, model: ClaimOutcome) -> str:
             ClaimOutcome.EARLY: "a slot beyond max_skew was won",
         }.get(model, "a claim won where the claim table says otherwise")
     if model is ClaimOutcome.WON:
+        if real is ClaimOutcome.TAKEN:
+            return ("a claim the claim table lets win was refused: a lease held past its length and the "
+                    f"store's declared expiry_slack_ms={round(slack_s * 1000)}, or TAKEN where nobody "
+                    "held it")
         return "a claim the claim table lets win was refused"
     return "a claim answered with the wrong row of the claim table"
 
@@ -260,7 +274,8 @@ class TestModel:
         runner, pool = anarchon_runner
         clients = runner.run(pool.clients(CLIENTS))
         assert all(Capability.LEASE in c.capabilities for c in clients)
-        world = _World(runner, clients, anarchon_namespace)
+        slack_s = expiry_slack_ms(clients[0]) / 1000
+        world = _World(runner, clients, anarchon_namespace, slack_s=slack_s)
         probe = request(
             anarchon_namespace, "allow-probe", past_slot(), "c0",
             lease_ms=world.lease_ms(False), overlap=Overlap.ALLOW,

@@ -3,6 +3,7 @@
 The module must provide (or get from `--anarchon-backend`) the `anarchon_backend_factory` fixture.
 """
 
+from ._clock import TestClockContract
 from ._contract import (
     TestAnnounceContract,
     TestClaimContract,
@@ -23,6 +24,7 @@ __all__ = [
     "TestAnnounceContract",
     "TestClaimContract",
     "TestClaimManyContract",
+    "TestClockContract",
     "TestControlContract",
     "TestExactCount",
     "TestForgetContract",

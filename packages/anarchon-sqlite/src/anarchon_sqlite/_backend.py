@@ -167,6 +167,9 @@ class SqliteBackend(LeaseBackendBase):
          Capability.FORGET}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("sqlite",)
+    host_clock: ClassVar[bool] = True
+    """Store time is the host's clock, read by SQLite in each process: every process sharing the file
+    runs on one host, so they share one clock (the conformance kit moves only Python's clock)."""
 
     def __init__(
         self, path_or_url: str | os.PathLike[str], *, table: str = "anarchon_jobs",
