@@ -343,7 +343,9 @@ class NonAtomicRenewBackend(_NotAtomic):
             with self.store.lock:
                 job = self.store.jobs[(lease.namespace, lease.job)]
                 rec = job.get(lease.slot)
-                assert rec is not None
+                if rec is None:  # replaced by a newer slot meanwhile
+                    out.append(None)
+                    continue
                 now = self.store.clock.now_ms()
                 job.put(replace(rec, attempt=lease.attempt, token=lease.token, owner=lease.owner,
                                 status=JobStatus.RUNNING, expires_at=now + lease_ms, updated_at=now))
@@ -363,7 +365,9 @@ class NonAtomicReleaseBackend(_NotAtomic):
             with self.store.lock:
                 job = self.store.jobs[(lease.namespace, lease.job)]
                 rec = job.get(lease.slot)
-                assert rec is not None
+                if rec is None:  # replaced by a newer slot meanwhile
+                    out.append(False)
+                    continue
                 job.put(replace(rec, status=outcome.status, updated_at=self.store.clock.now_ms()))
             out.append(True)
         return out
@@ -857,7 +861,7 @@ BROKEN = [
     Broken("forgets_ended", ForgetsEndedBackend, "test_an_ended_slot_stays_done",
            "an ended record was forgotten"),
     Broken("joined_names", JoinedNamesBackend, "test_joined_names_do_not_collide", "collide"),
-    Broken("folded_names", FoldedNamesBackend, "test_names_compare_byte_wise", "byte-wise"),
+    Broken("folded_names", FoldedNamesBackend, "test_names_compare_byte_wise", "code point by code point"),
     Broken("non_owner_renew", NonOwnerRenewBackend, "test_renew_only_by_current_owner", "forged lease"),
     Broken("renew_from_old_expiry", RenewFromOldExpiryBackend, "test_renewal_counts_from_the_store_now",
            "not extend the old expiry"),
