@@ -69,10 +69,12 @@ typecheck: install
 # that disturb a shared server (a restart, SCRIPT FLUSH, CLIENT KILL) are marked `serial` and run alone
 # afterwards. A plain `pytest` runs the same in one process; the long `faults` and `topology_kit` runs
 # are left to `make test-faults` and `make test-topologies`.
+# The conformance kit runs --anarchon-thorough here: it waits longer where a rule says "forever".
 PYTEST_WORKERS ?= 3
+KIT_ARGS := --anarchon-thorough
 pytest: install
-	$(BIN)/pytest -n $(PYTEST_WORKERS) -m 'not serial and not faults and not topology_kit'
-	$(BIN)/pytest -m 'serial and not faults and not topology_kit'
+	$(BIN)/pytest -n $(PYTEST_WORKERS) -m 'not serial and not faults and not topology_kit' $(KIT_ARGS)
+	$(BIN)/pytest -m 'serial and not faults and not topology_kit' $(KIT_ARGS)
 
 # A broken link or a page missing from the nav fails the build. Then headless Chromium (Debian's
 # chromium; .ci/run installs it) renders the widest pages at 1280 px, fails on clipped code or
@@ -128,7 +130,7 @@ TOPOLOGY_SUITES := \
 test-topologies: install
 	@status=0; for suite in $(TOPOLOGY_SUITES); do \
 	  echo "== $${suite%%=*}: conformance kit and failover"; \
-	  $(BIN)/pytest -q -rfEs -s -m topology_kit $$(echo $${suite#*=} | tr : ' ') || status=1; \
+	  $(BIN)/pytest -q -rfEs -s -m topology_kit $(KIT_ARGS) $$(echo $${suite#*=} | tr : ' ') || status=1; \
 	done; exit $$status
 
 # Benchmarks (never part of `make test`): peers come from PyPI into their own venvs, never vendored;
@@ -185,7 +187,7 @@ images: install
 test-containers: images
 	@status=0; for suite in $(CONTAINER_SUITES); do \
 	  echo "== $${suite%%=*}: conformance kit in containers"; \
-	  $(CONTAINER_ENV) $(BIN)/pytest -q -rfEs --anarchon-containers $$(echo $${suite#*=}) || status=1; \
+	  $(CONTAINER_ENV) $(BIN)/pytest -q -rfEs --anarchon-containers $(KIT_ARGS) $$(echo $${suite#*=}) || status=1; \
 	done; \
 	echo "== store restart in containers, per lease backend"; \
 	$(CONTAINER_ENV) $(BIN)/pytest -q -rfEs -s tests/containers || status=1; \

@@ -742,6 +742,16 @@ class InspectClientNowBackend(RemoteBackend):
         return None if state is None else replace(state, now=self.client_now())
 
 
+class NoUseBackend(MemoryBackend):
+    """Made from a URL-like target it keeps to itself, without telling BackendBase (`_use`)."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        super().__init__(store)
+        self.where = "memory://elsewhere"
+
+    sibling = LeaseBackendBase.sibling
+
+
 # -- correct backends the kit passes -----------------------------------------------------------------
 
 
@@ -929,6 +939,13 @@ BROKEN = [
 ]
 
 
+def broken_factory(cls_name: str) -> BackendFactory:
+    """The factory of this module's backend class `cls_name` on a store of its own."""
+    cls = globals()[cls_name]
+    assert isinstance(cls, type)
+    return _factory(cls)
+
+
 def broken(name: str) -> BackendFactory:
     """The factory of the broken backend `name` (see `BROKEN`)."""
     [entry] = [b for b in BROKEN if b.name == name]
@@ -944,4 +961,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-__all__ = ["BROKEN", "Broken", "broken", "client_clock", "correct", "fixed_lease", "remote"]
+__all__ = ["BROKEN", "Broken", "broken", "broken_factory", "client_clock", "correct", "fixed_lease", "remote"]

@@ -136,6 +136,14 @@ def test_kit_catches_a_refused_allow_that_changed_the_record(pytester: pytest.Py
     assert "test_row_older_slot_live_allow" in failed_tests(result), result.stdout.str()
 
 
+def test_the_sibling_skip_says_what_is_missing(pytester: pytest.Pytester) -> None:
+    # A backend given a URL that never told BackendBase about it (no `_use` call) has no sibling: the
+    # skip says so, rather than blaming a client object it was never given.
+    result = run_suite(pytester, "broken_factory('NoUseBackend')", "-k", "sibling", "-rs")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*never called `self._use(url_or_client, ClientType, settings)`*"])
+
+
 def test_without_a_backend_the_suite_fails_and_says_how(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_nothing="from anarchon_conformance.suite import *\n")
     result = pytester.runpytest("-p", "no:cacheprovider", "-q", "-k", "test_first_claim_wins_attempt_1")

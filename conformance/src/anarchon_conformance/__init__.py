@@ -43,7 +43,8 @@ A driver's (or a third party's) `tests/test_conformance.py` looks exactly like t
   cannot run two slots of a job side by side may refuse `overlap="allow"` with `ConfigError`: that
   row is then skipped, saying so, once the suite has checked that the refusal changed nothing. A
   store that may end a lease somewhat after its length (a replicated NATS KV bucket) declares how
-  much later as `expiry_slack_ms`, and the suite waits that much longer.
+  much later as `expiry_slack_ms`, and the suite waits that much longer (and fails a lease that
+  ends later still, or early).
 
 Without a test file: `pytest --pyargs anarchon_conformance.suite --anarchon-backend=URL_OR_module:factory`,
 or the command `anarchon-conformance URL_OR_module:factory`, which prints a summary per tier and
@@ -54,19 +55,27 @@ current directory or an installed package. A spec that cannot be loaded is one e
 Every rule of docs/lease-contract.md has a test, and each failure names the rule it found broken.
 Tiers follow the capabilities the backend declares (`anarchon.Capability`):
 
-- `claim` (every backend): one winner per (namespace, job, slot), names compared exactly, the
+- `claim` (every backend): one winner per (namespace, job, slot), names compared exactly and never
+  joined or cut, the
   horizon, `claim_many`, `sibling()`, idempotent open and close; races; the exact-count fuzz;
 - `lease`: every row of the claim table, store time and `max_skew`, the granted lease, renew and
   release (only by the owner, once, atomic against a takeover), `renew_many` and `release_many`,
-  `max_attempts`, increasing tokens, stored fingerprints, ended records kept, and the model-based
-  comparison with `MemoryBackend`;
+  `max_attempts`, increasing tokens, stored fingerprints, ended records kept, the store's clock
+  deciding for claimers whose clocks differ, and the model-based comparison with `MemoryBackend`;
 - `inspect`, `notify`, `announce`, `control`, `history`: their own contracts.
 
 A backend that does not declare a capability is skipped for that tier, with a reason saying it
 "does not declare" the capability; a declared capability that fails is a failure.
 
+The clock tests (`TestClockContract`) run claimers in processes of their own whose clocks run 30 s
+ahead and behind (under libfaketime when it is installed, `apt install faketime`; else with Python's
+clock functions moved), building backends with the factory pickled by cloudpickle: let it capture a
+URL, a path or a bucket name, not a client object. A store whose clock is the host's, read by its own
+library in each process (SQLite), declares `host_clock = True`.
+
 Options: `--anarchon-backend`, `--anarchon-claims=N` (the exact-count fuzz's claims; default
-2,000, long runs 1,000,000) and `--anarchon-containers`.
+2,000, long runs 1,000,000), `--anarchon-thorough` (wait 15 s instead of 3 s where a rule says
+"forever": an ended record, a claim without a horizon; CI should) and `--anarchon-containers`.
 '''
 
 from ._support import (

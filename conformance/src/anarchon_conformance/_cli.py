@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("backend", help="a URL (an installed driver) or module:factory")
     parser.add_argument("--claims", type=int, default=None, help="claims in the exact-count fuzz")
+    parser.add_argument("--thorough", action="store_true",
+                        help="wait longer where a rule says 'forever' (as CI should)")
     args, extra = parser.parse_known_args(argv)
     try:
         load_backend(args.backend)  # once, before pytest: a backend that cannot be loaded is one error
@@ -71,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
         if args.claims is not None:
             pytest_args.append(f"--anarchon-claims={args.claims}")
+        if args.thorough:
+            pytest_args.append("--anarchon-thorough")
         code = int(pytest.main([*pytest_args, *extra], plugins=[summary]))
     print("\nanarchon conformance summary")
     failed = 0

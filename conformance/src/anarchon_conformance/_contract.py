@@ -13,6 +13,7 @@ from anarchon import ConfigError
 from anarchon.backends import (
     CONTROLS_CHANGED,
     ERROR_LIMIT,
+    BackendBase,
     Capability,
     CatalogueEntry,
     ClaimOutcome,
@@ -174,6 +175,18 @@ def _ordered_names() -> list[list[str]]:
     return [names, names[::-1], [names[i] for i in (3, 0, 5, 1, 4, 2)]]
 
 
+def _why_no_sibling(backend: Any) -> str:
+    """Why `backend.sibling()` gave None, as far as the kit can tell."""
+    if isinstance(backend, BackendBase) and type(backend).sibling is BackendBase.sibling:
+        if backend._client is not None:
+            return (f"it was given a client object ({type(backend._client).__name__}), which a second "
+                    "connection cannot share")
+        return ("BackendBase does not know what it connects to: the constructor never called "
+                "`self._use(url_or_client, ClientType, settings)` (or passed None as the target), so "
+                "sibling() cannot build a backend on a connection of its own")
+    return "it cannot make a connection of its own (it was given a client object)"
+
+
 class TestClaimContract:
     """One winner per (namespace, job, slot), names compared exactly. Every backend passes these."""
 
@@ -317,8 +330,8 @@ class TestClaimContract:
             pytest.skip(f"{type(anarchon_kit.backend).__name__} offers no sibling()")
         sibling = make()
         if sibling is None:
-            pytest.skip(f"{type(anarchon_kit.backend).__name__}.sibling() is None: it cannot make a "
-                        "connection of its own (it was given a client object)")
+            pytest.skip(f"{type(anarchon_kit.backend).__name__}.sibling() is None: "
+                        f"{_why_no_sibling(anarchon_kit.backend)}")
         assert sibling is not anarchon_kit.backend, "sibling() must build a new backend"
         await anarchon_kit.pool.adopt(sibling)
         await anarchon_kit.won("job", "a")
