@@ -112,7 +112,8 @@ async def _race_with_takeover(kit: Kit, act: Any, what: str) -> list[str]:
         return done, claimed
 
     async def after(lease: Lease, done: Any, claimed: Any, where: str) -> None:
-        """The state both orders of the pair leave: the winner of the claim holds, the older lease not."""
+        """The state both orders of the pair leave: the winner of the claim holds, the older lease not.
+        (Checked at once, while the winner's lease, a short one on a fixed-lease store, is live.)"""
         if claimed.outcome is ClaimOutcome.WON:
             if done:
                 broken.append(f"{where}: the {what} answered {done!r} and the claim {claimed!r}: "
@@ -124,19 +125,20 @@ async def _race_with_takeover(kit: Kit, act: Any, what: str) -> list[str]:
             if await kit.renew(lease) is not None:
                 broken.append(f"{where}: after the race the old lease {lease!r} still renews")
 
+    async def race(lease: Lease, where: str) -> None:
+        done, claimed = await pair(lease, lease.slot, Overlap.SKIP)
+        await after(lease, done, claimed, where)
+
     expired = [await kit.won(f"expired-{i}", "a", lease_ms=SHORT_LEASE_MS) for i in range(6)]
     await kit.expire()
-    for lease, (done, claimed) in zip(expired, await asyncio.gather(
-            *(pair(lease, lease.slot, Overlap.SKIP) for lease in expired)), strict=True):
-        await after(lease, done, claimed, f"expired lease of {lease.job!r}")
+    await asyncio.gather(*(race(lease, f"expired lease of {lease.job!r}") for lease in expired))
 
-    live = [await kit.won(f"live-{i}", "a") for i in range(6)]
-    for lease, (_, claimed) in zip(live, await asyncio.gather(
-            *(pair(lease, lease.slot + MINUTE, Overlap.REPLACE) for lease in live)), strict=True):
+    async def revoke(lease: Lease) -> None:
+        _, claimed = await pair(lease, lease.slot + MINUTE, Overlap.REPLACE)
         where = f"live lease of {lease.job!r} against a claim of its next slot with overlap='replace'"
         if claimed.outcome is not ClaimOutcome.WON:
             broken.append(f"{where}: the claim answered {claimed!r}, not WON")
-            continue
+            return
         assert claimed.lease is not None
         if await kit.renew(claimed.lease, on=other) is None:
             broken.append(f"{where}: the new slot's lease {claimed.lease!r} does not renew after the race "
@@ -145,6 +147,9 @@ async def _race_with_takeover(kit: Kit, act: Any, what: str) -> list[str]:
             broken.append(f"{where}: the revoked lease {lease!r} still renews after the race (the {what} "
                           "brought it back)")
 
+    live = [await kit.won(f"live-{i}", "a") for i in range(6)]
+    await asyncio.gather(*(revoke(lease) for lease in live))
+
     loop = asyncio.get_running_loop()
     ending: list[tuple[Lease, float]] = []
     for i in range(8):
@@ -152,14 +157,12 @@ async def _race_with_takeover(kit: Kit, act: Any, what: str) -> list[str]:
         ending.append((lease, loop.time()))
     span = (short * 0.2 + kit.slack_ms) / 1000
 
-    async def at_the_end(i: int, lease: Lease, granted: float) -> tuple[Any, Any]:
+    async def at_the_end(i: int, lease: Lease, granted: float) -> None:
         start = granted + short * 0.9 / 1000 + span * i / 7
         await asyncio.sleep(max(0.0, start - loop.time()))
-        return await pair(lease, lease.slot, Overlap.SKIP)
+        await race(lease, f"lease of {lease.job!r} at its expiry")
 
-    results = await asyncio.gather(*(at_the_end(i, lease, t) for i, (lease, t) in enumerate(ending)))
-    for (lease, _), (done, claimed) in zip(ending, results, strict=True):
-        await after(lease, done, claimed, f"lease of {lease.job!r} at its expiry")
+    await asyncio.gather(*(at_the_end(i, lease, t) for i, (lease, t) in enumerate(ending)))
     return broken
 
 
