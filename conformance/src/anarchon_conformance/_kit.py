@@ -150,11 +150,11 @@ class Kit:
     @property
     def patience_s(self) -> float:
         """How long to wait before checking that something kept "forever" is still kept: at least
-        `PATIENCE_S` (`THOROUGH_PATIENCE_S` under `--anarchon-thorough`), and at least five times the
+        `PATIENCE_S` (`THOROUGH_PATIENCE_S` under `--anarchon-thorough`), and at least three times the
         short lease and its slack, so that no timer a store sets from the leases it was asked for (a
         key's TTL, a multiple of the lease) has yet to run out when the kit looks."""
         floor = THOROUGH_PATIENCE_S if self.thorough else PATIENCE_S
-        return max(floor, 5 * (self.short_lease_ms + self.slack_ms) / 1000)
+        return max(floor, 3 * (self.short_lease_ms + self.slack_ms) / 1000)
 
     async def expire(self) -> None:
         """Wait until a short lease granted before the call has expired."""
