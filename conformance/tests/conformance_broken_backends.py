@@ -749,7 +749,7 @@ class NoUseBackend(MemoryBackend):
         super().__init__(store)
         self.where = "memory://elsewhere"
 
-    sibling = LeaseBackendBase.sibling
+    sibling = LeaseBackendBase.sibling  # type: ignore[assignment]  # the base's, as without MemoryBackend's
 
 
 # -- correct backends the kit passes -----------------------------------------------------------------

@@ -15,13 +15,14 @@ import asyncio
 import base64
 import contextlib
 import glob
+import importlib
 import math
 import os
 import pickle
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -141,10 +142,9 @@ class Claimer:
 
 def _pickled_factory(kit: Kit, factory: Any, directory: str) -> str:
     """The factory, pickled to a file for the claimers; skip or fail, saying why, when it cannot be."""
-    import cloudpickle  # type: ignore[import-untyped]
-
+    dumps: Callable[[Any], bytes] = importlib.import_module("cloudpickle").dumps  # an untyped module
     try:
-        blob = cloudpickle.dumps(factory)
+        blob = dumps(factory)
     except Exception as exc:
         if isinstance(kit.backend, MemoryBackend | MemoryClaimBackend):
             pytest.skip(f"{type(kit.backend).__name__} keeps its store in this process: no other process "
@@ -161,7 +161,9 @@ def _pickled_factory(kit: Kit, factory: Any, directory: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def claimers(kit: Kit, factory: Any, offsets: dict[str, float]) -> AsyncIterator[dict[str, Claimer]]:
+async def claimers(
+    kit: Kit, factory: Any, offsets: dict[str, float]
+) -> AsyncGenerator[dict[str, Claimer], None]:
     """Claimer processes, one per name, each with its clock moved by its offset (seconds); each is
     checked to reach the store the kit's backend reaches."""
     host_clock = bool(getattr(kit.backend, "host_clock", False))

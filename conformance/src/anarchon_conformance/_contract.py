@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -17,6 +18,8 @@ from anarchon.backends import (
     Capability,
     CatalogueEntry,
     ClaimOutcome,
+    ClaimRequest,
+    ClaimResult,
     JobControl,
     JobStatus,
     Lease,
@@ -91,7 +94,7 @@ async def won_allowing_overlap(kit: Kit, **kw: Any) -> Lease:
         pytest.skip(f"{type(kit.backend).__name__} refuses overlap='allow' (ConfigError: {exc})")
 
 
-async def _race_with_takeover(kit: Kit, act: Any, what: str) -> list[str]:
+async def _race_with_takeover(kit: Kit, act: Callable[[Lease], Awaitable[Any]], what: str) -> list[str]:
     """Race the holder's `act(lease)` (a renew or a release, `what`) against other owners' claims that
     take its record over, three ways, and return what broke the rule "never both succeed".
 
@@ -106,12 +109,12 @@ async def _race_with_takeover(kit: Kit, act: Any, what: str) -> list[str]:
     other = await kit.client()
     short = kit.short_lease_ms
 
-    async def pair(lease: Lease, slot: int, overlap: Overlap) -> tuple[Any, Any]:
+    async def pair(lease: Lease, slot: int, overlap: Overlap) -> tuple[Any, ClaimResult]:
         done, claimed = await asyncio.gather(
             act(lease), kit.claim(lease.job, "b", slot, on=other, overlap=overlap))
         return done, claimed
 
-    async def after(lease: Lease, done: Any, claimed: Any, where: str) -> None:
+    async def after(lease: Lease, done: Any, claimed: ClaimResult, where: str) -> None:
         """The state both orders of the pair leave: the winner of the claim holds, the older lease not.
         (Checked at once, while the winner's lease, a short one on a fixed-lease store, is live.)"""
         if claimed.outcome is ClaimOutcome.WON:
@@ -181,8 +184,9 @@ def _ordered_names() -> list[list[str]]:
 def _why_no_sibling(backend: Any) -> str:
     """Why `backend.sibling()` gave None, as far as the kit can tell."""
     if isinstance(backend, BackendBase) and type(backend).sibling is BackendBase.sibling:
-        if backend._client is not None:
-            return (f"it was given a client object ({type(backend._client).__name__}), which a second "
+        client = getattr(backend, "_client", None)
+        if client is not None:
+            return (f"it was given a client object ({type(client).__name__}), which a second "
                     "connection cannot share")
         return ("BackendBase does not know what it connects to: the constructor never called "
                 "`self._use(url_or_client, ClientType, settings)` (or passed None as the target), so "
@@ -630,7 +634,7 @@ class TestLeaseContract:
             (kit.req("newer", "b"), ClaimOutcome.STALE),
         ]
         for round_, order in enumerate((refusals, refusals[::-1])):
-            batch = []
+            batch: list[tuple[ClaimRequest, ClaimOutcome]] = []
             for i, (req, outcome) in enumerate(order):
                 batch += [(kit.req(f"fresh-{round_}-{i}", "b"), ClaimOutcome.WON), (req, outcome)]
             batch.append((kit.req(f"fresh-{round_}-last", "b"), ClaimOutcome.WON))
@@ -862,7 +866,7 @@ class TestLeaseContract:
         # "However long that takes": the kit cannot wait forever, so it waits longer than any timer a
         # store would set from the leases it was asked for (see Kit.patience_s; longer under
         # --anarchon-thorough), on a fresh client.
-        ended = {}
+        ended: dict[str, ReleaseOutcome] = {}
         for outcome in (ReleaseOutcome.DONE, ReleaseOutcome.FAILED):
             lease = await anarchon_kit.won(f"job-{outcome.value}", "a", lease_ms=SHORT_LEASE_MS)
             assert await anarchon_kit.release(lease, outcome)
@@ -1367,7 +1371,7 @@ class TestControlContract:
 
     async def test_joined_names_do_not_share_controls(self, anarchon_kit: Kit) -> None:
         backend, ns = anarchon_kit.backend, anarchon_kit.namespace
-        broken = []
+        broken: list[str] = []
         for sep in SEPARATORS:
             await backend.set_control(f"{ns}{sep}a", "b", paused=True)
             got = await backend.controls(ns)
@@ -1463,7 +1467,7 @@ class TestHistoryContract:
 
     async def test_joined_names_do_not_share_a_history(self, anarchon_kit: Kit) -> None:
         backend, ns = anarchon_kit.backend, anarchon_kit.namespace
-        broken = []
+        broken: list[str] = []
         for sep in SEPARATORS:
             await backend.record_runs(f"{ns}{sep}a", [run("b", 1_000)], 10)
             got = await backend.history(ns, f"a{sep}b", 10)
