@@ -742,6 +742,14 @@ class InspectClientNowBackend(RemoteBackend):
         return None if state is None else replace(state, now=self.client_now())
 
 
+class OwnSettingsBackend(MemoryBackend):
+    """Keeps a settings object of its own in `_settings`, a name BackendBase uses for `sibling()`."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        super().__init__(store)
+        self._settings = ("lease", 30)  # type: ignore[assignment]
+
+
 class NoUseBackend(MemoryBackend):
     """Made from a URL-like target it keeps to itself, without telling BackendBase (`_use`)."""
 
@@ -936,6 +944,8 @@ BROKEN = [
            "later than its declared slack"),
     Broken("late_expiry_model", LateExpiryBackend, "test_backend_matches_reference_model",
            "expiry_slack_ms"),
+    Broken("own_settings", OwnSettingsBackend, "test_the_base_class_names_are_left_to_it",
+           "_settings holds"),
 ]
 
 

@@ -347,6 +347,26 @@ class TestClaimContract:
             f"a claim won through one backend must be TAKEN through its sibling (the same store): {result!r}"
         )
 
+    async def test_the_base_class_names_are_left_to_it(self, anarchon_kit: Kit) -> None:
+        backend = anarchon_kit.backend
+        if not isinstance(backend, BackendBase):
+            pytest.skip(f"{type(backend).__name__} is not built on anarchon.backends.BackendBase")
+        clashes = [f"{name} is overridden by {type(backend).__name__}"
+                   for name in ("_use", "_lock", "_errors")
+                   if getattr(type(backend), name) is not getattr(BackendBase, name)]
+        kinds: dict[str, tuple[type[Any], ...]] = {
+            "_opened": (bool,), "_open_lock": (type(None), asyncio.Lock), "_settings": (dict,)}
+        for name, allowed in kinds.items():
+            value = getattr(backend, name, None)
+            if not isinstance(value, allowed):
+                wanted = " or ".join(t.__name__ for t in allowed)
+                clashes.append(f"{name} holds {value!r}, not the base's {wanted}")
+        assert not clashes, (
+            "BackendBase keeps its state and plumbing in private names a subclass must leave alone (see "
+            "docs/conformance.md, What BackendBase and LeaseBackendBase do with your subclass); open, close "
+            "and sibling() break otherwise: " + "; ".join(clashes)
+        )
+
     async def test_open_and_close_are_idempotent(self, anarchon_kit: Kit) -> None:
         backend = await anarchon_kit.client()
         await backend.open()  # a second open of an open backend does nothing
