@@ -92,7 +92,7 @@ async def test_the_state_has_holders_leases_schedules_next_and_recent_runs(
     await seed(backend, clock)
     data = await state(anarchon_dashboard.app(backend, namespace=NS))
     assert data["namespace"] == NS and data["now"] == clock.now and data["notes"] == []
-    assert data["capabilities"] == {"inspect": True, "control": True, "history": True}
+    assert data["capabilities"] == {"inspect": True, "control": True, "history": True, "schedules": True}
     jobs = {j["job"]: j for j in data["jobs"]}
     assert list(jobs) == sorted([HOSTILE, "nightly", "report"])
 
@@ -149,7 +149,7 @@ async def test_open_pages_share_one_read_per_half_refresh_and_a_control_reads_ag
 async def test_a_store_without_history_or_controls_is_shown_with_a_note_saying_why() -> None:
     data = await state(anarchon_dashboard.app(MemoryClaimBackend(), namespace=NS))
     assert data["jobs"] == [] and data["recent"] == []
-    assert data["capabilities"] == {"inspect": False, "control": False, "history": False}
+    assert data["capabilities"] == {"inspect": False, "control": False, "history": False, "schedules": False}
     notes = " ".join(data["notes"])
     for capability in ("'inspect'", "'control'", "'history'"):
         assert capability in notes, notes
