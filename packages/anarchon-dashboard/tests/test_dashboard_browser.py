@@ -397,3 +397,171 @@ def test_a_token_login_on_the_page(browser: Any) -> None:
         expect(page.locator('tr[data-job="sync"]')).to_be_visible()
         page.reload()  # the session is a cookie
         expect(page.locator('tr[data-job="sync"]')).to_be_visible()
+
+
+def stored(backend: Any, schedule_id: str) -> Any:
+    """The stored schedule `schedule_id` as the store holds it (None when gone), read beside the page."""
+    from anarchon import Schedules
+
+    return in_thread(Schedules(backend, namespace="web").get(schedule_id))
+
+
+def test_schedules_are_created_edited_paused_and_deleted_from_the_page(browser: Any) -> None:
+    """The Schedules view over a store that keeps schedules (MemoryBackend, served in this process: the
+    SQLite driver's schedules are not on this branch yet): a bad cron is refused next to the form, then a
+    schedule is created, listed, edited (and a stale edit refused), paused, resumed and deleted; each step
+    is read back from the store."""
+    from playwright.sync_api import expect
+
+    from anarchon import MemoryBackend, Schedules
+    from anarchon.backends import CatalogueEntry
+    from anarchon_dashboard import app
+
+    backend = MemoryBackend()
+    in_thread(backend.publish_catalogue("web", [CatalogueEntry("send-report", "web-1", "task", "task", "", {},
+                                                               None)], 600_000))
+    with served_in_process(app(backend, namespace="web")) as base:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(base)
+        page.locator("#tab-schedules").click()
+        expect(page.locator("#schedules-view")).to_be_visible()
+        expect(page.locator("#schedules tbody")).to_contain_text("no schedules in this namespace yet")
+        form = page.locator("#schedule-form")
+        expect(form).to_be_hidden()
+
+        # Create: first with a cron that cannot be read, whose error shows beside the form.
+        page.locator("#schedule-new").click()
+        expect(form).to_be_visible()
+        form.locator('[name="id"]').fill("report-42")
+        form.locator('[name="task"]').fill("send-report")
+        form.locator('[name="kind"]').select_option("cron")
+        expect(form.locator('[name="every"]')).to_be_hidden()
+        form.locator('[name="cron"]').fill("61 9 * * 1-5")
+        form.locator('[name="timezone"]').fill("Europe/Athens")
+        form.locator('[name="args"]').fill('{"customer": 42, "fmt": "pdf"}')
+        form.locator('[name="timeout"]').fill("10m")
+        form.locator('[name="overlap"]').select_option("buffer_one")
+        page.locator("#schedule-save").click()
+        expect(page.locator("#schedule-error")).to_contain_text("invalid cron expression '61 9 * * 1-5'")
+        expect(form).to_be_visible()
+        assert stored(backend, "report-42") is None
+        form.locator('[name="cron"]').fill("0 9 * * 1-5")
+        page.locator("#schedule-save").click()
+        expect(form).to_be_hidden()
+        expect(page.locator("#message")).to_contain_text("report-42: created, version 1")
+        row = page.locator('tr[data-schedule="report-42"]')
+        expect(row).to_be_visible()
+        expect(row.locator("td").nth(1)).to_contain_text("send-report")
+        expect(row.locator("td").nth(2)).to_contain_text("cron '0 9 * * 1-5' (Europe/Athens)")
+        expect(row.locator("td").nth(2)).to_contain_text("overlap buffer_one · timeout 10m")
+        expect(row.locator("td").nth(3)).to_have_text('{"customer":42,"fmt":"pdf"}')
+        expect(row.locator("td").nth(4).locator(".countdown")).to_have_text(re.compile(r"^in \d"))
+        expect(row.locator("td").nth(6)).to_contain_text("1")
+        created = stored(backend, "report-42")
+        assert created.version == 1 and created.args == {"customer": 42, "fmt": "pdf"}
+        assert created.options == {"timeout": "600000ms", "overlap": "buffer_one"}
+        assert created.description == "cron '0 9 * * 1-5' (Europe/Athens)"
+
+        # Edit: the form comes prefilled; an every schedule replaces the cron, and the emptied timeout goes.
+        row.locator('button[data-schedule-verb="edit"]').click()
+        expect(page.locator("#schedule-form-title")).to_have_text("Edit report-42 (version 1)")
+        expect(form.locator('[name="id"]')).to_have_value("report-42")
+        assert form.locator('[name="id"]').evaluate("n => n.readOnly")
+        expect(form.locator('[name="cron"]')).to_have_value("0 9 * * 1-5")
+        expect(form.locator('[name="timezone"]')).to_have_value("Europe/Athens")
+        expect(form.locator('[name="timeout"]')).to_have_value("10m")
+        expect(form.locator('[name="overlap"]')).to_have_value("buffer_one")
+        assert json.loads(form.locator('[name="args"]').input_value()) == {"customer": 42, "fmt": "pdf"}
+        form.locator('[name="kind"]').select_option("every")
+        form.locator('[name="every"]').fill("30m")
+        form.locator('[name="timeout"]').fill("")
+        form.locator('[name="args"]').fill('{"customer": 42}')
+        page.locator("#schedule-save").click()
+        expect(form).to_be_hidden()
+        expect(row.locator("td").nth(2)).to_contain_text("every 30m")
+        expect(row.locator("td").nth(6)).to_contain_text("2")
+        edited = stored(backend, "report-42")
+        assert (edited.version, edited.description, edited.args) == (2, "every 30m", {"customer": 42})
+        assert edited.options == {"overlap": "buffer_one"}
+
+        # A stale edit: someone else saves in between; the page says so and keeps what was typed.
+        row.locator('button[data-schedule-verb="edit"]').click()
+        expect(page.locator("#schedule-form-title")).to_have_text("Edit report-42 (version 2)")
+        expect(form.locator('[name="every"]')).to_have_value("30m")
+        in_thread(Schedules(backend, namespace="web").update("report-42", version=2, every="1h"))
+        form.locator('[name="every"]').fill("15m")
+        page.locator("#schedule-save").click()
+        expect(page.locator("#schedule-error")).to_contain_text("is at version 3, not 2: it changed meanwhile")
+        expect(page.locator("#schedule-error")).to_contain_text("It is now: every 1h")
+        assert stored(backend, "report-42").description == "every 1h"
+        page.locator("#schedule-save").click()  # again, deliberately: over version 3
+        expect(form).to_be_hidden()
+        expect(row.locator("td").nth(2)).to_contain_text("every 15m")
+        assert (stored(backend, "report-42").version, stored(backend, "report-42").description) == (4, "every 15m")
+
+        # Pause and resume: the schedule's own flag.
+        row.locator('button[data-schedule-verb="pause"]').click()
+        expect(row.locator("td").nth(5)).to_have_text("paused")
+        expect(row.locator("td").nth(4)).to_have_text("paused")
+        assert stored(backend, "report-42").paused
+        expect(row.locator('button[data-schedule-verb="resume"]')).to_be_visible()
+
+        # Its job page: task, arguments and version beside the schedule.
+        row.locator("a.job-link").click()
+        expect(page.locator("#job-name")).to_have_text("report-42")
+        facts = page.locator("#job-facts")
+        expect(facts).to_contain_text("every 15m")
+        expect(facts).to_contain_text("send-report")
+        expect(facts).to_contain_text('{"customer":42}')
+        expect(facts).to_contain_text("5 · stored schedule")
+        expect(page.locator("#job-next li")).to_have_text(["paused"])
+        page.locator('#job-actions button[data-schedule-verb="resume"]').click()
+        expect(page.locator("#job-next li")).to_have_count(5)
+        assert not stored(backend, "report-42").paused
+        page.locator("#tab-schedules").click()
+
+        # Delete, after a confirm that is first declined.
+        page.once("dialog", lambda dialog: dialog.dismiss())
+        row.locator('button[data-schedule-verb="remove"]').click()
+        expect(row).to_be_visible()
+        assert stored(backend, "report-42") is not None
+        page.once("dialog", lambda dialog: dialog.accept())
+        row.locator('button[data-schedule-verb="remove"]').click()
+        expect(row).to_have_count(0)
+        expect(page.locator("#message")).to_contain_text("report-42: deleted")
+        assert stored(backend, "report-42") is None
+        assert errors == [], errors
+
+
+def test_read_only_lists_schedules_with_no_form_or_buttons(browser: Any) -> None:
+    from playwright.sync_api import expect
+
+    from anarchon import MemoryBackend, Schedules
+    from anarchon_dashboard import app
+
+    backend = MemoryBackend()
+    schedules = Schedules(backend, namespace="web")
+    in_thread(schedules.add("nightly", "not-deployed", cron="0 3 * * *", args={"shard": HOSTILE}))
+    with served_in_process(app(backend, namespace="web", read_only=True)) as base:
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(base + "#schedules")
+        row = page.locator('tr[data-schedule="nightly"]')
+        expect(row).to_be_visible()
+        expect(row.locator("td").nth(1)).to_contain_text("no live replica")  # nobody has its task
+        expect(row.locator("td").nth(3)).to_have_text(json.dumps({"shard": HOSTILE}, separators=(",", ":")))
+        assert page.locator("img").count() == 0
+        assert page.locator("#schedule-form").count() == 0 and page.locator("#schedule-new").count() == 0
+        assert page.locator("button").count() == 0
+        expect(page.locator("#schedules th.actions")).to_be_hidden()
+        row.locator("a.job-link").click()
+        expect(page.locator("#job-facts")).to_contain_text("not-deployed")
+        assert page.locator("button").count() == 0
+        status = page.evaluate("""async () => (await fetch("api/schedules/pause", {method: "POST",
+            headers: {"content-type": "application/json"}, body: JSON.stringify({id: "nightly"})})).status""")
+        assert status == 403
+        assert errors == [], errors
+    assert not in_thread(schedules.get("nightly")).paused
