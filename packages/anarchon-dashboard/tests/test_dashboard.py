@@ -245,7 +245,8 @@ def test_mounted_in_fastapi_behind_a_dependency(backend: MemoryBackend) -> None:
 
     @api.api_route("/ops/jobs/{path:path}", methods=["GET", "POST"], dependencies=[Depends(require_admin)])
     async def jobs_dashboard(request: Request, path: str) -> Response:
-        reply = await dashboard.respond(request.method, path, await request.body(), request.headers)
+        reply = await dashboard.respond(request.method, path, await request.body(), request.headers,
+                                        query=request.url.query)
         return Response(reply.body, reply.status, dict(reply.headers), media_type=reply.content_type)
 
     with TestClient(api) as client:
@@ -256,6 +257,12 @@ def test_mounted_in_fastapi_behind_a_dependency(backend: MemoryBackend) -> None:
         assert page.status_code == 200 and "app.js" in page.text
         assert client.post("/ops/jobs/api/pause", json={"job": "report"}, headers=auth).status_code == 200
         assert client.get("/ops/jobs/api/state", headers=auth).json()["jobs"][0]["paused"] is True
+        for schedule_id in ("a-1", "b-1"):
+            added = client.post("/ops/jobs/api/schedules/add", headers=auth,
+                                json={"id": schedule_id, "task": "t", "every": "1m"})
+            assert added.status_code == 200, added.text
+        listed = client.get("/ops/jobs/api/schedules?prefix=b-", headers=auth).json()
+        assert [s["id"] for s in listed["items"]] == ["b-1"]
 
 
 class RequireToken:
@@ -341,7 +348,8 @@ def staff_only(view):  # stands in for django.contrib.admin's staff_member_requi
 @csrf_exempt  # the dashboard's controls accept JSON only, which a cross-site form cannot send
 @staff_only
 async def jobs_dashboard(request: HttpRequest, path: str = "") -> HttpResponse:
-    reply = await dashboard.respond(request.method, path, request.body, request.headers)
+    reply = await dashboard.respond(request.method, path, request.body, request.headers,
+                                    query=request.META.get("QUERY_STRING", ""))
     return HttpResponse(reply.body, status=reply.status, content_type=reply.content_type,
                         headers=dict(reply.headers))
 
@@ -358,8 +366,14 @@ async def main():
     paused = await client.post("/ops/jobs/api/pause", data=json.dumps({"job": "report"}),
                                content_type="application/json", headers=auth)
     assert paused.status_code == 200, paused.content
+    for schedule_id in ("a-1", "b-1"):
+        added = await client.post("/ops/jobs/api/schedules/add", data=json.dumps(
+            {"id": schedule_id, "task": "t", "every": "1m"}), content_type="application/json", headers=auth)
+        assert added.status_code == 200, added.content
+    listed = json.loads((await client.get("/ops/jobs/api/schedules?prefix=b-", headers=auth)).content)
+    assert [s["id"] for s in listed["items"]] == ["b-1"], listed
     state = json.loads((await client.get("/ops/jobs/api/state", headers=auth)).content)
-    print(json.dumps([(j["job"], j["paused"]) for j in state["jobs"]]))
+    print(json.dumps([(j["job"], j["paused"]) for j in state["jobs"] if j["origin"] == "code"]))
 
 asyncio.run(main())
 '''

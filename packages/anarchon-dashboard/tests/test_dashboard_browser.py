@@ -244,7 +244,7 @@ def test_read_only_shows_no_buttons_and_refuses_controls(browser: Any, cluster: 
         expect(page.locator('tr[data-job="tick"]')).to_be_visible()
         expect(page.locator("#mode")).to_have_text("read-only")
         assert page.locator("button").count() == 0
-        expect(page.locator("th.actions")).to_be_hidden()
+        expect(page.locator("#jobs th.actions")).to_be_hidden()
         status = page.evaluate("""async () => (await fetch("api/pause", {method: "POST",
             headers: {"content-type": "application/json"}, body: JSON.stringify({job: "tick"})})).status""")
         assert status == 403
@@ -493,13 +493,15 @@ def test_schedules_are_created_edited_paused_and_deleted_from_the_page(browser: 
         in_thread(Schedules(backend, namespace="web").update("report-42", version=2, every="1h"))
         form.locator('[name="every"]').fill("15m")
         page.locator("#schedule-save").click()
-        expect(page.locator("#schedule-error")).to_contain_text("is at version 3, not 2: it changed meanwhile")
-        expect(page.locator("#schedule-error")).to_contain_text("It is now: every 1h")
+        refused = page.locator("#schedule-error")
+        expect(refused).to_contain_text("is at version 3, not 2: it changed meanwhile")
+        expect(refused).to_contain_text("It is now: every 1h")
         assert stored(backend, "report-42").description == "every 1h"
         page.locator("#schedule-save").click()  # again, deliberately: over version 3
         expect(form).to_be_hidden()
         expect(row.locator("td").nth(2)).to_contain_text("every 15m")
-        assert (stored(backend, "report-42").version, stored(backend, "report-42").description) == (4, "every 15m")
+        overwritten = stored(backend, "report-42")
+        assert (overwritten.version, overwritten.description) == (4, "every 15m")
 
         # Pause and resume: the schedule's own flag.
         row.locator('button[data-schedule-verb="pause"]').click()

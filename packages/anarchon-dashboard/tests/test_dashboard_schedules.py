@@ -169,7 +169,8 @@ def test_served_over_asgi_the_query_string_reaches_the_list(backend: MemoryBacke
     asyncio.run(seed())
     with TestClient(anarchon_dashboard.app(backend, namespace=NS)) as client:
         assert [s["id"] for s in client.get("/api/schedules?task=beta").json()["items"]] == ["b-1"]
-        assert [s["id"] for s in client.get("/api/schedules", params={"prefix": "a-"}).json()["items"]] == ["a-1"]
+        listed = client.get("/api/schedules", params={"prefix": "a-"}).json()
+        assert [s["id"] for s in listed["items"]] == ["a-1"]
         assert client.get("/api/schedule/b-1").json()["schedule"]["task"] == "beta"
 
 
@@ -189,13 +190,18 @@ def test_served_over_asgi_the_query_string_reaches_the_list(backend: MemoryBacke
      "invalid overlap 'sometimes'"),
     ("add", {"id": "x", "task": "t", "every": "10s", "options": {"every": "1s"}}, 400,
      "'every' is not a job option"),
+    ("add", {"id": "x", "task": "t", "every": "10s", "options": {"timeout": ["1s"]}}, 400,
+     "invalid option timeout ['1s']: give a string, a number or true/false"),
+    ("add", {"id": "x", "task": "t", "every": "10s", "options": {"max_attempts": "three"}}, 400,
+     "invalid max_attempts 'three': use a whole number"),
     ("add", {"id": "x", "task": "t", "every": "10s", "colour": "red"}, 400, "unknown field 'colour'"),
     ("add", {"id": "x", "every": "10s"}, 400, "cannot add schedule 'x' without a task"),
     ("add", {"task": "t", "every": "10s"}, 400, "cannot add a schedule without its id"),
     ("add", {"id": "x", "task": "t"}, 400, "a schedule needs exactly one of every, cron or at, not none"),
     ("add", {"id": "x", "task": "t", "every": "1m", "cron": "* * * * *"}, 400,
      "exactly one of every, cron or at, not every and cron"),
-    ("add", {"id": "x", "task": "t", "at": "2001-01-01T00:00:00Z"}, 400, "is in the past: it would never run"),
+    ("add", {"id": "x", "task": "t", "at": "2001-01-01T00:00:00Z"}, 400,
+     "is in the past: it would never run"),
     ("add", {"id": "x", "task": "t", "at": "2099-01-01T09:00"}, 400,
      "invalid at '2099-01-01T09:00': give its offset"),
     ("add", {"id": "x", "task": "t", "every": True}, 400, "every must be a duration"),

@@ -35,7 +35,6 @@ from typing import Any, cast
 
 from anarchon import (
     AnarchonError,
-    Capability,
     ScheduleConflict,
     ScheduleNotFound,
     Schedules,
@@ -141,10 +140,9 @@ class Dashboard:
         self._owned = isinstance(store, str)
         self.store = Inspector(self.backend, namespace=namespace, close=False)
         """The read and control API the page goes through (the dashboard opens and closes the store)."""
-        caps = frozenset(getattr(self.backend, "capabilities", frozenset()))
         self.schedules = (Schedules(cast(ScheduleBackend, self.backend), namespace=namespace,
                                     opened=lambda: self._opened)
-                          if Capability.SCHEDULES in caps else None)
+                          if capabilities(self.backend)["schedules"] else None)
         """The stored schedules' API the page goes through; None when the store keeps none."""
         self._opened = False
         self._lock = asyncio.Lock()
@@ -554,7 +552,8 @@ def app(store: str | Any, *, namespace: str = "anarchon", read_only: bool = Fals
         basic: str | None = None) -> Dashboard:
     """The dashboard of `namespace` in `store` (a URL such as "redis://localhost:6379/0", or a backend).
 
-    `read_only=True` leaves out the pause, resume and trigger buttons and answers their requests 403.
+    `read_only=True` leaves out the pause, resume and trigger buttons and the schedule form, and answers
+    their requests 403 (the stored schedules are still listed).
     `refresh` is how often the page polls the store (a duration: 2.0, "2s", "500ms").
     A login of its own, for a dashboard served alone: `token` (a secret the page's login form asks for,
     then kept in a cookie; API clients send `Authorization: Bearer TOKEN`) or `basic` ("USER:PASSWORD",

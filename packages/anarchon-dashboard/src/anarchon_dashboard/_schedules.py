@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from anarchon import ScheduleError
 
@@ -88,6 +88,11 @@ def _moment(verb: str, value: object) -> datetime | int | float:
     return moment
 
 
+def _object(value: object) -> dict[str, Any] | None:
+    """`value` if it is a dict (JSON gives string keys), else None."""
+    return cast(dict[str, Any], value) if isinstance(value, dict) else None
+
+
 def _args(verb: str, value: object) -> dict[str, Any]:
     if isinstance(value, str):
         try:
@@ -95,22 +100,24 @@ def _args(verb: str, value: object) -> dict[str, Any]:
         except ValueError as exc:
             raise ScheduleError(f"invalid args {_short(value)}: not JSON ({exc}); write an object, e.g. "
                                 '{"customer": 42}') from None
-    if not isinstance(value, dict):
+    found = _object(value)
+    if found is None:
         raise ScheduleError(f"cannot {verb} the schedule: args must be a JSON object of the task's keyword "
                             f'arguments, e.g. {{"customer": 42}}, not {_short(value)}')
-    return value
+    return found
 
 
 def _options(verb: str, value: object) -> dict[str, Any]:
-    if not isinstance(value, dict):
+    found = _object(value)
+    if found is None:
         raise ScheduleError(f"cannot {verb} the schedule: options must be an object, e.g. "
                             f'{{"timeout": "10m", "overlap": "skip"}}, not {_short(value)}')
     options: dict[str, Any] = {}
-    for key, given in value.items():
+    for key, given in found.items():
         if key in _CALL:
             raise ScheduleError(f"cannot {verb} the schedule: {key!r} is not a job option; send it as a "
                                 "field of its own, beside options")
-        option: Any = given
+        option: object = given
         if key == "retry" and isinstance(given, str) and given.strip().lower() in (
                 "true", "false", "yes", "no", "on", "off"):
             option = given.strip().lower() in ("true", "yes", "on")
@@ -119,8 +126,8 @@ def _options(verb: str, value: object) -> dict[str, Any]:
                 option = int(given)
             except ValueError:
                 raise ScheduleError(f"invalid max_attempts {given!r}: use a whole number") from None
-        elif isinstance(given, list | dict):
-            raise ScheduleError(f"invalid option {key} {_short(given)}: give a string, a number or "
+        elif not isinstance(given, str | int | float | bool | None):
+            raise ScheduleError(f"invalid option {key} {_short(option)}: give a string, a number or "
                                 "true/false")
         options[key] = option
     return options
@@ -130,15 +137,16 @@ def arguments(verb: str, body: object) -> dict[str, Any]:
     """What the JSON `body` of write `verb` asks for: the schedule's `id`, its job `options` (a dict),
     and the other keyword arguments of the `Schedules` call; `ScheduleError` saying what to send when
     the body is not valid."""
-    if not isinstance(body, dict):
+    request = _object(body)
+    if request is None:
         raise ScheduleError(f"cannot {verb} a schedule: send a JSON object, e.g. {_EXAMPLE[verb]}, not "
                             f"{_short(body)}")
     fields = FIELDS[verb]
-    unknown = [key for key in body if key not in fields]
+    unknown = [key for key in request if key not in fields]
     if unknown:
         raise ScheduleError(f"cannot {verb} a schedule: unknown field {unknown[0]!r}; it takes "
                             f"{', '.join(fields)}")
-    given = {key: value for key, value in body.items() if value is not None or key == "options"}
+    given = {key: value for key, value in request.items() if value is not None or key == "options"}
     if "id" not in given:
         raise ScheduleError(f"cannot {verb} a schedule without its id: send e.g. {_EXAMPLE[verb]}")
     found: dict[str, Any] = {"id": _text(verb, "id", given.pop("id")), "options": {}}

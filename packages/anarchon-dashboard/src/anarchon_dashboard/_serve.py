@@ -18,7 +18,7 @@ def serve(store: str | Any, *, namespace: str = "anarchon", host: str = "127.0.0
     `token` or `basic` ("USER:PASSWORD"), behind a login of its own."""
     dashboard = Dashboard(store, namespace=namespace, read_only=read_only, refresh=refresh, token=token,
                           basic=basic)
-    mode = "read-only" if read_only else "with pause, resume and trigger"
+    mode = "read-only" if read_only else "with pause, resume, trigger and schedule edits"
     logins = {"token": "login with a token", "basic": "HTTP basic login"}
     login = logins.get(dashboard.login or "",
                        "no login: bind to a private address or put it behind your auth")

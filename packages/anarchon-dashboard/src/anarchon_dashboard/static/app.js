@@ -57,8 +57,9 @@
     return `${ms}ms`;
   }
 
-  // A stored option as a person writes it: "600000ms" becomes "10m"; true and false stay.
+  // A stored option as a person writes it: "600000ms" becomes "10m", true "on" and false "off".
   function optionText(value) {
+    if (typeof value === "boolean") return value ? "on" : "off";
     const found = /^(\d+)ms$/.exec(String(value));
     return found ? msText(Number(found[1])) : String(value);
   }
@@ -424,8 +425,7 @@
       field("args").value = JSON.stringify(schedule.args, null, 1);
       field("timeout").value = options.timeout === undefined ? "" : optionText(options.timeout);
       field("overlap").value = options.overlap || "";
-      field("retry").value = options.retry === true ? "on" : options.retry === false ? "off"
-        : options.retry === undefined ? "" : optionText(options.retry);
+      field("retry").value = options.retry === undefined ? "" : optionText(options.retry);
       field("paused").checked = schedule.paused;
       field("version").value = String(schedule.version);
       const kept = Object.entries(options).filter(([key]) => !["timeout", "overlap", "retry"].includes(key))
