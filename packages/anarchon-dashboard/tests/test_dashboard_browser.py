@@ -534,6 +534,21 @@ def test_schedules_are_created_edited_paused_and_deleted_from_the_page(browser: 
         expect(row).to_have_count(0)
         expect(page.locator("#message")).to_contain_text("report-42: deleted")
         assert stored(backend, "report-42") is None
+
+        # Once, at a moment given in the browser's own time zone.
+        page.locator("#schedule-new").click()
+        form.locator('[name="id"]').fill("once")
+        form.locator('[name="task"]').fill("send-report")
+        form.locator('[name="kind"]').select_option("at")
+        form.locator('[name="at"]').fill("2099-01-01T09:00:00")
+        page.locator("#schedule-save").click()
+        expect(page.locator('tr[data-schedule="once"]')).to_be_visible()
+        local_ms = page.evaluate("new Date('2099-01-01T09:00:00').getTime()")
+        assert stored(backend, "once").schedule.when_ms == local_ms
+        page.locator('tr[data-schedule="once"] button[data-schedule-verb="edit"]').click()
+        expect(form.locator('[name="at"]')).to_have_value(re.compile(r"^2099-01-01T09:00(:00)?$"))
+        page.locator("#schedule-cancel").click()
+        expect(form).to_be_hidden()
         assert errors == [], errors
 
 

@@ -346,3 +346,21 @@ async def test_a_paused_stored_schedule_is_paused_in_the_job_list(backend: Memor
     _, state = await get(dashboard, "/api/state")
     [row] = state["jobs"]
     assert row["paused"] and not row["stored"]["paused"] and row["control_paused"]
+
+
+async def test_a_one_off_moment_is_read_with_its_offset(backend: MemoryBackend) -> None:
+    dashboard = anarchon_dashboard.app(backend, namespace=NS)
+    status, data = await post(dashboard, "add", {"id": "once", "task": "t",
+                                                 "at": "2099-01-01T09:00:00+02:00"})
+    assert status == 200, data
+    moment = datetime(2099, 1, 1, 7, tzinfo=UTC)
+    assert data["schedule"]["next_slot"] == int(moment.timestamp() * 1000)
+    stored = await admin(backend).get("once")
+    assert stored is not None and stored.description == "at 2099-01-01T07:00:00Z"
+    status, data = await post(dashboard, "add", {"id": "epoch", "task": "t", "at": moment.timestamp()})
+    assert status == 200 and data["schedule"]["next_slot"] == int(moment.timestamp() * 1000)
+
+
+async def test_a_schedule_id_that_cannot_be_one_is_refused_on_read(backend: MemoryBackend) -> None:
+    status, data = await get(anarchon_dashboard.app(backend, namespace=NS), "/api/schedule/a\x01b")
+    assert status == 400 and "schedule id" in data["error"]
