@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, TypeVar, cast
@@ -220,5 +221,5 @@ def format_schedules(page: SchedulePage, *, as_json: bool = False) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     text = "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
     if page.cursor is not None:
-        text += f"\nmore: --after {page.cursor}"
+        text += f"\nmore: --after {shlex.quote(page.cursor)}"
     return text

@@ -53,6 +53,8 @@ _RECOVERY_S = 15.0
 # The steps, read from the class once (see anarchon/_speed.py: module globals cost less per claim).
 _RUN, _HAND_BACK = Step.RUN, Step.HAND_BACK
 _UNRUN, _FREE_OWN, _RETRY = Step.UNRUN, Step.FREE_OWN, Step.RETRY
+_SETTLED = frozenset({ClaimOutcome.DONE, ClaimOutcome.STALE, ClaimOutcome.EXHAUSTED})
+"""Answers that leave nothing to run of the slot claimed."""
 
 
 
@@ -106,7 +108,7 @@ class Engine:
             )
         self.runs = Runs(owner=owner, keeper=keeper, tasks=self.tasks, log=config.log, hook=hook,
                          namespace=config.namespace, instance_id=config.instance_id,
-                         on_handover=self._handed_over, history=self.history)
+                         on_handover=self._handed_over, on_settled=self._settled, history=self.history)
         self.controls: ControlState | None = None
         """The cluster-wide controls, on a backend that stores them (capability `control`)."""
         if Capability.CONTROL in caps:
@@ -195,7 +197,8 @@ class Engine:
     def _start_sweeper(self, tasks: Mapping[str, Task]) -> Sweeper:
         sweeper = self.sweeper = Sweeper(
             cast(ScheduleBackend, self._backend), self._config, self.planner, tasks=tasks,
-            code_jobs=self._jobs, running=self.runs.running_job, skips=self._skips)
+            code_jobs=self._jobs, running=self.runs.running_job, skips=self._skips,
+            forget=self._forget_job)
         if self.history is not None:
             self.history.tasks = lambda: tasks.keys()
         return sweeper
@@ -206,6 +209,15 @@ class Engine:
         if job is None and self.sweeper is not None:
             job = self.sweeper.job(name, fetch=True)
         return job
+
+    def tasks_changed(self, tasks: Mapping[str, Task]) -> None:
+        """A task was registered while running: sweep the stored schedules from now on, if not yet."""
+        if self.sweeper is None and Capability.SCHEDULES in self._backend.capabilities and not self._stopping:
+            sweeper = self._start_sweeper(tasks)
+            self.tasks.spawn(sweeper.run(), "ticks", name="anarchon-sweep")
+            sweeper.poke()
+        if self.history is not None:
+            self.history.jobs_changed()
 
     def add(self, job: Job) -> None:
         """Plan a job registered while running."""
@@ -262,7 +274,7 @@ class Engine:
         stored schedule `job`."""
         if slot == SCHEDULES_CHANGED:
             if self.sweeper is not None and not self._stopping:
-                self.sweeper.poke()
+                self.sweeper.poke(job)
         elif slot != CONTROLS_CHANGED:
             self.planner.on_release(job, slot)
         elif self.controls is not None and not self._stopping:
@@ -311,6 +323,15 @@ class Engine:
             self.keeper.hand_back(lease)
         else:
             self.runs.start(job, lease, self.keeper.now())
+
+    def _forget_job(self, name: str) -> None:
+        """A stored schedule's job is planned no more: forget what was kept of it."""
+        self._not_run.pop(name, None)
+
+    def _settled(self, job: Job, slot: int) -> None:
+        """A run of `job`'s `slot` ended done or failed: a stored schedule's due index moves past it."""
+        if self.sweeper is not None:
+            self.sweeper.settled(job.name, slot)
 
     def _handed_over(self, job: Job, slot: int) -> None:
         if self.controls is None or not self.controls.handed_over(job, slot):
@@ -428,6 +449,9 @@ class Engine:
         if action.skipped:
             self._skips.add("overlap", job.name)
             self._hook.emit("anarchon_slot_skipped", request=request, result=result, reason="overlap")
+        if plan.until is not None and self.sweeper is not None and (
+                action.skipped or action.step is _UNRUN or result.outcome in _SETTLED):
+            self.sweeper.settled(job.name, result.slot)  # (a stored schedule's slot: nothing left to run)
         step = action.step
         lease = result.lease
         if step is _RUN:

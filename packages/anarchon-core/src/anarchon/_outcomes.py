@@ -27,7 +27,7 @@ What this instance knows of itself then refines the action (`verdict`):
 | won, reissued | it still runs that slot with that token | nothing: its run goes on |
 | won, attempt 1 | the job's next slot was due first (not "allow") | release unrun, as done |
 | won, reissued | otherwise | run, renewing the lease first |
-| skipped, older slot its own | the slot it released unrun | claim again after a heartbeat |
+| skipped, older slot its own | the slot it released unrun | claim again soon (backing off) |
 | skipped, older slot its own | it does not run it (answer lost) | free it, then claim again |
 
 (A reissued win is this instance's own lease again, from a claim whose answer was lost. Only the
@@ -76,7 +76,8 @@ class Step(enum.Enum):
     """Skipped behind `Action.older`, held by this instance's own unanswered claim: claim that slot
     (its own lease comes back, reissued), release it, then claim the entry's slot again."""
     RETRY = "retry"
-    """Claim the entry's slot again after a heartbeat (the older slot it waits on is being released)."""
+    """Claim the entry's slot again soon, within the job's jitter and backing off (the older slot it
+    waits on is being released)."""
     NOTHING = "nothing"
     """This instance already runs the slot: nothing to do."""
 

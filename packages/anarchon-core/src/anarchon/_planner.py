@@ -99,6 +99,10 @@ class Plan:
     """The latest this instance claims, after its slot, a group another instance leads (`_follow_cap`)."""
     until: int | None = None
     """A stored schedule's bound: no boundary slot later than this is queued (None: a code job)."""
+    epoch: int = 0
+    """Bumped when a stored schedule's job is replaced or retired: boundary entries queued before are void."""
+    touched: int = 0
+    """When an entry of this plan was last handed over for a claim (the clock's ms)."""
     not_before: int | None = None
     """A stored schedule's last write: no slot at or before it is caught up (it did not exist so)."""
 
@@ -169,6 +173,8 @@ class Planner:
         interval = job.schedule.min_interval_ms
         if jitter is None:
             jitter = 50 if interval is None else min(50, interval // 10)
+        if job.name in self._plans:
+            raise ValueError(f"job {job.name!r} is planned already")
         plan = Plan(job, jitter, zlib.crc32(job.name.encode()) % _JITTER_GROUPS, job.schedule.fingerprint,
                     index=self._next_index, follow_cap_ms=_follow_cap(interval, jitter), until=until,
                     not_before=not_before)
@@ -190,12 +196,37 @@ class Planner:
         if plan.next_due is not None or self._closed:
             return
         now = self._clock.now_ms()
-        schedule = plan.job.schedule
         latest = plan.latest_slot
-        nxt = schedule.next_slot(latest if latest is not None and latest >= now else now)
+        # After the latest slot claimed: a boundary held back while the sweep came late is claimed late
+        # (a late boundary jumps to the newest due slot, as a code job's does), not skipped.
+        nxt = plan.job.schedule.next_slot(now if latest is None else latest)
         if nxt is not None and nxt <= until:
             plan.next_due = nxt + self._slot_jitter(plan, nxt)
-            self._push(plan.next_due, plan, nxt, "slot")
+            self._push(plan.next_due, plan, nxt, "slot", plan.epoch)
+
+    def replace(self, plan: Plan, job: Job, *, until: int | None, not_before: int | None) -> None:
+        """Plan a stored schedule's changed job in place of the old one: the boundaries the old one
+        queued are void, the slots it watches stay watched (a run of the old schedule is still taken
+        over), and the new schedule's next boundary up to `until` is queued (no catch-up)."""
+        plan.job = job
+        plan.fingerprint = job.schedule.fingerprint
+        plan.not_before = not_before
+        self.retire(plan)
+        if until is None:
+            return
+        plan.until = until
+        now = self._clock.now_ms()
+        nxt = job.schedule.next_slot(now)
+        if nxt is not None and nxt <= until:
+            plan.next_due = nxt + self._slot_jitter(plan, nxt)
+            self._push(plan.next_due, plan, nxt, "slot", plan.epoch)
+
+    def retire(self, plan: Plan) -> None:
+        """Queue no more boundaries of this plan (a stored schedule removed or paused); the slots it
+        watches stay watched until they settle."""
+        plan.epoch += 1
+        plan.next_due = None
+        plan.until = -1
 
     def remove(self, name: str) -> None:
         """Plan job `name` no more: its queued entries are dropped as they come due."""
@@ -203,9 +234,11 @@ class Planner:
         if plan is not None:
             self._by_index.pop(plan.index, None)
 
-    def idle(self, plan: Plan) -> bool:
-        """True when the plan has nothing queued: no boundary and no slot watched."""
-        return plan.next_due is None and not plan.watches
+    def idle(self, plan: Plan, quiet_ms: int = 0) -> bool:
+        """True when the plan has nothing queued (no boundary, no slot watched) and was handed over for
+        no claim within the last `quiet_ms` (a claim in flight may still ask to watch a slot)."""
+        return (plan.next_due is None and not plan.watches
+                and self._clock.now_ms() - plan.touched >= quiet_ms)
 
     def close(self) -> None:
         """Plan nothing more: pushed handovers and new watches are ignored from now on."""
@@ -252,6 +285,7 @@ class Planner:
                 plan = found
                 entry = Due(due, plan, slot, kind, gen, tries)
                 if self._accept(entry, now):
+                    plan.touched = now
                     if plan.decided == slot and kind == "slot" and decided is not None:
                         known.append(entry)
                     else:
@@ -487,7 +521,7 @@ class Planner:
         slot = job.schedule.next_slot(now)
         if slot is not None and (plan.until is None or slot <= plan.until):
             plan.next_due = slot + self._slot_jitter(plan, slot)
-            self._push(plan.next_due, plan, slot, "slot")
+            self._push(plan.next_due, plan, slot, "slot", plan.epoch)
 
     def _watch(self, plan: Plan, slot: int, delay_ms: int, *, backup: bool = False, tries: int = 0,
                kind: str = "watch", jitter: bool = False) -> None:
@@ -525,6 +559,8 @@ class Planner:
             # A newer slot claimed meanwhile takes its place: only the latest slot is worth a claim.
             return plan.watches.get(entry.slot) == entry.gen and plan.latest_slot == entry.slot
         if entry.kind == "slot":
+            if entry.gen != plan.epoch:
+                return False  # queued before the plan's job was replaced or retired
             nxt = following
             if nxt is not None and nxt <= now:
                 # This instance is late (a blocked loop, a suspended host): jump to the newest due
@@ -534,7 +570,7 @@ class Planner:
             plan.next_due = None
             if nxt is not None and (plan.until is None or nxt <= plan.until):
                 plan.next_due = nxt + self._slot_jitter(plan, nxt)
-                self._push(plan.next_due, plan, nxt, "slot")
+                self._push(plan.next_due, plan, nxt, "slot", plan.epoch)
             if following is not None and following + plan.jitter_ms <= now:
                 # ... and not this one either: a newer slot is due (its entry is claimed with or
                 # just after this batch), and winning this stale slot would make it skip the newer.

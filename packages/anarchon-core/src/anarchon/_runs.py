@@ -97,6 +97,7 @@ class Runs:
 
     def __init__(self, *, owner: object, keeper: Keeper, tasks: Tasks, log: logging.Logger, hook: Hook,
                  namespace: str, instance_id: str, on_handover: Callable[[Job, int], None],
+                 on_settled: Callable[[Job, int], None] | None = None,
                  history: HistoryWriter | None = None) -> None:
         self._keeper = keeper
         self._tasks = tasks
@@ -105,6 +106,10 @@ class Runs:
         self._namespace = namespace
         self._instance_id = instance_id
         self._on_handover = on_handover
+        self._on_settled = on_settled
+        """Told of each slot whose run ended done or failed (a trigger's aside)."""
+        self._by_name: dict[str, int] = {}
+        """The runs in progress of each job."""
         self._history = history
         self._runs: set[_Run] = set()
         self._keys: dict[tuple[str, int], list[int]] = {}
@@ -128,10 +133,16 @@ class Runs:
 
     def running_job(self, name: str) -> bool:
         """True while a run of job `name` is in progress here (any slot)."""
-        return any(r.job.name == name for r in self._runs)
+        return name in self._by_name
 
     def _forget(self, run: _Run) -> None:
-        """Drop an ended run from the (job, slot) index."""
+        """Drop an ended run from the (job, slot) and the name indexes."""
+        name = run.ctx.name
+        left = self._by_name.get(name, 0) - 1
+        if left > 0:
+            self._by_name[name] = left
+        else:
+            self._by_name.pop(name, None)
         key = (run.ctx.name, run.ctx.slot)
         tokens = self._keys.get(key)
         if tokens is not None:
@@ -155,6 +166,7 @@ class Runs:
             ctx.signal.set(STOP)
         self._runs.add(run)
         self._keys.setdefault((job.name, lease.slot), []).append(lease.token)
+        self._by_name[job.name] = self._by_name.get(job.name, 0) + 1
         run.task = self._tasks.start(self._run(run), "run", self._context.copy())
 
     def stopping(self) -> None:
@@ -342,6 +354,8 @@ class Runs:
                                  timeout_ms=job.options.timeout_ms if timed_out else None)
         if outcome is _HANDOVER and job.options.retry_ms is not None and not self._stopping:
             self._on_handover(job, ctx.slot)
+        elif (outcome is _DONE or outcome is _FAILED) and self._on_settled is not None and not ctx.triggered:
+            self._on_settled(job, ctx.slot)
 
     async def _maybe_retry(self, run: _Run) -> ReleaseOutcome:
         """After a handler error: wait the backoff, then hand the slot over for another attempt."""

@@ -313,6 +313,8 @@ class Scheduler(Generic[B]):
             if not callable(func):
                 raise ConfigError(f"task {name!r}: {func!r} is not callable: decorate a function")
             self.tasks[name] = Task(name, func, _task_is_async(name, func))
+            if self._engine is not None:
+                self._engine.tasks_changed(self.tasks)  # (registered while running: swept from now on)
             return func
 
         return decorator
@@ -359,6 +361,10 @@ class Scheduler(Generic[B]):
         return self
 
     def _check_new(self, name: str) -> None:
+        engine = self._engine
+        if engine is not None and engine.sweeper is not None and engine.sweeper.job(name) is not None:
+            raise DuplicateJobError(f"job {name!r} is a stored schedule of this namespace: a code job "
+                                    "cannot share its name; remove the stored schedule or pick another name")
         if name in self.jobs:
             raise DuplicateJobError(
                 f"job {name!r} is already registered (handler "

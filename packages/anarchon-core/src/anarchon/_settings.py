@@ -91,6 +91,17 @@ class Settings:
         check_heartbeat(lease_ms, heartbeat_ms)
         jitter = given.get("jitter")
         log = given.get("log", False)
+        if not isinstance(log, bool | logging.Logger):
+            raise ConfigError(f"invalid log {log!r}: use True (INFO lines on stderr), False, or a "
+                              "logging.Logger of yours")
+        instance_id = given.get("instance_id")
+        if instance_id is not None and (not isinstance(instance_id, str) or not instance_id.strip()):
+            raise ConfigError(f"invalid instance_id {instance_id!r}: use a non-empty string, or leave it out "
+                              "for host:pid:random")
+        clock = given.get("clock")
+        if clock is not None and not callable(getattr(clock, "now_ms", None)):
+            raise ConfigError(f"invalid clock {clock!r}: pass an object with now_ms() (e.g. "
+                              "anarchon.testing.VirtualClock), or leave it out for the system clock")
         settings = cls(
             namespace=namespace,
             instance_id=given.get("instance_id") or default_instance_id(),

@@ -94,10 +94,10 @@ class SecondSignal:
     def disarm(self) -> None:
         """Put back the signal handlers that `arm` replaced."""
         restore, self._restore = self._restore, {}
-        for sig, previous in restore.items():
+        for signum, previous in restore.items():
             if previous is not None:
                 with contextlib.suppress(ValueError, OSError):
-                    signal.signal(sig, previous)
+                    signal.signal(signum, previous)
         if restore:
             self.armed = False
 
@@ -117,23 +117,28 @@ async def run_until_signal(scheduler: Runnable, second: SecondSignal, *, tune_gc
     a second signal meanwhile ends the process at once (`second`). `tune_gc`: see `Scheduler.run`."""
     loop = asyncio.get_running_loop()
     done = asyncio.Event()
-    installed: list[signal.Signals] = []
+    restore: dict[int, Any] = {}
 
     def first(sig: int) -> None:
-        # The stop begins; from now on a second signal ends the process at once (as uvicorn's and
-        # Celery's second Ctrl-C do), releasing nothing.
         done.set()
-        for other in installed:
-            loop.add_signal_handler(other, second.exit_now, other)
-        second.armed = True
         scheduler.log.info("%s stopping (signal %s): running jobs have stop_timeout=%d ms to end; a second "
                            "signal exits at once", scheduler.instance_id, signal.Signals(sig).name,
                            scheduler.stop_timeout_ms)
 
+    def on_signal(signum: int, frame: object = None) -> None:
+        # A Python-level handler, not a loop callback: it runs in the main thread between two
+        # bytecodes, even while a handler blocks the event loop. The first signal begins the stop on
+        # the loop; from then on a second one ends the process at once (as uvicorn's and Celery's
+        # second Ctrl-C do), releasing nothing.
+        if second.armed:
+            second.exit_now(signum, frame)
+        second.armed = True
+        loop.call_soon_threadsafe(first, signum)
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, first, sig)
-            installed.append(sig)
+        with contextlib.suppress(ValueError, OSError):  # not the main thread: signals are the app's
+            restore[sig] = signal.getsignal(sig)
+            signal.signal(sig, on_signal)
     try:
         async with scheduler:
             if tune_gc:
@@ -145,8 +150,10 @@ async def run_until_signal(scheduler: Runnable, second: SecondSignal, *, tune_gc
             await scheduler._wait_for_stop_or(done)
     finally:
         second.armed = False
-        for each in installed:
-            loop.remove_signal_handler(each)
+        for signum, previous in restore.items():
+            if previous is not None:
+                with contextlib.suppress(ValueError, OSError):
+                    signal.signal(signum, previous)
 
 
 def _flush_logs(log: logging.Logger) -> None:

@@ -31,7 +31,7 @@ from ._errors import (
 from ._history import _describe
 from ._job import check_name
 from ._options import ResolvedOptions, check_names, resolve
-from ._schedules import At, Cron, DstFold, DstGap, Every, Schedule, from_ms
+from ._schedules import At, Cron, DstFold, DstGap, Every, Schedule, from_ms, to_ms
 from .backends import Capability, HistoryBackend, ScheduleBackend, ScheduleRecord, ScheduleWrite
 
 if TYPE_CHECKING:
@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_ARGS_BYTES", "ScheduleConflict", "ScheduleNotFound", "SchedulePage", "Schedules",
            "StoredSchedule", "decode_options", "decode_spec", "schedule_of"]
+
+DEFAULT_HEARTBEAT_MS = 5_000
+"""A scheduler's heartbeat unless set: a stored lease must leave room for two of them."""
 
 MAX_ARGS_BYTES = 65_536
 """The largest a schedule's arguments may be, as JSON text (UTF-8 bytes)."""
@@ -64,7 +67,7 @@ class StoredSchedule:
     """The job options it was given (durations as e.g. "2000ms"); the rest are the scheduler's."""
     paused: bool
     version: int
-    """1 when created; one more with every write (`Schedules.update` compares it)."""
+    """Grows with every write (`Schedules.update` compares it); never reused by a schedule added again."""
     created_at: datetime
     updated_at: datetime
     next_due: datetime | None
@@ -113,14 +116,19 @@ def schedule_of(*, every: Duration | None = None, cron: str | None = None,
         raise ScheduleError(
             f"a schedule needs exactly one of every, cron or at, not {' and '.join(given) or 'none'}: "
             "e.g. every='1h', cron='0 9 * * 1-5' or at=datetime(2027, 1, 1, tzinfo=UTC)")
+    if cron is not None:
+        if offset:
+            raise ScheduleError(f"offset {offset!r} is for every= schedules only: remove it")
+        return Cron(cron, timezone, dst_gap, dst_fold)
+    for name, value, default in (("timezone", timezone, "UTC"), ("dst_gap", dst_gap, "next"),
+                                 ("dst_fold", dst_fold, "first")):
+        if value != default:
+            raise ScheduleError(f"{name} {value!r} is for cron= schedules only: an every= grid and an at= "
+                                "moment are in UTC; remove it")
     if every is not None:
         return Every.parse(every, offset)
     if offset:
         raise ScheduleError(f"offset {offset!r} is for every= schedules only: remove it")
-    if cron is not None:
-        return Cron(cron, timezone, dst_gap, dst_fold)
-    if timezone != "UTC":
-        raise ScheduleError(f"timezone {timezone!r} is for cron= schedules only: an at= moment is absolute")
     assert at is not None
     return At.parse(at)
 
@@ -174,10 +182,17 @@ def encode_args(args: Mapping[str, Any] | None, schedule_id: str) -> str:
     return text
 
 
-def encode_options(options: Mapping[str, Any], schedule_id: str) -> str:
+def encode_options(options: Mapping[str, Any], schedule_id: str, method: str = "add") -> str:
     """Job options as JSON text, checked as a code job's are; durations as "<ms>ms"."""
-    check_names("Schedules.add", options, frozenset(), lease_backend=True, backend="the store")
+    check_names(f"Schedules.{method}", options, frozenset(), lease_backend=True, backend="the store")
     resolve(options, lease_ms=max(_lease_of(options), 30_000), heartbeat_ms=1)  # (the values' checks)
+    lease_ms = _lease_of(options)
+    if lease_ms and "heartbeat" not in options and lease_ms <= DEFAULT_HEARTBEAT_MS * 2:
+        # A replica would refuse it with its own heartbeat (5 s unless set): refused here instead.
+        raise OptionError(
+            f"lease {options['lease']!r} of schedule {schedule_id!r} is not more than twice the replicas' "
+            f"default heartbeat ({DEFAULT_HEARTBEAT_MS} ms): give heartbeat= too, less than half the lease, "
+            "e.g. lease='3s', heartbeat='1s'")
     kept: dict[str, Any] = {}
     for key, value in options.items():
         if value is None:
@@ -220,6 +235,12 @@ def check_id(schedule_id: object) -> str:
     except AnarchonError as exc:
         raise ScheduleError(str(exc).replace("job name", "schedule id")) from None
     return cast(str, schedule_id)
+
+
+def _check_version(version: object) -> None:
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ScheduleError(f"invalid version {version!r}: pass the version read with the schedule "
+                            "(an int), e.g. update(id, version=schedule.version, ...)")
 
 
 def first_due(schedule: Schedule, now_ms: int, max_skew_ms: int) -> int | None:
@@ -275,14 +296,16 @@ class Schedules:
         return cls(cast(ScheduleBackend, backend_for_url(url)), namespace=namespace)
 
     async def __aenter__(self) -> Self:
-        await self.backend.open()
-        self._open = True
+        if self._opened is None or not self._opened():  # (a running scheduler keeps its store open)
+            await self.backend.open()
+            self._open = True
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
-        self._open = False
-        await self.backend.close()
+        if self._open:
+            self._open = False
+            await self.backend.close()
 
     async def _call(self, step: Callable[[ScheduleBackend], Any]) -> Any:
         if self._open or (self._opened is not None and self._opened()):
@@ -309,8 +332,9 @@ class Schedules:
         schedule = schedule_of(every=every, cron=cron, at=at, timezone=timezone, offset=offset,
                                dst_gap=dst_gap, dst_fold=dst_fold)
         write = self._write(schedule_id, task, schedule, args, dict(options), paused)
-        await self._check_task(task, strict)
-        await self._check_not_code(schedule_id)
+        kinds = await self._catalogue_kinds()
+        self._check_not_code(schedule_id, kinds)
+        self._check_task(task, strict, kinds)
         result = await self._call(lambda b: b.put_schedule(self.namespace, write,
                                                            expect="any" if replace else "absent"))
         if not result.written:
@@ -332,11 +356,18 @@ class Schedules:
         replaces what is stored; the rest is kept. A new every/cron/at replaces the old one whole;
         options given are merged into the stored ones (a None value removes one)."""
         schedule_id = check_id(schedule_id)
+        _check_version(version)
         current = await self.get(schedule_id)
         if current is None:
             raise ScheduleNotFound(f"no schedule {schedule_id!r} in namespace {self.namespace!r}")
-        if every is not None or cron is not None or at is not None:
+        old = current.schedule
+        if cron is not None and isinstance(old, Cron):
+            # A new expression keeps the stored timezone and DST policies unless they are given too.
             schedule: Every | Cron | At = schedule_of(
+                cron=cron, timezone=timezone or old.timezone, offset=offset or 0,
+                dst_gap=dst_gap or old.dst_gap, dst_fold=dst_fold or old.dst_fold)
+        elif every is not None or cron is not None or at is not None:
+            schedule = schedule_of(
                 every=every, cron=cron, at=at, timezone=timezone or "UTC", offset=offset or 0,
                 dst_gap=dst_gap or "next", dst_fold=dst_fold or "first")
         elif timezone is not None or dst_gap is not None or dst_fold is not None:
@@ -357,9 +388,10 @@ class Schedules:
         merged = {k: v for k, v in merged.items() if v is not None}
         new_task = current.task if task is None else task
         write = self._write(schedule_id, new_task, schedule, current.args if args is None else args, merged,
-                            current.paused if paused is None else paused)
+                            current.paused if paused is None else paused, method="update",
+                            keep=current if schedule == current.schedule else None)
         if task is not None:
-            await self._check_task(task, strict)
+            self._check_task(task, strict, await self._catalogue_kinds())
         result = await self._call(lambda b: b.put_schedule(self.namespace, write, expect=version))
         if not result.written:
             now = None if result.record is None else public(result.record)
@@ -395,6 +427,8 @@ class Schedules:
         Its runs in progress end as they would; no replica claims a slot of it afterwards. Its lease
         record and history stay until `anarchon forget`."""
         schedule_id = check_id(schedule_id)
+        if version is not None:
+            _check_version(version)
         result = await self._call(lambda b: b.remove_schedule(self.namespace, schedule_id, expect=version))
         if not result.written:
             if result.record is None:
@@ -424,13 +458,20 @@ class Schedules:
     # -- checks ---------------------------------------------------------------------------------------
 
     def _write(self, schedule_id: str, task: str, schedule: Every | Cron | At,
-               args: Mapping[str, Any] | None, options: dict[str, Any], paused: bool) -> ScheduleWrite:
+               args: Mapping[str, Any] | None, options: dict[str, Any], paused: bool, *,
+               method: str = "add", keep: StoredSchedule | None = None) -> ScheduleWrite:
+        """The write of a schedule, checked; `keep`: the stored one, whose place in the due index is
+        kept (its when is unchanged: a pause, new args)."""
         try:
             check_name(task)
         except AnarchonError as exc:
             raise ScheduleError(str(exc).replace("job name", "task name")) from None
         if not isinstance(paused, bool):
             raise ScheduleError(f"invalid paused {paused!r}: use True or False")
+        if keep is not None:
+            next_due = None if keep.next_due is None else to_ms(keep.next_due)
+            return ScheduleWrite(schedule_id, task, encode_spec(schedule), encode_args(args, schedule_id),
+                                 encode_options(options, schedule_id, method), paused, next_due)
         next_due = first_due(schedule, self._clock.now_ms(), self._max_skew_ms)
         if next_due is None:
             assert isinstance(schedule, At)
@@ -450,10 +491,9 @@ class Schedules:
             kinds.setdefault(entry.job, set()).add(entry.kind)
         return kinds
 
-    async def _check_task(self, task: str, strict: bool) -> None:
+    def _check_task(self, task: str, strict: bool, kinds: dict[str, set[str]] | None) -> None:
         if self._known_tasks is not None and task in self._known_tasks():
             return
-        kinds = await self._catalogue_kinds()
         if kinds is not None and "task" in kinds.get(task, set()):
             return
         known = sorted(name for name, k in (kinds or {}).items() if "task" in k)
@@ -463,12 +503,10 @@ class Schedules:
             raise ScheduleError(f"{message}: deploy the replicas that have it first, or drop strict")
         _LOG.warning("%s; it is kept, and runs once a replica with the task is up", message)
 
-    async def _check_not_code(self, schedule_id: str) -> None:
-        kinds = await self._catalogue_kinds()
+    def _check_not_code(self, schedule_id: str, kinds: dict[str, set[str]] | None) -> None:
         code = (kinds or {}).get(schedule_id, set()) - {"task"}
         if code:
             raise ConfigError(
                 f"{schedule_id!r} is a code job in namespace {self.namespace!r} (registered with "
                 f"{'/'.join(sorted(code))}() by a replica): a stored schedule cannot share its name; pick "
                 "another id")
-

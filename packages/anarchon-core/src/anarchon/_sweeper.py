@@ -4,13 +4,19 @@ A replica never loads every stored schedule. Once a heartbeat (and at once when 
 change) it reads the page(s) of the store's due index that fall within the next `window`, and plans
 each schedule found whose task it has as a job of its own, bounded to that window
 (`Planner.add(until=...)`): from then on the job is claimed, leased, run, watched and taken over
-like a code job. A job whose slots are all behind it, that watches nothing and runs nothing, is
-planned no more. The store's due index moves forward as slots are claimed (`advance_schedules`), so
-a sweep reads the schedules due next, not the ones done.
+like a code job. A job whose slots are all behind it, that watches nothing, runs nothing and has no
+claim in flight is planned no more.
 
-Writes reach every replica within a heartbeat: the namespace's change counter is read at each
-sweep, and when it moved, the schedules planned here are read again; a removed or paused one is
-planned no more, a changed one is planned anew (its runs in progress end as they would).
+The due index moves on once a slot is settled, never before: its run ended done or failed, or the store
+answered done, stale, exhausted or skipped for good (`settled`). A slot whose run was handed over, or
+whose runner crashed, stays in the index, so whichever replica sweeps next (one that started after the
+crash included) claims it again as a takeover, as it would a code job's slot.
+
+Writes reach every replica within a heartbeat: the namespace's change counter is read at each sweep,
+and when it moved, the schedules planned here are read again (only those pushed as changed, where the
+store pushes every write). A changed one is planned in place of the old (`Planner.replace`: the slots
+the old one watches stay watched), a removed or paused one queues no more boundaries; the runs in
+progress of either end as they would.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from ._errors import AnarchonError
 from ._job import Job
 from ._logs import SkipSummary, qualname, short
 from ._planner import Planner
+from ._schedules import At, Cron, Every
 from ._settings import Settings
 from ._stored import decode_spec, resolve_stored
 from ._wakeup import Wakeup
@@ -35,8 +42,13 @@ from .backends import ScheduleBackend, ScheduleRecord
 
 __all__ = ["MIN_GAP_S", "PAGE", "Sweeper", "Task", "task_call"]
 
+DEFAULT_CATCH_UP_MS = 300_000
+"""Catch-up of a schedule no replica here can run (its own option is not known here)."""
 PAGE = 1000
 """Schedules read from the due index per round trip."""
+PEEK = 100
+"""Schedules of every task read by the minute's look for tasks this replica lacks."""
+PEEK_EVERY_MS = 60_000
 MIN_GAP_S = 0.2
 """The shortest time between two sweeps, however many writes are pushed meanwhile."""
 
@@ -102,6 +114,8 @@ def _misfit(handler: Callable[..., Any], names: tuple[str, ...]) -> str:
 class _Planned:
     version: int
     job: Job
+    retired: bool = False
+    """Removed, paused or no longer runnable here: no boundaries, kept only while its slots settle."""
 
 
 class Sweeper:
@@ -109,7 +123,9 @@ class Sweeper:
 
     def __init__(self, backend: ScheduleBackend, settings: Settings, planner: Planner, *,
                  tasks: Mapping[str, Task], code_jobs: Mapping[str, Job], running: Callable[[str], bool],
-                 skips: SkipSummary) -> None:
+                 skips: SkipSummary, forget: Callable[[str], None] = lambda name: None) -> None:
+        """`running(name)`: whether a run of job `name` is in progress here; `forget(name)`: a job is
+        planned no more (the engine drops what it kept of it)."""
         self._backend = backend
         self._settings = settings
         self._log: logging.Logger = settings.log
@@ -117,6 +133,7 @@ class Sweeper:
         self._tasks = tasks
         self._code = code_jobs
         self._running = running
+        self._forget = forget
         self._skips = skips
         self.window_ms = max(2 * settings.heartbeat_ms, 2000)
         """How far ahead a sweep reads the due index: two heartbeats (at least 2 s), so a slot is
@@ -128,6 +145,14 @@ class Sweeper:
         """What was said once already: (what, schedule id or task, version)."""
         self._wanted: set[str] = set()
         """Stored schedules asked for by name (`job(fetch=True)`), to read at the next sweep."""
+        self._peek_at = 0
+        """When the sweep next looks at the due schedules of every task (the clock's ms)."""
+        self._peeked = -1
+        """The change counter at that look."""
+        self._pushed: set[str] = set()
+        """Schedules the store pushed as written since the last sweep."""
+        self._moves: dict[str, tuple[str, int, int | None]] = {}
+        """Moves of the due index for slots settled since the last sweep, by schedule id."""
         self._failing = False
         self.sweeps = 0
         """Sweeps done (for tests and metrics)."""
@@ -145,9 +170,23 @@ class Sweeper:
         """How many stored schedules are planned here now."""
         return len(self._planned)
 
-    def poke(self) -> None:
-        """The store pushed a change: sweep now, not at the next heartbeat."""
+    def poke(self, schedule_id: str | None = None) -> None:
+        """The store pushed a write (of `schedule_id`): sweep now, not at the next heartbeat."""
+        if schedule_id is not None:
+            self._pushed.add(schedule_id)
         self._wake.set()
+
+    def settled(self, name: str, slot: int) -> None:
+        """Slot `slot` of stored schedule `name` is settled here (its run ended done or failed, or the
+        store's answer leaves nothing to run): the due index moves past it at the next sweep."""
+        planned = self._planned.get(name)
+        if planned is None:
+            return
+        nxt = planned.job.schedule.next_slot(slot)
+        known = self._moves.get(name)
+        if known is None or known[1] != planned.version or (known[2] is not None and (
+                nxt is None or nxt > known[2])):
+            self._moves[name] = (name, planned.version, nxt)
 
     async def run(self) -> None:
         """Sweep once a heartbeat, and when poked (a burst of pushed writes makes one sweep, at most
@@ -172,70 +211,150 @@ class Sweeper:
         """Read what changed and what is due within the window; plan it; move the due index on."""
         backend, ns = self._backend, self._settings.namespace
         version = await backend.schedules_version(ns)
+        pushed, self._pushed = self._pushed, set()
         if version != self._version:
-            if self._planned:
+            if self._version is not None and pushed and version - self._version <= len(pushed):
+                ids = sorted(pushed & self._planned.keys())  # every write since was pushed: those only
+            else:
                 ids = list(self._planned)
-                for schedule_id, record in zip(ids, await backend.get_schedules(ns, ids), strict=True):
-                    planned = self._planned[schedule_id]
-                    if record is None or record.paused or record.version != planned.version:
-                        self._unplan(schedule_id)  # (a changed one is planned anew if it is due soon)
+            for schedule_id, record in zip(ids, await backend.get_schedules(ns, ids) if ids else [],
+                                           strict=True):
+                planned = self._planned[schedule_id]
+                if record is None or record.paused:
+                    self._retire(schedule_id, planned)
+                elif record.version != planned.version:
+                    self._changed(record, planned)
             self._version = version
         now = self._settings.clock.now_ms()
         until = now + self.window_ms
         seen: set[str] = set()
-        moves: list[tuple[str, int, int | None]] = []
+        moves: dict[str, tuple[str, int, int | None]] = {}
         after: tuple[int, str] | None = None
+        tasks = sorted(self._tasks)
         while True:
-            page = await backend.due_schedules(ns, until=until, after=after, limit=PAGE)
+            page = await backend.due_schedules(ns, until=until, tasks=tasks, after=after, limit=PAGE)
             for record in page:
                 seen.add(record.id)
                 move = self._consider(record, now, until)
                 if move is not None:
-                    moves.append(move)
+                    moves[record.id] = move
             if len(page) < PAGE:
                 break
             last = page[-1]
             assert last.next_due is not None
             after = (last.next_due, last.id)
+        if now >= self._peek_at or version != self._peeked:
+            # After a write, and once a minute, a look at the due schedules of every task: those of a
+            # task this replica lacks (a rolling deploy) are said once; they are never read at each sweep.
+            self._peek_at, self._peeked = now + PEEK_EVERY_MS, version
+            for record in await backend.due_schedules(ns, until=until, limit=PEEK):
+                if record.task not in self._tasks:
+                    self._runnable(record)  # (says why not, once)
         if self._wanted:
             wanted, self._wanted = sorted(self._wanted - seen), set()
             for record in await backend.get_schedules(ns, wanted) if wanted else []:
                 if record is not None and record.next_due is not None:
                     seen.add(record.id)
                     self._consider(record, now, now)  # planned, with no boundary beyond now
+        settled, self._moves = self._moves, {}
+        moves.update(settled)
         if moves:
-            await backend.advance_schedules(ns, moves)
-        for schedule_id in [i for i in self._planned if i not in seen]:
+            await backend.advance_schedules(ns, list(moves.values()))
+        for schedule_id in [i for i, p in self._planned.items() if i not in seen or p.retired]:
             plan = self._planner.plan_of(schedule_id)
-            if plan is None or (self._planner.idle(plan) and not self._running(schedule_id)):
+            if plan is None or (self._planner.idle(plan, plan.job.options.lease_ms)
+                                and not self._running(schedule_id)):
                 self._unplan(schedule_id)
         self.sweeps += 1
 
     def _unplan(self, schedule_id: str) -> None:
         self._planned.pop(schedule_id, None)
+        self._moves.pop(schedule_id, None)
         self._planner.remove(schedule_id)
+        self._forget(schedule_id)
+
+    def _retire(self, schedule_id: str, planned: _Planned) -> None:
+        """Queue no more boundaries of a removed or paused schedule; its slots settle as they would."""
+        planned.retired = True
+        plan = self._planner.plan_of(schedule_id)
+        if plan is not None:
+            self._planner.retire(plan)
+
+    def _changed(self, record: ScheduleRecord, planned: _Planned) -> None:
+        """A planned schedule was written anew: plan the new job in place of the old (its runs and the
+        slots it watches go on), or retire it when the new one cannot run here."""
+        job = self._runnable(record)
+        plan = self._planner.plan_of(record.id)
+        if job is None or plan is None:
+            self._retire(record.id, planned)
+            return
+        planned.version, planned.job, planned.retired = record.version, job, False
+        self._moves.pop(record.id, None)  # (moves meant for the old version)
+        until = plan.until if plan.until is not None and plan.until >= 0 else None
+        self._planner.replace(plan, job, until=until, not_before=record.updated_at)
 
     def _consider(self, record: ScheduleRecord, now: int, until: int) -> tuple[str, int, int | None] | None:
-        """Plan one schedule of the due index; the due index's move for it, if any."""
+        """Plan one schedule of the due index; the due index's move for it, if the sweep moves it."""
+        schedule_id = record.id
+        next_due = record.next_due
+        assert next_due is not None
+        if record.paused:
+            # Its slots are skipped: said once a minute (with the others), and the index moved on.
+            if next_due <= now:
+                schedule = self._spec(record)
+                self._skips.add("paused", schedule_id)
+                return None if schedule is None else (schedule_id, record.version, schedule.next_slot(now))
+            return None
+        planned = self._planned.get(schedule_id)
+        if planned is not None and planned.version != record.version:
+            self._changed(record, planned)
+        elif planned is None:
+            job = self._runnable(record)
+            if job is None:
+                return self._far_behind(record, now)
+            planned = self._planned[schedule_id] = _Planned(record.version, job)
+            self._planner.add(job, until=until, not_before=record.updated_at)
+        if planned.retired:
+            return None
+        plan = self._planner.plan_of(schedule_id)
+        if plan is None:
+            return None
+        self._planner.extend(plan, until)
+        if plan.latest_slot is None:
+            return self._far_behind(record, now, planned.job.options.catch_up_ms)
+        return None
+
+    def _far_behind(self, record: ScheduleRecord, now: int, catch_up_ms: int = DEFAULT_CATCH_UP_MS
+                    ) -> tuple[str, int, int | None] | None:
+        """A schedule due long ago, beyond catch-up and the window, that no claim here moved (nobody
+        claimed it, or no replica can run it): the sweep moves it to its first slot that catch-up
+        could still run, so it is not read again at every sweep."""
+        assert record.next_due is not None
+        if record.next_due >= now - catch_up_ms - self.window_ms:
+            return None
+        schedule = self._spec(record)
+        if schedule is None:
+            return None
+        return record.id, record.version, schedule.next_slot(now - catch_up_ms)
+
+    def _spec(self, record: ScheduleRecord) -> Every | Cron | At | None:
+        try:
+            return decode_spec(record.spec)
+        except AnarchonError as exc:
+            self._once(("spec", record.id, record.version), logging.ERROR,
+                       "stored schedule %r cannot be read: %s", record.id, exc)
+            return None
+
+    def _runnable(self, record: ScheduleRecord) -> Job | None:
+        """The job a stored schedule runs as here; None (said once) when it cannot run here."""
         schedule_id = record.id
         if schedule_id in self._code:
             self._once(("code", schedule_id, record.version), logging.ERROR,
                        "stored schedule %r has the name of a code job of this replica: it is not claimed "
                        "here; remove it, or add it again under another id", schedule_id)
             return None
-        try:
-            schedule = decode_spec(record.spec)
-        except AnarchonError as exc:
-            self._once(("spec", schedule_id, record.version), logging.ERROR,
-                       "stored schedule %r cannot be read: %s", schedule_id, exc)
-            return None
-        next_due = record.next_due
-        assert next_due is not None
-        if record.paused:
-            # Its slots are skipped: said once a minute (with the others), and the index moved on.
-            if next_due <= now:
-                self._skips.add("paused", schedule_id)
-                return schedule_id, record.version, schedule.next_slot(now)
+        schedule = self._spec(record)
+        if schedule is None:
             return None
         task = self._tasks.get(record.task)
         if task is None:
@@ -243,27 +362,7 @@ class Sweeper:
                        "task %r is not registered on this replica: its stored schedules (%r, ...) are not "
                        "claimed here; a replica that has it claims them", record.task, schedule_id)
             return None
-        planned = self._planned.get(schedule_id)
-        if planned is None or planned.version != record.version:
-            if planned is not None:
-                self._unplan(schedule_id)
-            job = self._job(record, schedule, task)
-            if job is None:
-                return None
-            planned = self._planned[schedule_id] = _Planned(record.version, job)
-            self._planner.add(job, until=until, not_before=record.updated_at)
-        plan = self._planner.plan_of(schedule_id)
-        if plan is None:
-            return None
-        self._planner.extend(plan, until)
-        latest = plan.latest_slot
-        if latest is not None and latest >= next_due:
-            return schedule_id, record.version, schedule.next_slot(latest)
-        catch_up = planned.job.options.catch_up_ms
-        if latest is None and next_due < now - catch_up - self.window_ms:
-            # Due long ago and beyond catch-up: no claim will move it, so the sweep does.
-            return schedule_id, record.version, schedule.next_slot(now - catch_up)
-        return None
+        return self._job(record, schedule, task)
 
     def _job(self, record: ScheduleRecord, schedule: Any, task: Task) -> Job | None:
         """The job a stored schedule runs as here; None (said once) when it cannot be built."""

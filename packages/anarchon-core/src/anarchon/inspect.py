@@ -399,9 +399,39 @@ class Inspector:
 
     async def job(self, name: str, *, runs: int = RUNS_READ,
                   missed_window_ms: int = MISSED_WINDOW_MS) -> JobView | None:
-        """One job's view, or None when the store knows nothing of it."""
+        """One job's view, or None when the store knows nothing of it (read for that job alone: a few
+        calls, however many jobs the namespace holds)."""
         check_name(name)
-        return (await self.overview(runs=runs, missed_window_ms=missed_window_ms)).job(name)
+        caps = self.capabilities
+        await self.open()
+        states: list[JobState] = []
+        if Capability.INSPECT in caps:
+            store = cast(InspectBackend, self.backend)
+            for key in (name, trigger_key(name)):
+                state = await store.inspect(self.namespace, key)
+                if state is not None:
+                    states.append(state)
+        controls: dict[str, JobControl] = {}
+        if Capability.CONTROL in caps:
+            found = (await cast(ControlBackend, self.backend).controls(self.namespace)).get(name)
+            controls = {} if found is None else {name: found}
+        catalogue: list[CatalogueEntry] = []
+        tasks: set[str] = set()
+        if Capability.HISTORY in caps:
+            for entry in await cast(HistoryBackend, self.backend).catalogue(self.namespace):
+                if entry.kind == "task":
+                    tasks.add(entry.job)
+                elif entry.job == name:
+                    catalogue.append(entry)
+        stored: list[StoredSchedule] = []
+        if Capability.SCHEDULES in caps:
+            [record] = await cast(ScheduleBackend, self.backend).get_schedules(self.namespace, [name])
+            stored = [] if record is None else [public(record)]
+        now = max((s.now for s in states), default=0) or int(time.time() * 1000)
+        views = await self._jobs_of(states, controls, catalogue, now, missed_window_ms=missed_window_ms,
+                                    runs=runs if Capability.HISTORY in caps else 0, stored=stored,
+                                    tasks=tasks)
+        return next((v for v in views if v.name == name), None)
 
     async def known(self) -> list[str]:
         """The jobs of the namespace that a control accepts: registered by a live replica (the

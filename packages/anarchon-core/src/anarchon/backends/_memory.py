@@ -355,16 +355,17 @@ class MemoryBackend(LeaseBackendBase):
             self.store.calls += 1
             kept = self.store.schedules.setdefault(namespace, {})
             current = kept.get(write.id)
+            if expect not in ("absent", "any") and (not isinstance(expect, int) or isinstance(expect, bool)):
+                raise TypeError(f"expect must be 'absent', 'any' or a version (an int), not {expect!r}")
             if (expect == "absent" and current is not None) or (
                     isinstance(expect, int) and (current is None or current.version != expect)):
                 return ScheduleWriteResult(False, current)
             now = self._now()
+            version = self._schedules_changed(namespace, write.id)
             record = ScheduleRecord(
                 write.id, write.task, write.spec, write.args, write.options, write.paused, write.next_due,
-                version=1 if current is None else current.version + 1,
-                created_at=now if current is None else current.created_at, updated_at=now)
+                version=version, created_at=now if current is None else current.created_at, updated_at=now)
             kept[write.id] = record
-            self._schedules_changed(namespace, write.id)
             return ScheduleWriteResult(True, record)
 
     async def remove_schedule(self, namespace: str, schedule_id: str, *, expect: int | None = None
@@ -380,13 +381,15 @@ class MemoryBackend(LeaseBackendBase):
             self._schedules_changed(namespace, schedule_id)
             return ScheduleWriteResult(True, current)
 
-    def _schedules_changed(self, namespace: str, schedule_id: str) -> None:
-        """Bump the namespace's change counter and push the change (under the store's lock)."""
-        self.store.schedule_versions[namespace] = self.store.schedule_versions.get(namespace, 0) + 1
+    def _schedules_changed(self, namespace: str, schedule_id: str) -> int:
+        """Bump the namespace's change counter and push the change (under the store's lock); return the
+        counter's new value."""
+        version = self.store.schedule_versions[namespace] = self.store.schedule_versions.get(namespace, 0) + 1
         if self.notify:
             for sub in self.store.subscriptions:
                 if sub.namespace == namespace and not sub.loop.is_closed():
                     sub.loop.call_soon_threadsafe(sub.callback, schedule_id, SCHEDULES_CHANGED)
+        return version
 
     async def get_schedules(self, namespace: str, ids: Sequence[str]) -> list[ScheduleRecord | None]:
         """The schedules with these ids, in order."""
@@ -405,14 +408,16 @@ class MemoryBackend(LeaseBackendBase):
                           and (task is None or kept[r].task == task))[:max(limit, 0)]
             return [kept[r] for r in page]
 
-    async def due_schedules(self, namespace: str, *, until: int, after: tuple[int, str] | None = None,
-                            limit: int) -> list[ScheduleRecord]:
+    async def due_schedules(self, namespace: str, *, until: int, tasks: Sequence[str] | None = None,
+                            after: tuple[int, str] | None = None, limit: int) -> list[ScheduleRecord]:
         """A page of the due index (see `ScheduleBackend.due_schedules`)."""
         with self.store.lock:
             self.store.calls += 1
             kept = self.store.schedules.get(namespace, {})
+            wanted = None if tasks is None else set(tasks)
             due = sorted((r.next_due, r.id) for r in kept.values()
-                         if r.next_due is not None and r.next_due <= until)
+                         if r.next_due is not None and r.next_due <= until
+                         and (wanted is None or r.task in wanted))
             page = [key for key in due if after is None or key > after][:max(limit, 0)]
             return [kept[schedule_id] for _, schedule_id in page]
 

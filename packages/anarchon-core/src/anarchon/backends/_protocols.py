@@ -621,7 +621,9 @@ class ScheduleRecord:
     paused: bool
     next_due: int | None
     version: int
-    """1 when created; one more with every write."""
+    """The namespace's change counter (`schedules_version`) at the write that made this record: it grows
+    with every write of the schedule, and a schedule removed and added again never has a version it had
+    before, so a compare-and-set or a move of the due index meant for the old one cannot touch it."""
     created_at: int
     """Store time of its creation, epoch ms (kept by every later write)."""
     updated_at: int
@@ -655,9 +657,10 @@ class ScheduleBackend(LeaseBackend, Protocol):
         - `"any"`: create it, or replace the current one whatever its version (an upsert).
         - a version (int): only if the current schedule has exactly that version (a compare-and-set);
           else refused with the current record, or with None when there is none.
-        - Created: version 1, `created_at` = `updated_at` = the store's now. Replaced: version + 1,
-          `created_at` kept, `updated_at` = now; every field of `write` replaces the old one.
-        - A write bumps the change counter, in the same atomic step.
+        - A write bumps the namespace's change counter, and the record's version is the counter's new
+          value, in the same atomic step.
+        - Created: `created_at` = `updated_at` = the store's now. Replaced: `created_at` kept,
+          `updated_at` = now; every field of `write` replaces the old one.
         """
         ...
 
@@ -685,11 +688,12 @@ class ScheduleBackend(LeaseBackend, Protocol):
         """
         ...
 
-    async def due_schedules(self, namespace: str, *, until: int, after: tuple[int, str] | None = None,
-                            limit: int) -> list[ScheduleRecord]:
-        """A page of the due index: schedules whose `next_due` is set and at most `until`, ordered
-        by (`next_due`, id), greater than `after`, at most `limit`. It reads only those rows (an index
-        on next due), never every schedule."""
+    async def due_schedules(self, namespace: str, *, until: int, tasks: Sequence[str] | None = None,
+                            after: tuple[int, str] | None = None, limit: int) -> list[ScheduleRecord]:
+        """A page of the due index: schedules whose `next_due` is set and at most `until` (and whose
+        task is one of `tasks`, when given), ordered by (`next_due`, id), greater than `after`, at most
+        `limit`. It reads only those rows (an index on task and next due), never every schedule, nor
+        the due schedules of other tasks."""
         ...
 
     async def advance_schedules(self, namespace: str, moves: Sequence[tuple[str, int, int | None]]) -> None:

@@ -391,12 +391,12 @@ class FaultyBackend:
         return await cast(ScheduleBackend, self.inner).list_schedules(namespace, after=after, limit=limit,
                                                                       task=task, prefix=prefix)
 
-    async def due_schedules(self, namespace: str, *, until: int, after: tuple[int, str] | None = None,
-                            limit: int) -> list[ScheduleRecord]:
+    async def due_schedules(self, namespace: str, *, until: int, tasks: Sequence[str] | None = None,
+                            after: tuple[int, str] | None = None, limit: int) -> list[ScheduleRecord]:
         """Read the due index, unless crashed or frozen."""
         await self._gate()
-        return await cast(ScheduleBackend, self.inner).due_schedules(namespace, until=until, after=after,
-                                                                     limit=limit)
+        return await cast(ScheduleBackend, self.inner).due_schedules(namespace, until=until, tasks=tasks,
+                                                                     after=after, limit=limit)
 
     async def advance_schedules(self, namespace: str, moves: Sequence[tuple[str, int, int | None]]) -> None:
         """Move the due index on, unless crashed or frozen."""
