@@ -255,14 +255,27 @@ class RedisStore(BackendBase):
                 if len(pipe):
                     await pipe.execute()
 
+        # The calls of one record (the same first key: a job's slot twice in a batch) go one after the
+        # other, in the batch's order: sent side by side, a later one could be judged first.
+        groups: dict[str, list[int]] = {}
+        for i, (keys, _args) in enumerate(calls):
+            groups.setdefault(keys[0] if keys else "", []).append(i)
+        replies: list[Any] = [None] * len(calls)
+
+        async def in_order(indexes: list[int]) -> None:
+            for i in indexes:
+                keys, args = calls[i]
+                try:
+                    replies[i] = await self.client.evalsha(script.sha, len(keys), *keys, *args)
+                except Exception as exc:  # (reported per call, as a pipeline's raise_on_error=False does)
+                    replies[i] = exc
+
         async with self._op(doing):
-            replies = await asyncio.gather(
-                *(self.client.evalsha(script.sha, len(keys), *keys, *args) for keys, args in calls),
-                side(), return_exceptions=True,
-            )
-            if isinstance(replies[-1], BaseException):
-                raise replies[-1]
-        return list(replies[:-1])
+            done = await asyncio.gather(*(in_order(ix) for ix in groups.values()), side(),
+                                        return_exceptions=True)
+            if isinstance(done[-1], BaseException):
+                raise done[-1]
+        return replies
 
 
 _CLAIM, _CLAIM_BATCH = Script(_scripts.CLAIM), Script(_scripts.CLAIM_BATCH)
