@@ -24,7 +24,8 @@ from ._support import BackendFactory, BackendPool, load_backend
 # The suite's modules are imported later, by the test modules that pull the suite in: let pytest
 # rewrite their asserts so that a failure shows the values.
 pytest.register_assert_rewrite(
-    "anarchon_conformance._contract", "anarchon_conformance._races", "anarchon_conformance._model"
+    "anarchon_conformance._contract", "anarchon_conformance._races", "anarchon_conformance._model",
+    "anarchon_conformance._schedules",
 )
 
 __all__ = [

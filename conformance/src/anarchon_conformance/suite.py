@@ -19,6 +19,7 @@ from ._contract import (
 from ._forget import TestForgetContract
 from ._model import TestModel
 from ._races import TestExactCount, TestRaces
+from ._schedules import TestScheduleContract, TestScheduleModel, TestScheduleRaces
 
 __all__ = [
     "TestAnnounceContract",
@@ -36,4 +37,7 @@ __all__ = [
     "TestRaces",
     "TestReleaseManyContract",
     "TestRenewManyContract",
+    "TestScheduleContract",
+    "TestScheduleModel",
+    "TestScheduleRaces",
 ]
