@@ -14,7 +14,7 @@ import stat
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from anarchon import BackendError, BackendUnavailable, Duration, parse_duration
@@ -32,6 +32,9 @@ from anarchon.backends import (
     LeaseRecord,
     ReleaseOutcome,
     RunRecord,
+    ScheduleRecord,
+    ScheduleWrite,
+    ScheduleWriteResult,
     decide,
     decide_release,
     decide_renew,
@@ -43,8 +46,11 @@ from ._schema import (
     controls_table,
     ensure_controls,
     ensure_history,
+    ensure_schedules,
     ensure_schema,
     history_table,
+    schedule_versions_table,
+    schedules_table,
 )
 
 __all__ = ["SqliteBackend"]
@@ -62,6 +68,37 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
 _URL_HINT = "use 'sqlite:///relative.db' or 'sqlite:////absolute/path.db'"
 _ROW = "slot, attempt, token, owner, status, expires_at, fingerprint, updated_at, head, last_token"
+
+
+_SCHEDULE = "id, task, spec, args, options, paused, next_due, version, created_at, updated_at"
+"""A schedule's columns, in `ScheduleRecord`'s order."""
+_GET_CHUNK = 500
+"""Ids per statement of `get_schedules` (SQLite binds at most 32,766 parameters a statement)."""
+
+
+def _schedule(row: Sequence[Any]) -> ScheduleRecord:
+    """The stored schedule in a row of `_SCHEDULE`."""
+    schedule_id, task, spec, args, options, paused, next_due, version, created_at, updated_at = row
+    return ScheduleRecord(schedule_id, task, spec, args, options, bool(paused), next_due, version, created_at,
+                          updated_at)
+
+
+def prefix_end(prefix: str) -> str | None:
+    """The least string above every string that starts with `prefix`, in code point order (None: no
+    bound), so that a prefix is a range of an index: `prefix <= id < prefix_end(prefix)`."""
+    chars = list(prefix)
+    while chars:
+        last = ord(chars[-1]) + 1
+        if last <= 0x10FFFF:
+            chars[-1] = chr(0xE000 if 0xD800 <= last <= 0xDFFF else last)  # (no text holds a surrogate)
+            return "".join(chars)
+        chars.pop()
+    return None
+
+
+def _check_expect(expect: object) -> None:
+    if expect not in ("absent", "any") and (not isinstance(expect, int) or isinstance(expect, bool)):
+        raise ValueError(f"invalid expect {expect!r}: use 'absent', 'any' or a version (an int)")
 
 
 def _record(values: Sequence[Any]) -> LeaseRecord:
@@ -83,6 +120,21 @@ def _transaction(body: Callable[[Conn], T]) -> Callable[[Conn], T]:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+    return run
+
+
+def _snapshot(body: Callable[[Conn], T]) -> Callable[[Conn], T]:
+    """Wrap reads in one deferred transaction: one snapshot of the file for all of them (WAL readers
+    never wait for the write lock)."""
+
+    def run(conn: Conn) -> T:
+        conn.execute("BEGIN")
+        try:
+            return body(conn)
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
 
     return run
 
@@ -164,7 +216,7 @@ class SqliteBackend(LeaseBackendBase):
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {Capability.CLAIM, Capability.LEASE, Capability.INSPECT, Capability.CONTROL, Capability.HISTORY,
-         Capability.FORGET}
+         Capability.FORGET, Capability.SCHEDULES}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("sqlite",)
     host_clock: ClassVar[bool] = True
@@ -251,9 +303,30 @@ class SqliteBackend(LeaseBackendBase):
                                "ORDER BY job, instance")
         self._sql_forget = [f"DELETE FROM {name} WHERE namespace = ? AND job = ?"
                             for name in (t, ct, ht, cat)]
+        st, sv = f'"{schedules_table(self.table)}"', f'"{schedule_versions_table(self.table)}"'
         self._sql_namespaces = (f"SELECT namespace FROM {t} UNION SELECT namespace FROM {ct} UNION "
-                                f"SELECT namespace FROM {ht} UNION SELECT namespace FROM {cat} "
+                                f"SELECT namespace FROM {ht} UNION SELECT namespace FROM {st} UNION "
+                                f"SELECT namespace FROM {cat} "
                                 f"WHERE expires_at > {NOW_MS} ORDER BY 1")
+        self._sql_schedule = f"SELECT {_SCHEDULE} FROM {st} WHERE namespace = ? AND id = ?"
+        self._sql_schedule_insert = (f"INSERT INTO {st} (namespace, {_SCHEDULE}) "
+                                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        self._sql_schedule_update = (f"UPDATE {st} SET task = ?, spec = ?, args = ?, options = ?, "
+                                     "paused = ?, next_due = ?, version = ?, updated_at = ? "
+                                     "WHERE namespace = ? AND id = ?")
+        self._sql_schedule_delete = f"DELETE FROM {st} WHERE namespace = ? AND id = ?"
+        self._sql_schedule_bump = (f"INSERT INTO {sv} (namespace, version) VALUES (?, 1) "
+                                   "ON CONFLICT (namespace) DO UPDATE SET version = version + 1")
+        self._sql_schedules_version = f"SELECT version FROM {sv} WHERE namespace = ?"
+        self._sql_schedules_list = f"SELECT {_SCHEDULE} FROM {st} WHERE namespace = ? AND id > ?"
+        # Row values: the due index's range starts at (next_due, id) > after, read in index order.
+        self._sql_schedules_due = (f"SELECT {_SCHEDULE} FROM {st} WHERE namespace = ? "
+                                   "AND next_due IS NOT NULL AND next_due <= ? {after} "
+                                   "ORDER BY next_due, id LIMIT ?")
+        self._sql_schedules_get = f"SELECT {_SCHEDULE} FROM {st} WHERE namespace = ? AND id IN ({{marks}})"
+        self._sql_schedule_advance = (f"UPDATE {st} SET next_due = ?1 WHERE namespace = ?2 AND id = ?3 "
+                                      "AND version = ?4 AND next_due IS NOT NULL "
+                                      "AND (?1 IS NULL OR ?1 > next_due)")
 
     @classmethod
     def from_url(cls, url: str) -> SqliteBackend:
@@ -353,6 +426,7 @@ class SqliteBackend(LeaseBackendBase):
             ensure_schema(c, self.table, self.url)
             ensure_controls(c, self.table)
             ensure_history(c, self.table)
+            ensure_schedules(c, self.table)
 
         _transaction(schema)(conn)
 
@@ -613,3 +687,133 @@ class SqliteBackend(LeaseBackendBase):
             return [RunRecord(*r) for r in rows]
 
         return await self._call("history", read)
+
+    # -- schedules as data ---------------------------------------------------------------------
+
+    async def put_schedule(self, namespace: str, write: ScheduleWrite, *,
+                           expect: int | Literal["absent", "any"]) -> ScheduleWriteResult:
+        """Write a schedule by `expect`, and bump the change counter, in one transaction (see
+        `ScheduleBackend.put_schedule`)."""
+        _check_expect(expect)
+        w = write
+
+        def body(conn: Conn) -> ScheduleWriteResult:
+            found = conn.execute(self._sql_schedule, (namespace, w.id)).fetchone()
+            current = None if found is None else _schedule(found)
+            if (expect == "absent" and current is not None) or (
+                    isinstance(expect, int) and (current is None or current.version != expect)):
+                return ScheduleWriteResult(False, current)
+            now = self._now(conn)
+            if current is None:
+                record = ScheduleRecord(w.id, w.task, w.spec, w.args, w.options, w.paused, w.next_due, 1, now,
+                                        now)
+                conn.execute(self._sql_schedule_insert, (namespace, w.id, w.task, w.spec, w.args, w.options,
+                                                         int(w.paused), w.next_due, 1, now, now))
+            else:
+                record = ScheduleRecord(w.id, w.task, w.spec, w.args, w.options, w.paused, w.next_due,
+                                        current.version + 1, current.created_at, now)
+                conn.execute(self._sql_schedule_update, (
+                    w.task, w.spec, w.args, w.options, int(w.paused), w.next_due, record.version, now,
+                    namespace, w.id))
+            conn.execute(self._sql_schedule_bump, (namespace,))
+            return ScheduleWriteResult(True, record)
+
+        return await self._call("put_schedule", _transaction(body))
+
+    async def remove_schedule(self, namespace: str, schedule_id: str, *, expect: int | None = None
+                              ) -> ScheduleWriteResult:
+        """Remove a schedule (if its version is `expect`, when given), and bump the change counter, in one
+        transaction (see `ScheduleBackend.remove_schedule`)."""
+
+        def body(conn: Conn) -> ScheduleWriteResult:
+            found = conn.execute(self._sql_schedule, (namespace, schedule_id)).fetchone()
+            current = None if found is None else _schedule(found)
+            if current is None or (expect is not None and current.version != expect):
+                return ScheduleWriteResult(False, current)
+            conn.execute(self._sql_schedule_delete, (namespace, schedule_id))
+            conn.execute(self._sql_schedule_bump, (namespace,))
+            return ScheduleWriteResult(True, current)
+
+        return await self._call("remove_schedule", _transaction(body))
+
+    async def get_schedules(self, namespace: str, ids: Sequence[str]) -> list[ScheduleRecord | None]:
+        """The schedules with these ids, in order, read in one transaction."""
+        wanted = list(dict.fromkeys(ids))
+        if not wanted:
+            return []
+
+        def read(conn: Conn) -> dict[str, ScheduleRecord]:
+            found: dict[str, ScheduleRecord] = {}
+            for start in range(0, len(wanted), _GET_CHUNK):
+                chunk = wanted[start:start + _GET_CHUNK]
+                marks = ", ".join("?" * len(chunk))
+                sql = self._sql_schedules_get.format(marks=marks)
+                rows = conn.execute(sql, (namespace, *chunk)).fetchall()
+                found.update((r[0], _schedule(r)) for r in rows)
+            return found
+
+        found = await self._call("get_schedules", _snapshot(read))
+        return [found.get(i) for i in ids]
+
+    async def list_schedules(self, namespace: str, *, after: str = "", limit: int, task: str | None = None,
+                             prefix: str = "") -> list[ScheduleRecord]:
+        """A page of schedules by id, from the primary key (or the task index), in one statement."""
+        if limit <= 0:
+            return []
+        sql, args = self._sql_schedules_list, list[Any]([namespace, after])
+        if prefix:
+            sql += " AND id >= ?"
+            args.append(prefix)
+            end = prefix_end(prefix)
+            if end is not None:
+                sql += " AND id < ?"
+                args.append(end)
+        if task is not None:
+            sql += " AND task = ?"
+            args.append(task)
+        sql += " ORDER BY id LIMIT ?"
+        args.append(limit)
+
+        def read(conn: Conn) -> list[ScheduleRecord]:
+            return [_schedule(r) for r in conn.execute(sql, args).fetchall()]
+
+        return await self._call("list_schedules", read)
+
+    async def due_schedules(self, namespace: str, *, until: int, after: tuple[int, str] | None = None,
+                            limit: int) -> list[ScheduleRecord]:
+        """A page of the due index, read from the index on (namespace, next_due, id) in one statement."""
+        if limit <= 0:
+            return []
+        args: tuple[Any, ...]
+        if after is None:
+            sql, args = self._sql_schedules_due.format(after=""), (namespace, until, limit)
+        else:
+            sql = self._sql_schedules_due.format(after="AND (next_due, id) > (?, ?)")
+            args = (namespace, until, after[0], after[1], limit)
+
+        def read(conn: Conn) -> list[ScheduleRecord]:
+            return [_schedule(r) for r in conn.execute(sql, args).fetchall()]
+
+        return await self._call("due_schedules", read)
+
+    async def advance_schedules(self, namespace: str, moves: Sequence[tuple[str, int, int | None]]) -> None:
+        """Move schedules forward in the due index, each only while it has the version given, in one
+        transaction; the change counter is left alone (see `ScheduleBackend.advance_schedules`)."""
+        rows = [(next_due, namespace, schedule_id, version) for schedule_id, version, next_due in moves]
+        if not rows:
+            return
+
+        def body(conn: Conn) -> None:
+            for row in rows:
+                conn.execute(self._sql_schedule_advance, row)
+
+        await self._call("advance_schedules", _transaction(body))
+
+    async def schedules_version(self, namespace: str) -> int:
+        """The namespace's change counter: 0 before any write."""
+
+        def read(conn: Conn) -> int:
+            found = conn.execute(self._sql_schedules_version, (namespace,)).fetchone()
+            return 0 if found is None else int(found[0])
+
+        return await self._call("schedules_version", read)

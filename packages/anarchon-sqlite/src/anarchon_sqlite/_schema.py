@@ -7,7 +7,8 @@ import sqlite3
 from anarchon import SchemaMismatch
 
 __all__ = ["COLUMNS", "META_TABLE", "SCHEMA_VERSION", "catalogue_table", "controls_table", "ensure_controls",
-           "ensure_history", "ensure_schema", "history_table"]
+           "ensure_history", "ensure_schedules", "ensure_schema", "history_table", "schedule_versions_table",
+           "schedules_table"]
 
 SCHEMA_VERSION = 1
 """Bump this, and add a step to `_MIGRATIONS`, whenever the table's shape changes."""
@@ -178,4 +179,48 @@ def ensure_history(conn: sqlite3.Connection, table: str) -> None:
             seen_at     INTEGER NOT NULL,   -- store time, epoch ms
             expires_at  INTEGER NOT NULL,   -- store time, epoch ms
             PRIMARY KEY (namespace, job, instance)
+        ) WITHOUT ROWID""")
+
+
+def schedules_table(table: str) -> str:
+    """The name of the table that keeps the stored schedules of the jobs whose records are in `table`."""
+    return f"{table}_schedules"
+
+
+def schedule_versions_table(table: str) -> str:
+    """The name of the table that keeps each namespace's change counter of its stored schedules."""
+    return f"{table}_sched_version"
+
+
+def ensure_schedules(conn: sqlite3.Connection, table: str) -> None:
+    """Create the schedules tables of `table` when they are missing (capability `schedules`).
+
+    New tables beside the records, as the history's are: a file made by an older anarchon-sqlite
+    gains them at its first open by this one, keeps everything it had, and still opens in the older
+    release, which never reads them. Ids and tasks compare as BINARY (UTF-8 bytes: code point order);
+    the due index reads `(namespace, next_due, id)` in order, and only the rows that have a next due.
+    """
+    st, sv = schedules_table(table), schedule_versions_table(table)
+    conn.execute(f"""
+        CREATE TABLE IF NOT EXISTS "{st}" (
+            namespace  TEXT    NOT NULL,
+            id         TEXT    NOT NULL,
+            task       TEXT    NOT NULL,
+            spec       TEXT    NOT NULL,   -- JSON text, kept as written
+            args       TEXT    NOT NULL,   -- JSON text, kept as written
+            options    TEXT    NOT NULL,   -- JSON text, kept as written
+            paused     INTEGER NOT NULL,   -- 1 while paused
+            next_due   INTEGER,            -- epoch ms; NULL when the schedule has no slot left
+            version    INTEGER NOT NULL,   -- 1 when created, one more with every write
+            created_at INTEGER NOT NULL,   -- store time, epoch ms
+            updated_at INTEGER NOT NULL,   -- store time, epoch ms
+            PRIMARY KEY (namespace, id)
+        ) WITHOUT ROWID""")
+    conn.execute(f'CREATE INDEX IF NOT EXISTS "{table}_sched_due" ON "{st}" (namespace, next_due, id) '
+                 "WHERE next_due IS NOT NULL")
+    conn.execute(f'CREATE INDEX IF NOT EXISTS "{table}_sched_task" ON "{st}" (namespace, task, id)')
+    conn.execute(f"""
+        CREATE TABLE IF NOT EXISTS "{sv}" (
+            namespace TEXT    NOT NULL PRIMARY KEY,
+            version   INTEGER NOT NULL   -- grows with every write and removal of a schedule
         ) WITHOUT ROWID""")
