@@ -36,8 +36,9 @@ from anarchon import (
     backend_for_url,
 )
 from anarchon._context import TRIGGER_SUFFIX
+from anarchon.backends import ScheduleWrite
 from anarchon_postgres import PostgresBackend
-from anarchon_postgres._migrations import FILLFACTOR
+from anarchon_postgres._migrations import FILLFACTOR, SCHEMA_VERSION
 from anarchon_postgres._sql import CLAIM_COLUMNS, Statements, array_literal, numbers_literal
 
 URL = os.environ.get("ANARCHON_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -429,7 +430,8 @@ async def test_jobs_sorted_like_memory(pg: PostgresBackend) -> None:
 
 # -- migrations --------------------------------------------------------------------------------
 
-_ADDED_BY = {2: ("jobs_controls",), 3: ("jobs_history", "jobs_catalogue"), 4: ("jobs_history_count",)}
+_ADDED_BY = {2: ("jobs_controls",), 3: ("jobs_history", "jobs_catalogue"), 4: ("jobs_history_count",),
+             5: ("jobs_schedules", "jobs_sched_version")}
 """The tables each schema version adds to table `jobs`."""
 
 
@@ -475,7 +477,7 @@ async def test_a_version_2_table_keeps_its_records_and_gains_the_history(schema:
         await upgraded.record_runs("ns", [run], 10)
         assert await upgraded.history("ns", "j", 10) == [run]
         versions = await upgraded.pool.fetch(f'SELECT version FROM "{schema}"."jobs_schema" ORDER BY 1')
-        assert [v["version"] for v in versions] == [1, 2, 3, 4]
+        assert [v["version"] for v in versions] == list(range(1, SCHEMA_VERSION + 1))
 
 
 async def test_a_version_3_table_keeps_its_history_and_counts_it(schema: str) -> None:
@@ -487,6 +489,35 @@ async def test_a_version_3_table_keeps_its_history_and_counts_it(schema: str) ->
         await upgraded.record_runs("ns", [run_of("j", 5)], 3)
         assert [r.slot for r in await upgraded.history("ns", "j", 10)] == [5, 4, 3]
         assert await _counted(upgraded) == {"j": 3}
+
+
+async def test_a_version_4_table_keeps_everything_and_gains_the_schedules(schema: str) -> None:
+    async with _jobs_table(schema) as first:  # with a record, a control and a run
+        lease = (await first.claim(ClaimRequest("ns", "j", 1_000, "a"))).lease
+        assert lease is not None and await first.release(lease, ReleaseOutcome.DONE)
+        await first.set_control("ns", "j", paused=True)
+        await first.record_runs("ns", [run_of("j", 1_000)], 10)
+        await _leave_at(first, schema, 4)
+        tables = {r["tablename"] for r in await first.pool.fetch(
+            "SELECT tablename FROM pg_tables WHERE schemaname = $1", schema)}
+        assert tables == {"jobs", "jobs_schema", "jobs_controls", "jobs_history", "jobs_catalogue",
+                          "jobs_history_count"}, "the table as schema version 4 left it"
+    async with _jobs_table(schema) as upgraded:
+        state = await upgraded.inspect("ns", "j")
+        assert state is not None and (state.slot, state.token) == (1_000, lease.token)
+        assert await upgraded.controls("ns") == {"j": JobControl(paused=True)}
+        assert [r.slot for r in await upgraded.history("ns", "j", 10)] == [1_000]
+        write = ScheduleWrite("report-7", "report", '{"every": 60000, "offset": 0}', "{}", "{}", False, 5_000)
+        added = await upgraded.put_schedule("ns", write, expect="absent")
+        assert added.written and added.record is not None and added.record.version == 1
+        assert await upgraded.due_schedules("ns", until=5_000, limit=10) == [added.record]
+        assert await upgraded.schedules_version("ns") == 1
+        indexes = {r["indexname"] for r in await upgraded.pool.fetch(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'jobs_schedules'",
+            schema)}
+        assert indexes == {"jobs_schedules_pkey", "jobs_sched_due", "jobs_sched_task"}
+        versions = await upgraded.pool.fetch(f'SELECT version FROM "{schema}"."jobs_schema" ORDER BY 1')
+        assert [v["version"] for v in versions] == [1, 2, 3, 4, 5]
 
 
 def run_of(job: str, slot: int, attempt: int = 1, outcome: str = "done") -> RunRecord:

@@ -7,7 +7,7 @@ import json
 import logging
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Protocol, cast
+from typing import Any, ClassVar, Literal, Protocol, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
@@ -33,6 +33,9 @@ from anarchon.backends import (
     LeaseRecord,
     ReleaseCallback,
     RunRecord,
+    ScheduleRecord,
+    ScheduleWrite,
+    ScheduleWriteResult,
     WinsCallback,
     redact_url,
 )
@@ -75,6 +78,37 @@ def _first_of_each_job(keys: Sequence[tuple[str, str]], pending: list[int]) -> t
         (later if key in seen else batch).append(i)
         seen.add(key)
     return batch, later
+
+
+def _schedule(row: Any) -> ScheduleRecord:
+    """A stored schedule from a row that ends with its columns (`_sql._SCHEDULE`, by position)."""
+    values = tuple(row)[-10:]
+    schedule_id, task, spec, args, options, paused, next_due, version, created_at, updated_at = values
+    return ScheduleRecord(schedule_id, task, spec, args, options, paused, next_due, version, created_at,
+                          updated_at)
+
+
+def _write_result(row: Any) -> ScheduleWriteResult:
+    """A schedule write's answer: `written`, then the schedule's columns (NULL when there is none)."""
+    return ScheduleWriteResult(bool(row["written"]), None if row["id"] is None else _schedule(row))
+
+
+def _check_expect(expect: object) -> None:
+    if expect not in ("absent", "any") and (not isinstance(expect, int) or isinstance(expect, bool)):
+        raise ValueError(f"invalid expect {expect!r}: use 'absent', 'any' or a version (an int)")
+
+
+def prefix_end(prefix: str) -> str | None:
+    """The least string above every string that starts with `prefix`, in code point order (None: no
+    bound), so that a prefix is a range of an index: `prefix <= id < prefix_end(prefix)`."""
+    chars = list(prefix)
+    while chars:
+        last = ord(chars[-1]) + 1
+        if last <= 0x10FFFF:
+            chars[-1] = chr(0xE000 if 0xD800 <= last <= 0xDFFF else last)  # (no text holds a surrogate)
+            return "".join(chars)
+        chars.pop()
+    return None
 
 
 OP_TIMEOUT_S = 10.0
@@ -163,7 +197,7 @@ class PostgresBackend(LeaseBackendBase):
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT, Capability.CONTROL,
-         Capability.HISTORY, Capability.ANNOUNCE, Capability.FORGET}
+         Capability.HISTORY, Capability.ANNOUNCE, Capability.FORGET, Capability.SCHEDULES}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
 
@@ -607,6 +641,88 @@ class PostgresBackend(LeaseBackendBase):
         """A job's newest runs, newest first, at most `limit`, in one statement."""
         rows = await self._fetch("history", self.sql.history, namespace, job, max(limit, 0))
         return [RunRecord(*row) for row in rows]
+
+    # -- schedules as data ---------------------------------------------------------------------
+
+    async def put_schedule(self, namespace: str, write: ScheduleWrite, *,
+                           expect: int | Literal["absent", "any"]) -> ScheduleWriteResult:
+        """Write a schedule by `expect`, bump the change counter and push the change, in one statement
+        (see `ScheduleBackend.put_schedule`)."""
+        w = write
+        args: list[Any] = [namespace, w.id, w.task, w.spec, w.args, w.options, w.paused, w.next_due,
+                           self.sql.channel]
+        _check_expect(expect)
+        if expect == "absent":
+            sql = self.sql.add_schedule
+        elif expect == "any":
+            sql = self.sql.upsert_schedule
+        else:
+            sql = self.sql.update_schedule
+            args.append(expect)
+        [row] = await self._fetch("put_schedule", sql, *args)
+        for _ in range(_RECHECKS):
+            if row["written"] or row["id"] is not None or expect != "absent":
+                break
+            # Refused by a row committed after this statement's snapshot: ask again to read it.
+            [row] = await self._fetch("put_schedule", sql, *args)
+        return _write_result(row)
+
+    async def remove_schedule(self, namespace: str, schedule_id: str, *, expect: int | None = None
+                              ) -> ScheduleWriteResult:
+        """Remove a schedule (if its version is `expect`, when given), bump the change counter and push
+        the change, in one statement (see `ScheduleBackend.remove_schedule`)."""
+        [row] = await self._fetch("remove_schedule", self.sql.remove_schedule, namespace, schedule_id, expect,
+                                  self.sql.channel)
+        return _write_result(row)
+
+    async def get_schedules(self, namespace: str, ids: Sequence[str]) -> list[ScheduleRecord | None]:
+        """The schedules with these ids, in order, in one statement."""
+        if not ids:
+            return []
+        # (Not as a large batch: the plan is one index probe per id whatever their number.)
+        rows = await self._fetch("get_schedules", self.sql.get_schedules, namespace, texts(list(ids)))
+        found = {row["id"]: _schedule(row) for row in rows}
+        return [found.get(i) for i in ids]
+
+    async def list_schedules(self, namespace: str, *, after: str = "", limit: int, task: str | None = None,
+                             prefix: str = "") -> list[ScheduleRecord]:
+        """A page of schedules by id, from the primary key (or the task index), in one statement."""
+        if limit <= 0:
+            return []
+        end = prefix_end(prefix) if prefix else None
+        sql = self.sql.list_schedules(prefix=bool(prefix), end=end is not None, task=task is not None)
+        args = [namespace, after, limit, *([prefix] if prefix else []), *([end] if end is not None else []),
+                *([task] if task is not None else [])]
+        return [_schedule(row) for row in await self._fetch("list_schedules", sql, *args)]
+
+    async def due_schedules(self, namespace: str, *, until: int, after: tuple[int, str] | None = None,
+                            limit: int) -> list[ScheduleRecord]:
+        """A page of the due index, read from its index on (namespace, next_due, id), in one statement."""
+        if limit <= 0:
+            return []
+        if after is None:
+            rows = await self._fetch("due_schedules", self.sql.due_schedules(after=False), namespace, until,
+                                     limit)
+        else:
+            rows = await self._fetch("due_schedules", self.sql.due_schedules(after=True), namespace, until,
+                                     limit, after[0], after[1])
+        return [_schedule(row) for row in rows]
+
+    async def advance_schedules(self, namespace: str, moves: Sequence[tuple[str, int, int | None]]) -> None:
+        """Move schedules forward in the due index, each only while it has the version given, in one
+        statement; the change counter is left alone (see `ScheduleBackend.advance_schedules`)."""
+        if not moves:
+            return
+        ids, versions, dues = zip(*moves, strict=True)
+        # (Not as a large batch, whose settings turn nested loops off: each move is a probe of the
+        # primary key, which a hash join would replace by a scan of the namespace's schedules.)
+        await self._fetch("advance_schedules", self.sql.advance_schedules, namespace, texts(ids),
+                          numbers(versions), numbers(dues))
+
+    async def schedules_version(self, namespace: str) -> int:
+        """The namespace's change counter: 0 before any write."""
+        [row] = await self._fetch("schedules_version", self.sql.schedules_version, namespace)
+        return int(row["version"])
 
     # -- push --------------------------------------------------------------------------------
 

@@ -106,7 +106,38 @@ def _v4(s: Statements) -> list[str]:
     ]
 
 
-MIGRATIONS = [_v1, _v2, _v3, _v4]
+def _v5(s: Statements) -> list[str]:
+    # Ids and tasks in code point order whatever the database's collation ("C": byte order of UTF-8).
+    return [
+        f"""CREATE TABLE {s.schedules_table} (
+            namespace text NOT NULL,
+            id text COLLATE "C" NOT NULL,
+            task text COLLATE "C" NOT NULL,
+            spec text NOT NULL,
+            args text NOT NULL,
+            options text NOT NULL,
+            paused boolean NOT NULL,
+            next_due bigint,
+            version bigint NOT NULL,
+            created_at bigint NOT NULL,
+            updated_at bigint NOT NULL,
+            PRIMARY KEY (namespace, id)
+        )""",
+        f"COMMENT ON TABLE {s.schedules_table} IS 'anarchon: the schedules kept as data; next_due feeds "
+        "the due index'",
+        f"CREATE INDEX {quote_ident(s.table + '_sched_due')} ON {s.schedules_table} "
+        "(namespace, next_due, id) WHERE next_due IS NOT NULL",
+        f"CREATE INDEX {quote_ident(s.table + '_sched_task')} ON {s.schedules_table} (namespace, task, id)",
+        f"""CREATE TABLE {s.schedule_versions_table} (
+            namespace text NOT NULL PRIMARY KEY,
+            version bigint NOT NULL
+        )""",
+        f"COMMENT ON TABLE {s.schedule_versions_table} IS 'anarchon: each namespace''s change counter of its "
+        "stored schedules, one more with every write and removal'",
+    ]
+
+
+MIGRATIONS = [_v1, _v2, _v3, _v4, _v5]
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema version this release creates and expects."""
 

@@ -75,6 +75,10 @@ CLAIM_COLUMNS = ("outcome", "c_slot", "c_owner", "c_attempt", "c_token", "c_stat
 """The columns of `Statements.claim`'s answer, in order: `PostgresBackend._result` unpacks a row by
 position (a test holds the statement to it)."""
 NOW_MS = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+_SCHEDULE = "id, task, spec, args, options, paused, next_due, version, created_at, updated_at"
+"""A stored schedule's columns, in `ScheduleRecord`'s order."""
+_VALUES = "$1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::boolean, $8::bigint"
+"""A written schedule's parameters: namespace, id, task, spec, args, options, paused, next_due."""
 # How a batch statement locks the rows (alias `c`) of its jobs: in code-point (namespace, job) order,
 # whatever the database's collation, the order `claim_many` sends its batches in. Every batch that
 # locks several rows takes them in this one order, so no two batches can deadlock.
@@ -176,6 +180,16 @@ class Statements:
     def catalogue_table(self) -> str:
         """The table of the jobs each scheduler published (capability `history`)."""
         return f"{quote_ident(self.schema)}.{quote_ident(self.table + '_catalogue')}"
+
+    @property
+    def schedules_table(self) -> str:
+        """The table of the stored schedules (capability `schedules`)."""
+        return f"{quote_ident(self.schema)}.{quote_ident(self.table + '_schedules')}"
+
+    @property
+    def schedule_versions_table(self) -> str:
+        """The table of each namespace's change counter of its stored schedules (capability `schedules`)."""
+        return f"{quote_ident(self.schema)}.{quote_ident(self.table + '_sched_version')}"
 
     @property
     def channel(self) -> str:
@@ -698,10 +712,11 @@ ON CONFLICT (namespace, job, instance) DO UPDATE SET
 
     @property
     def namespaces(self) -> str:
-        """Every namespace that holds a record, controls, a run or a live catalogue entry (unordered: the
-        caller sorts them by code point)."""
+        """Every namespace that holds a record, controls, a run, a stored schedule or a live catalogue entry
+        (unordered: the caller sorts them by code point)."""
         return (f"SELECT namespace FROM {self.qualified} UNION SELECT namespace FROM {self.controls_table} "
                 f"UNION SELECT namespace FROM {self.history_table} UNION SELECT namespace FROM "
+                f"{self.schedules_table} UNION SELECT namespace FROM "
                 f"{self.catalogue_table} WHERE expires_at > {NOW_MS}")
 
     @property
@@ -712,3 +727,150 @@ ON CONFLICT (namespace, job, instance) DO UPDATE SET
             f"fingerprint FROM {self.catalogue_table} WHERE namespace = $1 AND expires_at > {NOW_MS} "
             'ORDER BY job COLLATE "C", instance COLLATE "C"'
         )
+
+    # -- schedules as data ---------------------------------------------------------------------
+
+    def _schedule_write(self, written: str, refused: str, channel: str = "$9") -> str:
+        """The end of a schedule's write: the change counter bumped and the change pushed (on `channel`,
+        as slot -2, `SCHEDULES_CHANGED`, sent at commit) when CTE `written` wrote a row; the answer is
+        that row, or else CTE `refused`'s (the current record), with `written` saying which."""
+        return f""",
+bump AS (
+    INSERT INTO {self.schedule_versions_table} AS v (namespace, version)
+    SELECT $1, 1 FROM {written}
+    ON CONFLICT (namespace) DO UPDATE SET version = v.version + 1
+),
+push AS MATERIALIZED (
+    SELECT pg_notify({channel}::text, p.payload)
+    FROM {written} CROSS JOIN LATERAL (SELECT json_build_array($1::text, $2::text, -2)::text AS payload) p
+    WHERE octet_length(p.payload) < 8000
+)
+SELECT coalesce(a.written, false) AS written, {", ".join(f"a.{c}" for c in _SCHEDULE.split(", "))}
+-- Read here, or the push would never be sent (a SELECT in WITH runs only when read); one row always.
+FROM (SELECT count(*) AS pushed FROM push) p
+LEFT JOIN (
+    SELECT true AS written, {_SCHEDULE} FROM {written}
+    UNION ALL
+    SELECT false, {_SCHEDULE} FROM {refused} WHERE NOT EXISTS (SELECT 1 FROM {written})
+) a ON true"""
+
+    @property
+    def add_schedule(self) -> str:
+        """Insert schedule $2 of namespace $1 unless one has its id ($3..$8: task, spec, args, options,
+        paused, next_due; $9: the channel), at version 1 with the server's clock; else answer the current
+        record as this statement's snapshot sees it (none, when a concurrent add committed after the
+        snapshot: the caller asks again)."""
+        st = self.schedules_table
+        return f"""
+WITH n AS MATERIALIZED (SELECT {NOW_MS} AS now),
+w AS (
+    INSERT INTO {st} AS t (namespace, {_SCHEDULE})
+    SELECT {_VALUES}, 1, n.now, n.now FROM n
+    ON CONFLICT (namespace, id) DO NOTHING
+    RETURNING {_SCHEDULE}
+),
+c AS (SELECT {_SCHEDULE} FROM {st} WHERE namespace = $1 AND id = $2)""" + self._schedule_write("w", "c")
+
+    @property
+    def upsert_schedule(self) -> str:
+        """Insert schedule $2 of namespace $1, or replace it whatever its version (version + 1,
+        created_at kept), with the server's clock; parameters as `add_schedule`'s."""
+        st = self.schedules_table
+        return f"""
+WITH n AS MATERIALIZED (SELECT {NOW_MS} AS now),
+w AS (
+    INSERT INTO {st} AS t (namespace, {_SCHEDULE})
+    SELECT {_VALUES}, 1, n.now, n.now FROM n
+    ON CONFLICT (namespace, id) DO UPDATE SET
+        task = excluded.task, spec = excluded.spec, args = excluded.args, options = excluded.options,
+        paused = excluded.paused, next_due = excluded.next_due, version = t.version + 1,
+        updated_at = excluded.updated_at
+    RETURNING {_SCHEDULE}
+),
+c AS (SELECT {_SCHEDULE} FROM {st} WHERE false)""" + self._schedule_write("w", "c")
+
+    @property
+    def update_schedule(self) -> str:
+        """Replace schedule $2 of namespace $1 only if its version is $10 (a compare-and-set); parameters
+        $3..$9 as `add_schedule`'s. The row is locked first (`c`: its latest committed version), so the
+        version is compared on the row as it is, and a refusal answers that row."""
+        st = self.schedules_table
+        return f"""
+WITH n AS MATERIALIZED (SELECT {NOW_MS} AS now),
+c AS MATERIALIZED (SELECT {_SCHEDULE} FROM {st} WHERE namespace = $1 AND id = $2 FOR UPDATE),
+w AS (
+    UPDATE {st} AS t SET
+        task = $3, spec = $4, args = $5, options = $6, paused = $7, next_due = $8, version = t.version + 1,
+        updated_at = n.now
+    FROM c CROSS JOIN n
+    WHERE t.namespace = $1 AND t.id = c.id AND c.version = $10::bigint AND t.version = $10::bigint
+    RETURNING {", ".join(f"t.{col}" for col in _SCHEDULE.split(", "))}
+)""" + self._schedule_write("w", "c")
+
+    @property
+    def remove_schedule(self) -> str:
+        """Delete schedule $2 of namespace $1 (only if its version is $3, when not NULL); answer the row
+        deleted, or the current one. $4 is the channel."""
+        st = self.schedules_table
+        return f"""
+WITH c AS MATERIALIZED (SELECT {_SCHEDULE} FROM {st} WHERE namespace = $1 AND id = $2 FOR UPDATE),
+w AS (
+    DELETE FROM {st} AS t USING c
+    WHERE t.namespace = $1 AND t.id = c.id AND ($3::bigint IS NULL OR c.version = $3::bigint)
+    RETURNING {", ".join(f"t.{col}" for col in _SCHEDULE.split(", "))}
+)""" + self._schedule_write("w", "c", "$4")
+
+    @property
+    def get_schedules(self) -> str:
+        """The schedules of namespace $1 whose ids are in $2 (an array literal), in one snapshot."""
+        return (f"SELECT {_SCHEDULE} FROM {self.schedules_table} "
+                "WHERE namespace = $1 AND id = ANY ($2::text::text[])")
+
+    def list_schedules(self, *, prefix: bool, end: bool, task: bool) -> str:
+        """A page of namespace $1's schedules by id, after $2, limit $3; then, as asked and numbered on
+        from $4, the lowest id of a prefix's range, the bound above it, and a task."""
+        where = ["namespace = $1", "id > $2"]
+        for asked, condition in ((prefix, "id >= "), (end, "id < "), (task, "task = ")):
+            if asked:
+                where.append(f"{condition}${len(where) + 2}")
+        return (f"SELECT {_SCHEDULE} FROM {self.schedules_table} WHERE {' AND '.join(where)} "
+                "ORDER BY id LIMIT $3")
+
+    def due_schedules(self, *, after: bool) -> str:
+        """A page of namespace $1's due index: next_due set and at most $2, after ($4, $5) when `after`,
+        by (next_due, id), limit $3. Read from the partial index on (namespace, next_due, id): a range
+        scan from the cursor that stops after $3 rows."""
+        cursor = "AND (next_due, id) > ($4::bigint, $5::text) " if after else ""
+        return (f"SELECT {_SCHEDULE} FROM {self.schedules_table} "
+                f"WHERE namespace = $1 AND next_due IS NOT NULL AND next_due <= $2 {cursor}"
+                "ORDER BY next_due, id LIMIT $3")
+
+    @property
+    def advance_schedules(self) -> str:
+        """Move schedules of namespace $1 forward in the due index: $2..$4 are array literals (id,
+        version, next_due; NULL for none). Each row moves only while it has the version given, and only
+        forward (NULL replaces any next_due; a number only a smaller one); moves of one id are applied
+        as one after another would be. Rows are locked in id order first, so two advances cannot
+        deadlock."""
+        st = self.schedules_table
+        return f"""
+WITH m AS (
+    SELECT r.id, r.version,
+           CASE WHEN bool_or(r.next_due IS NULL) THEN NULL ELSE max(r.next_due) END AS next_due
+    FROM unnest($2::text::text[], $3::text::bigint[], $4::text::bigint[]) AS r(id, version, next_due)
+    GROUP BY r.id, r.version
+),
+lk AS MATERIALIZED (
+    SELECT t.id FROM {st} t WHERE t.namespace = $1 AND t.id IN (SELECT m.id FROM m)
+    ORDER BY t.id FOR UPDATE OF t
+)
+UPDATE {st} AS t SET next_due = m.next_due
+FROM m JOIN lk ON lk.id = m.id
+WHERE t.namespace = $1 AND t.id = m.id AND t.version = m.version AND t.next_due IS NOT NULL
+  AND (m.next_due IS NULL OR m.next_due > t.next_due)"""
+
+    @property
+    def schedules_version(self) -> str:
+        """Namespace $1's change counter (0 before any write)."""
+        return (f"SELECT coalesce((SELECT version FROM {self.schedule_versions_table} "
+                "WHERE namespace = $1), 0) AS version")

@@ -1,0 +1,76 @@
+"""Stored schedules on PostgreSQL: the sweep's read of the due index goes through its index and reads
+only the rows due, whatever the plan cache decides. (Every rule of the protocol: the kit's tier.)"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, cast
+
+import asyncpg  # pyright: ignore[reportMissingTypeStubs]
+import pytest
+
+from anarchon_postgres import PostgresBackend
+
+URL = os.environ.get("ANARCHON_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+pytestmark = pytest.mark.services
+
+ROWS = 6_000
+"""Schedules in the table: three namespaces of 2,000, one in seven with no next due."""
+
+
+@pytest.fixture
+async def filled(schema: str) -> AsyncIterator[tuple[PostgresBackend, Any]]:
+    backend = PostgresBackend(URL, schema=schema)
+    await backend.open()
+    conn = cast(Any, await asyncpg.connect(URL))  # pyright: ignore[reportUnknownMemberType]
+    try:
+        await conn.execute(f"""
+            INSERT INTO {backend.sql.schedules_table}
+                (namespace, id, task, spec, args, options, paused, next_due, version, created_at, updated_at)
+            SELECT 'ns' || (g % 3), 's' || g, 't' || (g % 10), '{{}}', '{{}}', '{{}}', false,
+                   CASE WHEN g % 7 = 0 THEN NULL ELSE 1000 + g END, 1, 0, 0
+            FROM generate_series(1, {ROWS}) AS g""")
+        await conn.execute(f"ANALYZE {backend.sql.schedules_table}")
+        yield backend, conn
+    finally:
+        await conn.close()
+        await backend.close()
+
+
+def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _nodes(child)
+
+
+@pytest.mark.parametrize("cache", ["force_custom_plan", "force_generic_plan"])
+@pytest.mark.parametrize(("until", "after"),
+                         [(1_300, None), (1_300, (1_100, "s100")), (7_100, (1_200, "s200"))],
+                         ids=["a-few-due", "a-few-after-a-cursor", "most-due"])
+async def test_the_due_read_searches_the_due_index_for_the_due_rows_only(
+        filled: tuple[PostgresBackend, Any], cache: str, until: int,
+        after: tuple[int, str] | None) -> None:
+    backend, conn = filled
+    sql = backend.sql.due_schedules(after=after is not None)
+    args: list[Any] = ["ns1", until, 1_000, *(after or ())]
+    await conn.execute(f"SET plan_cache_mode = {cache}")  # the prepared statement's plan, either way
+    statement = await conn.prepare("EXPLAIN (ANALYZE, FORMAT JSON) " + sql)
+    plan: dict[str, Any] = {}
+    for _ in range(6):  # past the five custom plans after which PostgreSQL may settle on a generic one
+        plan = json.loads(await statement.fetchval(*args))[0]["Plan"]
+    nodes = list(_nodes(plan))
+    kinds = [n["Node Type"] for n in nodes]
+    assert "Seq Scan" not in kinds, f"the due read must never scan the table: {kinds}"
+    [scan] = [n for n in nodes if n.get("Index Name") == f"{backend.sql.table}_sched_due"]
+    cond = scan.get("Index Cond", "")
+    assert "namespace =" in cond and "next_due <=" in cond, (
+        f"namespace and until bound the index range: {cond}")
+    due = await backend.due_schedules("ns1", until=until, after=after, limit=10_000)
+    read = scan["Actual Rows"]
+    assert 0 < read <= len(due), (
+        f"the index scan read {read} rows, for {len(due)} due in the namespace: it reads only the rows due")
+    removed = [(n["Node Type"], n.get("Rows Removed by Filter")) for n in nodes]
+    assert not any(count for _, count in removed), f"no row is read and then thrown away: {removed}"
+    assert len(due) < ROWS // 3, "(the namespace holds more schedules than are due)"
