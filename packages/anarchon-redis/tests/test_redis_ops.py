@@ -37,7 +37,7 @@ async def _store_now(raw: redis.asyncio.Redis) -> int:
 async def test_open_loads_every_script_in_one_round_trip(redis_url: str, prefix: str,
                                                         raw: redis.asyncio.Redis) -> None:
     # Every replica opens its store twice (its own connection and its lease keeper's): PING and the
-    # twelve SCRIPT LOADs go out as one pipeline, not as thirteen commands one after another.
+    # SCRIPT LOADs go out as one pipeline, not as a command per script one after another.
     backend = RedisBackend(redis_url, prefix=prefix)
     sent: list[object] = []
     single = backend.client.execute_command

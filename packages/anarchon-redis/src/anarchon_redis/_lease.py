@@ -11,7 +11,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from json.encoder import encode_basestring as _json_text
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from anarchon import BackendError, BackendUnavailable, Duration, parse_duration
 from anarchon.backends import (
@@ -32,6 +32,9 @@ from anarchon.backends import (
     ReleaseCallback,
     ReleaseOutcome,
     RunRecord,
+    ScheduleRecord,
+    ScheduleWrite,
+    ScheduleWriteResult,
     WinsCallback,
     deliver_wins,
     redact_url,
@@ -286,6 +289,44 @@ _SET_CONTROL = Script(_scripts.SET_CONTROL)
 _RECORD_RUNS, _RECORD_RUNS_BATCH = Script(_scripts.RECORD_RUNS), Script(_scripts.RECORD_RUNS_BATCH)
 _PUBLISH_CATALOGUE = Script(_scripts.PUBLISH_CATALOGUE)
 _CATALOGUE = Script(_scripts.CATALOGUE)
+_PUT_SCHEDULE, _REMOVE_SCHEDULE = Script(_scripts.PUT_SCHEDULE), Script(_scripts.REMOVE_SCHEDULE)
+_GET_SCHEDULES, _READ_SCHEDULES = Script(_scripts.GET_SCHEDULES), Script(_scripts.READ_SCHEDULES)
+_ADVANCE_SCHEDULES = Script(_scripts.ADVANCE_SCHEDULES)
+_SCHEDULE_SCRIPTS = (_PUT_SCHEDULE, _REMOVE_SCHEDULE, _GET_SCHEDULES, _READ_SCHEDULES, _ADVANCE_SCHEDULES)
+_DUE_BIAS = 1 << 63
+"""Added to a next due before it is written as 16 hex digits: every int64 is a key of the same width."""
+_INDEX_DUE, _INDEX_IDS, _INDEX_TASKS = 3, 4, 5
+"""The places of the due, ids and tasks indexes in `Keys.schedules`."""
+
+
+def _check_expect(expect: object) -> None:
+    if expect not in ("absent", "any") and (not isinstance(expect, int) or isinstance(expect, bool)):
+        raise ValueError(f"invalid expect {expect!r}: use 'absent', 'any' or a version (an int)")
+
+
+def due_key(next_due: int | None) -> str:
+    """A next due as the due index orders it: 16 hex digits of `next_due + 2**63` ('-' for None)."""
+    if next_due is None:
+        return "-"
+    if not -_DUE_BIAS <= next_due < _DUE_BIAS:
+        raise ValueError(f"invalid next_due {next_due!r}: use epoch milliseconds that fit in 64 bits")
+    return f"{next_due + _DUE_BIAS:016x}"
+
+
+def _schedule_of(schedule_id: str, meta: Any, body: Any) -> ScheduleRecord:
+    """A stored schedule from its meta text and JSON body (`_scripts`, schedules as data)."""
+    version, created_at, updated_at, key, task = _s(meta).split(" ", 4)
+    spec, args, options, paused = json.loads(_s(body))
+    return ScheduleRecord(schedule_id, task, spec, args, options, bool(paused),
+                          None if key == "-" else int(key, 16) - _DUE_BIAS, int(version), int(created_at),
+                          int(updated_at))
+
+
+def _records(reply: Sequence[Any]) -> list[ScheduleRecord | None]:
+    """The records of a GET_SCHEDULES or READ_SCHEDULES reply, None where there is none."""
+    ids, metas, bodies = reply
+    return [None if meta is None or body is None else _schedule_of(_s(i), meta, body)
+            for i, meta, body in zip(ids, metas, bodies, strict=True)]
 
 
 def run_json(r: RunRecord) -> str:
@@ -315,7 +356,7 @@ class RedisBackend(RedisStore, LeaseBackendBase):
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {Capability.CLAIM, Capability.LEASE, Capability.NOTIFY, Capability.INSPECT, Capability.CONTROL,
-         Capability.HISTORY, Capability.ANNOUNCE, Capability.FORGET}
+         Capability.HISTORY, Capability.ANNOUNCE, Capability.FORGET, Capability.SCHEDULES}
     )
     url_schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster",
                                               "redis+sentinel", "rediss+sentinel")
@@ -363,14 +404,15 @@ class RedisBackend(RedisStore, LeaseBackendBase):
             # One script call per job there: a PUBLISH per won job would cost more than it saves.
             self.capabilities = frozenset(type(self).capabilities - {Capability.ANNOUNCE})  # type: ignore[misc]
         scripts = (_CLAIM, _CLAIM_BATCH, _RENEW, _RENEW_BATCH, _RELEASE, _RELEASE_BATCH, _INSPECT,
-                   _SET_CONTROL, _RECORD_RUNS, _RECORD_RUNS_BATCH, _PUBLISH_CATALOGUE, _CATALOGUE)
+                   _SET_CONTROL, _RECORD_RUNS, _RECORD_RUNS_BATCH, _PUBLISH_CATALOGUE, _CATALOGUE,
+                   *_SCHEDULE_SCRIPTS)
         async with self._op("connecting"):
             if self._cluster:  # SCRIPT LOAD goes to every primary, one command at a time
                 await self.client.ping()
                 for script in scripts:
                     await self.client.script_load(script.source)
                 return
-            # One round trip, not thirteen: every replica (and its keeper's connection) opens this way.
+            # One round trip, not one per script: every replica (and its keeper's connection) opens this way.
             pipe = self.client.pipeline(transaction=False)
             pipe.ping()
             for script in scripts:
@@ -750,10 +792,98 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         found: set[str] = set()
         async with self._op("listing namespaces"):
             async for raw in self.client.scan_iter(match=_glob_escape(start) + "*", count=1000):
-                rest = _s(raw)[len(start):]
+                key = _s(raw)
+                if key.endswith("}:sched:version"):
+                    continue  # the change counter outlives the schedules: alone, it holds nothing
+                rest = key[len(start):]
                 cut = min((i for i in (rest.find(":"), rest.find("}")) if i >= 0), default=len(rest))
                 found.add(rest[:cut].replace("%3A", ":").replace("%25", "%"))
         return sorted(found)
+
+    # -- schedules as data -----------------------------------------------------------------------
+
+    async def put_schedule(self, namespace: str, write: ScheduleWrite, *,
+                           expect: int | Literal["absent", "any"]) -> ScheduleWriteResult:
+        """Write a schedule by `expect`, bump the change counter and push the change, in one script
+        (see `ScheduleBackend.put_schedule`)."""
+        _check_expect(expect)
+        w = write
+        body = json.dumps([w.spec, w.args, w.options, int(w.paused)], ensure_ascii=False,
+                          separators=(",", ":"))
+        call = (self.keys.schedules(namespace),
+                [w.id, w.task, body, due_key(w.next_due), str(expect), self.keys.channel(namespace)])
+        [reply] = await self._eval_many(_PUT_SCHEDULE, [call], "writing a schedule")
+        return self._write_result(w.id, reply)
+
+    async def remove_schedule(self, namespace: str, schedule_id: str, *, expect: int | None = None
+                              ) -> ScheduleWriteResult:
+        """Remove a schedule (if its version is `expect`, when given), bump the change counter and push
+        the change, in one script (see `ScheduleBackend.remove_schedule`)."""
+        call = (self.keys.schedules(namespace),
+                [schedule_id, "" if expect is None else str(expect), self.keys.channel(namespace)])
+        [reply] = await self._eval_many(_REMOVE_SCHEDULE, [call], "removing a schedule")
+        return self._write_result(schedule_id, reply)
+
+    @staticmethod
+    def _write_result(schedule_id: str, reply: Sequence[Any]) -> ScheduleWriteResult:
+        record = _schedule_of(schedule_id, reply[1], reply[2]) if len(reply) > 1 else None
+        return ScheduleWriteResult(bool(int(reply[0])), record)
+
+    async def get_schedules(self, namespace: str, ids: Sequence[str]) -> list[ScheduleRecord | None]:
+        """The schedules with these ids, in order, read by one script."""
+        if not ids:
+            return []
+        [reply] = await self._eval_many(_GET_SCHEDULES, [(self.keys.schedules(namespace), list(ids))],
+                                        "reading schedules")
+        return _records(reply)
+
+    async def _read(self, namespace: str, index: int, low: bytes, high: bytes, limit: int, skip: int,
+                    doing: str) -> list[ScheduleRecord]:
+        """A page of one of the namespace's indexes, by lex range, with each member's schedule."""
+        call = (self.keys.schedules(namespace), [index, low, high, limit, skip])
+        [reply] = await self._eval_many(_READ_SCHEDULES, [call], doing)
+        return [r for r in _records(reply) if r is not None]
+
+    async def list_schedules(self, namespace: str, *, after: str = "", limit: int, task: str | None = None,
+                             prefix: str = "") -> list[ScheduleRecord]:
+        """A page of schedules by id: one ZRANGEBYLEX of the ids (or of the task's ids), in one script."""
+        if limit <= 0:
+            return []
+        base = b"" if task is None else task.encode() + b"\0"
+        start, first = after.encode(), prefix.encode()
+        # From the cursor, or from the prefix when the cursor is below it; up to the prefix's end (no id
+        # holds the byte 0xff: UTF-8 never does).
+        low = b"(" + base + start if start >= first else b"[" + base + first
+        high = b"(" + base + first + b"\xff"
+        index = _INDEX_IDS if task is None else _INDEX_TASKS
+        return await self._read(namespace, index, low, high, limit, len(base), "listing schedules")
+
+    async def due_schedules(self, namespace: str, *, until: int, after: tuple[int, str] | None = None,
+                            limit: int) -> list[ScheduleRecord]:
+        """A page of the due index: one ZRANGEBYLEX from the cursor up to `until`, in one script."""
+        if limit <= 0 or until < -_DUE_BIAS:
+            return []
+        low = b"-" if after is None else (
+            b"(" + due_key(max(after[0], -_DUE_BIAS)).encode() + after[1].encode())
+        high = b"+" if until >= _DUE_BIAS - 1 else b"(" + due_key(until + 1).encode()
+        return await self._read(namespace, _INDEX_DUE, low, high, limit, 16, "reading the due schedules")
+
+    async def advance_schedules(self, namespace: str, moves: Sequence[tuple[str, int, int | None]]) -> None:
+        """Move schedules forward in the due index, each only while it has the version given, in one
+        script; the change counter is left alone (see `ScheduleBackend.advance_schedules`)."""
+        if not moves:
+            return
+        args: list[Any] = []
+        for schedule_id, version, next_due in moves:
+            args += [schedule_id, version, due_key(next_due)]
+        await self._eval_many(_ADVANCE_SCHEDULES, [(self.keys.schedules(namespace), args)],
+                              "advancing schedules")
+
+    async def schedules_version(self, namespace: str) -> int:
+        """The namespace's change counter: one GET (0 before any write)."""
+        async with self._op("reading the schedules' change counter"):
+            found = await self.client.get(self.keys.schedules(namespace)[5])
+        return 0 if found is None else int(found)
 
     # -- pushed releases -------------------------------------------------------------------------
 

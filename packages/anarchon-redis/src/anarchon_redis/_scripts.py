@@ -12,8 +12,9 @@ Time is the server's: `TIME` is read once, at the top of each script.
 
 from __future__ import annotations
 
-__all__ = ["CLAIM", "CLAIM_BATCH", "INSPECT", "RELEASE", "RELEASE_BATCH", "RENEW", "RENEW_BATCH",
-           "CATALOGUE", "PUBLISH_CATALOGUE", "RECORD_RUNS", "RECORD_RUNS_BATCH", "SET_CONTROL",
+__all__ = ["ADVANCE_SCHEDULES", "CATALOGUE", "CLAIM", "CLAIM_BATCH", "GET_SCHEDULES", "INSPECT",
+           "PUBLISH_CATALOGUE", "PUT_SCHEDULE", "READ_SCHEDULES", "RECORD_RUNS", "RECORD_RUNS_BATCH",
+           "RELEASE", "RELEASE_BATCH", "REMOVE_SCHEDULE", "RENEW", "RENEW_BATCH", "SET_CONTROL",
            "STREAM_CLAIM"]
 
 _NOW = r"""local t = redis.call('TIME')
@@ -383,4 +384,131 @@ return now
 CATALOGUE = r"""
 -- KEYS[1]: the namespace's catalogue hash. Returns {now, HGETALL}: the caller keeps the live entries.
 """ + _NOW + r"""return {now, redis.call('HGETALL', KEYS[1])}
+"""
+
+
+# -- schedules as data ----------------------------------------------------------------------------
+#
+# A namespace's schedules live in six keys of one hash slot (`Keys.schedules`), always given in this
+# order as KEYS[1..6]:
+# - meta: a hash, id -> "version created_at updated_at due_key task" (store times in epoch ms; the
+#   due key, or '-' when there is no next due; the task last, as it may hold spaces);
+# - body: a hash, id -> the JSON text [spec, args, options, paused] the client wrote;
+# - due: the due index, a sorted set of score 0 whose members are due_key .. id, where due_key is
+#   next_due + 2^63 as 16 hex digits: ZRANGEBYLEX reads it in (next_due, id) order, ids byte-wise
+#   (UTF-8, so code point order), from any cursor, a page at a time;
+# - ids and tasks: sorted sets of score 0, members id and task .. NUL .. id, for lists by id;
+# - version: the change counter.
+
+_SCHEDULE_COMMON = _NOW + r"""local PARSE = '^(%d+) (%d+) (%d+) (%S+) (.*)$'
+
+-- ZRANGEBYLEX and HMGET a page: {ids, metas, bodies}. (`unpack` has a limit: HMGET in chunks.)
+local function records(ids)
+  local metas, bodies = {}, {}
+  for i = 1, #ids, 500 do
+    local chunk = {unpack(ids, i, math.min(i + 499, #ids))}
+    local m = redis.call('HMGET', KEYS[1], unpack(chunk))
+    local b = redis.call('HMGET', KEYS[2], unpack(chunk))
+    for j = 1, #chunk do
+      metas[#metas + 1] = m[j] or false
+      bodies[#bodies + 1] = b[j] or false
+    end
+  end
+  return {ids, metas, bodies}
+end
+"""
+
+_SCHEDULE_WRITE_END = r"""
+redis.call('INCR', KEYS[6])
+-- Pushed on the namespace's release channel as slot -2, SCHEDULES_CHANGED.
+redis.call('PUBLISH', channel, '-2:' .. id)
+"""
+
+PUT_SCHEDULE = _SCHEDULE_COMMON + r"""
+-- ARGV: id task body due_key expect ('absent', 'any' or a version) channel.
+-- Reply: {1, meta, body} written; {0, meta, body} refused by the current schedule; {0} refused, none.
+local id, task, body, key, expect, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local cur = redis.call('HGET', KEYS[1], id)
+local version, created, old_key, old_task
+if cur then
+  local v, c, u, k, t = string.match(cur, PARSE)
+  version, created, old_key, old_task = tonumber(v), c, k, t
+end
+if (expect == 'absent' and cur) or (expect ~= 'absent' and expect ~= 'any'
+                                    and (not cur or version ~= tonumber(expect))) then
+  if not cur then return {0} end
+  return {0, cur, redis.call('HGET', KEYS[2], id)}
+end
+if cur then
+  if old_key ~= '-' then redis.call('ZREM', KEYS[3], old_key .. id) end
+  redis.call('ZREM', KEYS[5], old_task .. '\0' .. id)
+  version = version + 1
+else
+  version, created = 1, string.format('%d', now)
+  redis.call('ZADD', KEYS[4], 0, id)
+end
+local meta = string.format('%d', version) .. ' ' .. created .. ' ' .. string.format('%d', now) .. ' ' .. key
+  .. ' ' .. task
+redis.call('HSET', KEYS[1], id, meta)
+redis.call('HSET', KEYS[2], id, body)
+if key ~= '-' then redis.call('ZADD', KEYS[3], 0, key .. id) end
+redis.call('ZADD', KEYS[5], 0, task .. '\0' .. id)
+""" + _SCHEDULE_WRITE_END + r"""
+return {1, meta, body}
+"""
+
+REMOVE_SCHEDULE = _SCHEDULE_COMMON + r"""
+-- ARGV: id expect (a version, or '' for any) channel. Reply as PUT_SCHEDULE's (the removed schedule).
+local id, expect, channel = ARGV[1], ARGV[2], ARGV[3]
+local cur = redis.call('HGET', KEYS[1], id)
+if not cur then return {0} end
+local v, c, u, key, task = string.match(cur, PARSE)
+local body = redis.call('HGET', KEYS[2], id)
+if expect ~= '' and tonumber(v) ~= tonumber(expect) then return {0, cur, body} end
+redis.call('HDEL', KEYS[1], id)
+redis.call('HDEL', KEYS[2], id)
+if key ~= '-' then redis.call('ZREM', KEYS[3], key .. id) end
+redis.call('ZREM', KEYS[4], id)
+redis.call('ZREM', KEYS[5], task .. '\0' .. id)
+""" + _SCHEDULE_WRITE_END + r"""
+return {1, cur, body}
+"""
+
+GET_SCHEDULES = _SCHEDULE_COMMON + r"""
+-- ARGV: ids. Reply: {ids, metas, bodies} (false where there is none).
+return records(ARGV)
+"""
+
+READ_SCHEDULES = _SCHEDULE_COMMON + r"""
+-- ARGV: which index (3: due, 4: ids, 5: tasks), its lex range min and max, the page's limit, and how
+-- many bytes before each member's id (16 for a due key; the task and its NUL). Reply as GET_SCHEDULES'.
+local members = redis.call('ZRANGEBYLEX', KEYS[tonumber(ARGV[1])], ARGV[2], ARGV[3], 'LIMIT', 0, ARGV[4])
+local skip = tonumber(ARGV[5])
+local ids = {}
+for i = 1, #members do ids[i] = string.sub(members[i], skip + 1) end
+return records(ids)
+"""
+
+ADVANCE_SCHEDULES = _SCHEDULE_COMMON + r"""
+-- ARGV: (id, version, due_key or '-') per move. Each moves only while the schedule has that version,
+-- and only forward: '-' (no slot left) replaces any due key; a due key only a smaller one.
+-- (Due keys are compared as two numbers of 8 hex digits: Lua's string order is the server's locale's.)
+local function later(a, b)
+  local a1, b1 = tonumber(string.sub(a, 1, 8), 16), tonumber(string.sub(b, 1, 8), 16)
+  if a1 ~= b1 then return a1 > b1 end
+  return tonumber(string.sub(a, 9, 16), 16) > tonumber(string.sub(b, 9, 16), 16)
+end
+for i = 1, #ARGV, 3 do
+  local id, new = ARGV[i], ARGV[i + 2]
+  local cur = redis.call('HGET', KEYS[1], id)
+  if cur then
+    local v, c, u, key, task = string.match(cur, PARSE)
+    if tonumber(v) == tonumber(ARGV[i + 1]) and key ~= '-' and (new == '-' or later(new, key)) then
+      redis.call('ZREM', KEYS[3], key .. id)
+      if new ~= '-' then redis.call('ZADD', KEYS[3], 0, new .. id) end
+      redis.call('HSET', KEYS[1], id, v .. ' ' .. c .. ' ' .. u .. ' ' .. new .. ' ' .. task)
+    end
+  end
+end
+return 1
 """
