@@ -823,13 +823,13 @@ class TestScheduleRaces:
 # -- the reference model ----------------------------------------------------------------------------
 
 MODEL_SETTINGS = settings(
-    max_examples=30,
+    max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                            HealthCheck.differing_executors],
 )
 
-_IDS = ["a", "B", "b", "a_", "ab", "é", "😀"]
+_IDS = ["a", "B", "b_", "😀"]
 _DUES = st.one_of(st.none(), st.integers(DUE - 5, DUE + 5))
 
 
@@ -863,12 +863,13 @@ def _get(ids: list[str]) -> _Step:
     return _Step("get", (ids,))
 
 
-_EXPECTS = st.one_of(st.sampled_from(cast(list[Expect], ["absent", "any"])), st.integers(0, 4))
+_EXPECTS = st.one_of(st.sampled_from(cast(list[Expect], ["absent", "any"])), st.integers(0, 3))
 _STEPS = st.one_of(
     st.builds(_put, st.sampled_from(_IDS), st.sampled_from(["t1", "t2"]), _DUES, _EXPECTS),
-    st.builds(_remove, st.sampled_from(_IDS), st.one_of(st.none(), st.integers(1, 4))),
-    st.builds(_advance, st.lists(st.tuples(st.sampled_from(_IDS), st.integers(1, 4), _DUES), max_size=3)),
-    st.builds(_list, st.sampled_from(["", "a", "b", "ä"]), st.sampled_from(["", "a", "b"]),
+    st.builds(_remove, st.sampled_from(_IDS), st.one_of(st.none(), st.integers(1, 3))),
+    st.builds(_advance, st.lists(st.tuples(st.sampled_from(_IDS), st.integers(1, 3), _DUES), min_size=1,
+                                 max_size=3)),
+    st.builds(_list, st.sampled_from(["", "a", "b", "ä"]), st.sampled_from(["", "a", "b_", "b"]),
               st.sampled_from([None, "t1"]), st.integers(0, 4)),
     st.builds(_due, st.integers(DUE - 6, DUE + 6),
               st.one_of(st.none(), st.tuples(st.integers(DUE - 5, DUE + 5), st.sampled_from(_IDS))),
@@ -912,11 +913,16 @@ class TestScheduleModel:
                                        pytest.mark.usefixtures("_anarchon_tier_gate")]
 
     @MODEL_SETTINGS
-    @given(steps=st.lists(_STEPS, min_size=1, max_size=25))
+    @given(dues=st.lists(_DUES, min_size=len(_IDS), max_size=len(_IDS)),
+           steps=st.lists(_STEPS, min_size=5, max_size=30))
     def test_schedules_match_the_reference_model(
-        self, anarchon_runner: tuple[asyncio.Runner, BackendPool], steps: list[_Step]) -> None:
+        self, anarchon_runner: tuple[asyncio.Runner, BackendPool], dues: list[int | None],
+            steps: list[_Step]) -> None:
         runner, pool = anarchon_runner
         namespace = f"model-{uuid.uuid4().hex[:10]}"
+        # Every id exists at first (version 1), so that most steps meet a schedule.
+        steps = [*(_put(schedule_id, "t1", due, "any") for schedule_id, due in zip(_IDS, dues, strict=True)),
+                 *steps]
 
         async def play() -> None:
             real: Any = (await pool.clients(1))[0]
@@ -937,4 +943,9 @@ class TestScheduleModel:
                 if step.kind == "advance":
                     assert after == counter, "advance_schedules must not bump the change counter"
                 counter = after
+                stored = _plain(await real.get_schedules(namespace, _IDS))
+                assert stored == _plain(await model.get_schedules(namespace, _IDS)), (
+                    f"after step {n} {step.kind}{step.args!r} the backend holds {stored!r}, the reference "
+                    f"model (the protocol's rules) {_plain(await model.get_schedules(namespace, _IDS))!r}; "
+                    f"steps so far: {steps[:n + 1]!r}")
         runner.run(play())
