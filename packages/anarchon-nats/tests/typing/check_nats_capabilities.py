@@ -21,3 +21,6 @@ leases.every("b", "10s", handler, overlap="replace", max_attempts=2)
 claim_only.every("c", "10s", handler, overlap="skip")  # type: ignore[arg-type]
 claim_only.at("d", 1_800_000_000, handler, catch_up="5m")  # type: ignore[arg-type]
 Scheduler(backend=NatsBackend("nats://127.0.0.1:4222"), heartbeat="1s")  # type: ignore[arg-type]
+
+# Rejected: tasks run stored schedules, which a Key-Value bucket does not keep (no 'schedules').
+leases.task("report")  # type: ignore[arg-type]
