@@ -700,7 +700,8 @@ class ScheduleBackend(LeaseBackend, Protocol):
         """Move each `(id, version, next_due)` forward in the due index, in one round trip.
 
         - Only while the schedule still has that version (a write since then set its own next due),
-          and only forward: a set `next_due` replaces a smaller one; None (no slot left) replaces any.
+          and only forward: a set `next_due` replaces a smaller one; None (no slot left) replaces any,
+          and is replaced by nothing but a write.
         - A move changes nothing else and does not bump the change counter.
         """
         ...
