@@ -22,6 +22,22 @@ Expect = int | Literal["absent", "any"]
 # -- writes ------------------------------------------------------------------------------------------
 
 
+class VersionPerScheduleBackend(MemoryBackend):
+    """Numbers each schedule's versions 1, 2, 3...: one removed and added again has its old versions."""
+
+    async def put_schedule(
+        self, namespace: str, write: ScheduleWrite, *, expect: Expect
+    ) -> ScheduleWriteResult:
+        [before] = await self.get_schedules(namespace, [write.id])
+        result = await super().put_schedule(namespace, write, expect=expect)
+        if not result.written or result.record is None:
+            return result
+        with self.store.lock:
+            record = replace(result.record, version=1 if before is None else before.version + 1)
+            self.store.schedules[namespace][write.id] = record
+        return ScheduleWriteResult(True, record)
+
+
 class UpdateIgnoresVersionBackend(MemoryBackend):
     """A compare-and-set that writes whatever the current version is."""
 
@@ -48,8 +64,9 @@ class ResetsCreatedAtBackend(MemoryBackend):
     async def put_schedule(
         self, namespace: str, write: ScheduleWrite, *, expect: Expect
     ) -> ScheduleWriteResult:
+        [before] = await self.get_schedules(namespace, [write.id])
         result = await super().put_schedule(namespace, write, expect=expect)
-        if not result.written or result.record is None or result.record.version == 1:
+        if not result.written or result.record is None or before is None:
             return result
         with self.store.lock:
             record = replace(result.record, created_at=result.record.updated_at + 1)
@@ -63,6 +80,7 @@ class ClientClockSchedulesBackend(MemoryBackend):
     async def put_schedule(
         self, namespace: str, write: ScheduleWrite, *, expect: Expect
     ) -> ScheduleWriteResult:
+        [before] = await self.get_schedules(namespace, [write.id])
         result = await super().put_schedule(namespace, write, expect=expect)
         if not result.written or result.record is None:
             return result
@@ -71,7 +89,7 @@ class ClientClockSchedulesBackend(MemoryBackend):
             record = replace(
                 result.record,
                 updated_at=now,
-                created_at=now if result.record.version == 1 else result.record.created_at,
+                created_at=now if before is None else result.record.created_at,
             )
             self.store.schedules[namespace][write.id] = record
         return ScheduleWriteResult(True, record)
@@ -101,8 +119,9 @@ class RemovalNotCountedBackend(MemoryBackend):
 class SilentSchedulesBackend(MemoryBackend):
     """Declares `notify`, pushes handovers, but not the writes of schedules."""
 
-    def _schedules_changed(self, namespace: str, schedule_id: str) -> None:
-        self.store.schedule_versions[namespace] = self.store.schedule_versions.get(namespace, 0) + 1
+    def _schedules_changed(self, namespace: str, schedule_id: str) -> int:
+        version = self.store.schedule_versions[namespace] = self.store.schedule_versions.get(namespace, 0) + 1
+        return version
 
 
 class FoldedNamespacesBackend(MemoryBackend):
@@ -189,38 +208,62 @@ class DueBeyondUntilBackend(MemoryBackend):
     """Reads the due index a millisecond past `until`."""
 
     async def due_schedules(
-        self, namespace: str, *, until: int, after: tuple[int, str] | None = None, limit: int
+        self,
+        namespace: str,
+        *,
+        until: int,
+        tasks: Sequence[str] | None = None,
+        after: tuple[int, str] | None = None,
+        limit: int,
     ) -> list[ScheduleRecord]:
-        return await super().due_schedules(namespace, until=until + 1, after=after, limit=limit)
+        return await super().due_schedules(namespace, until=until + 1, tasks=tasks, after=after, limit=limit)
 
 
 class DueUntilExclusiveBackend(MemoryBackend):
     """Reads the due index up to `until`, exclusive."""
 
     async def due_schedules(
-        self, namespace: str, *, until: int, after: tuple[int, str] | None = None, limit: int
+        self,
+        namespace: str,
+        *,
+        until: int,
+        tasks: Sequence[str] | None = None,
+        after: tuple[int, str] | None = None,
+        limit: int,
     ) -> list[ScheduleRecord]:
-        return await super().due_schedules(namespace, until=until - 1, after=after, limit=limit)
+        return await super().due_schedules(namespace, until=until - 1, tasks=tasks, after=after, limit=limit)
 
 
 class DueAfterInclusiveBackend(MemoryBackend):
     """Reads the due index from its cursor inclusive: the last of a page comes again."""
 
     async def due_schedules(
-        self, namespace: str, *, until: int, after: tuple[int, str] | None = None, limit: int
+        self,
+        namespace: str,
+        *,
+        until: int,
+        tasks: Sequence[str] | None = None,
+        after: tuple[int, str] | None = None,
+        limit: int,
     ) -> list[ScheduleRecord]:
         if after is not None:
             after = (after[0], after[1][:-1]) if after[1] else (after[0] - 1, "\U0010ffff")
-        return await super().due_schedules(namespace, until=until, after=after, limit=limit)
+        return await super().due_schedules(namespace, until=until, tasks=tasks, after=after, limit=limit)
 
 
 class DueByIdBackend(MemoryBackend):
     """Orders the due index by id alone."""
 
     async def due_schedules(
-        self, namespace: str, *, until: int, after: tuple[int, str] | None = None, limit: int
+        self,
+        namespace: str,
+        *,
+        until: int,
+        tasks: Sequence[str] | None = None,
+        after: tuple[int, str] | None = None,
+        limit: int,
     ) -> list[ScheduleRecord]:
-        everything = await super().due_schedules(namespace, until=until, limit=1_000_000)
+        everything = await super().due_schedules(namespace, until=until, tasks=tasks, limit=1_000_000)
         ordered = sorted(everything, key=lambda r: r.id)
         return [r for r in ordered if after is None or r.id > after[1]][:limit]
 
@@ -229,12 +272,53 @@ class TornDueReadBackend(MemoryBackend):
     """Reads the due index's keys, lets other calls run, then reads the schedules: a read not atomic."""
 
     async def due_schedules(
-        self, namespace: str, *, until: int, after: tuple[int, str] | None = None, limit: int
+        self,
+        namespace: str,
+        *,
+        until: int,
+        tasks: Sequence[str] | None = None,
+        after: tuple[int, str] | None = None,
+        limit: int,
     ) -> list[ScheduleRecord]:
-        page = await super().due_schedules(namespace, until=until, after=after, limit=limit)
+        page = await super().due_schedules(namespace, until=until, tasks=tasks, after=after, limit=limit)
         await asyncio.sleep(0)  # a write runs here
         now = await self.get_schedules(namespace, [r.id for r in page])
         return [r for r in now if r is not None]
+
+
+class DueIgnoresTasksBackend(MemoryBackend):
+    """Reads the due schedules of every task, whatever `tasks` asks for."""
+
+    async def due_schedules(
+        self,
+        namespace: str,
+        *,
+        until: int,
+        tasks: Sequence[str] | None = None,
+        after: tuple[int, str] | None = None,
+        limit: int,
+    ) -> list[ScheduleRecord]:
+        return await super().due_schedules(namespace, until=until, after=after, limit=limit)
+
+
+class DueTaskByTaskBackend(MemoryBackend):
+    """Reads the tasks asked one after another, each in (next_due, id) order, not merged."""
+
+    async def due_schedules(
+        self,
+        namespace: str,
+        *,
+        until: int,
+        tasks: Sequence[str] | None = None,
+        after: tuple[int, str] | None = None,
+        limit: int,
+    ) -> list[ScheduleRecord]:
+        if tasks is None:
+            return await super().due_schedules(namespace, until=until, after=after, limit=limit)
+        out: list[ScheduleRecord] = []
+        for task in dict.fromkeys(tasks):
+            out += await super().due_schedules(namespace, until=until, tasks=[task], after=after, limit=limit)
+        return out[:limit]
 
 
 # -- the due index moved on --------------------------------------------------------------------------
@@ -311,7 +395,7 @@ class AdvanceTouchesBackend(MemoryBackend):
 
 
 class CheckThenWriteBackend(MemoryBackend):
-    """Checks `expect` under the lock, lets other calls run, then writes without checking again."""
+    """Checks `expect` and reads the counter, lets other calls run, then writes without checking again."""
 
     async def put_schedule(
         self, namespace: str, write: ScheduleWrite, *, expect: Expect
@@ -321,10 +405,11 @@ class CheckThenWriteBackend(MemoryBackend):
             isinstance(expect, int) and (current is None or current.version != expect)
         ):
             return ScheduleWriteResult(False, current)
+        version = await self.schedules_version(namespace) + 1
         await asyncio.sleep(0)  # another client's write runs here
         with self.store.lock:
             now = self._now()
-            version = 1 if current is None else current.version + 1
+            self.store.schedule_versions[namespace] = version - 1
             record = ScheduleRecord(
                 write.id,
                 write.task,
@@ -358,6 +443,30 @@ class BrokenSchedules:
 
 
 BROKEN_SCHEDULES = [
+    BrokenSchedules(
+        "version_per_schedule",
+        VersionPerScheduleBackend,
+        "test_a_schedule_added_again_never_has_a_version_it_had",
+        "never has a version it had before",
+    ),
+    BrokenSchedules(
+        "version_per_schedule_counter",
+        VersionPerScheduleBackend,
+        "test_an_upsert_creates_or_replaces_whatever_the_version",
+        "the change counter after the write",
+    ),
+    BrokenSchedules(
+        "due_ignores_tasks",
+        DueIgnoresTasksBackend,
+        "test_the_due_index_reads_only_the_tasks_asked",
+        "of those tasks only",
+    ),
+    BrokenSchedules(
+        "due_task_by_task",
+        DueTaskByTaskBackend,
+        "test_the_due_index_reads_only_the_tasks_asked",
+        "ordered by (next_due, id) across them",
+    ),
     BrokenSchedules(
         "update_ignores_version",
         UpdateIgnoresVersionBackend,

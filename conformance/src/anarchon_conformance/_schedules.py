@@ -162,10 +162,12 @@ class Schedules:
                 return out
             after = page[-1].id
 
-    async def due(self, until: int, after: tuple[int, str] | None = None,
-                  limit: int = 1000) -> list[ScheduleRecord]:
-        """`due_schedules`, checked."""
-        page: object = await self.backend.due_schedules(self.namespace, until=until, after=after, limit=limit)
+    async def due(self, until: int, after: tuple[int, str] | None = None, limit: int = 1000, *,
+                  tasks: Sequence[str] | None = None) -> list[ScheduleRecord]:
+        """`due_schedules`, checked (`tasks` passed only when given)."""
+        more = {} if tasks is None else {"tasks": list(tasks)}
+        page: object = await self.backend.due_schedules(self.namespace, until=until, after=after, limit=limit,
+                                                        **more)
         assert isinstance(page, list), f"due_schedules returned {page!r}, not a list"
         return [check_record(r, "due_schedules") for r in cast(list[object], page)]
 
@@ -211,14 +213,17 @@ class TestScheduleContract:
 
     # -- put_schedule ---------------------------------------------------------------------------
 
-    async def test_an_add_creates_version_1_with_the_stores_times(self, anarchon_kit: Kit) -> None:
+    async def test_an_add_creates_the_record_at_the_counters_new_value(self, anarchon_kit: Kit) -> None:
         s = on(anarchon_kit)
         write = sw(ODD_NAMES[0], "report", args='{"customer": 7}', options='{"lease":"6000ms"}')
         before = real_now_ms()
+        counter = await s.version()
         record = await s.add(write)
         assert fields(record) == written(write), (
             f"a created record holds every field of the write: wrote {write!r}, got {record!r}")
-        assert record.version == 1, f"a created schedule has version 1, not {record.version}"
+        assert record.version > counter and record.version == await s.version(), (
+            f"the record's version is the namespace's change counter after the write that made it: "
+            f"{record.version}, the counter {counter} before and {await s.version()} after")
         assert record.created_at == record.updated_at, (
             f"created: created_at = updated_at = the store's now; got {record.created_at} and "
             f"{record.updated_at}")
@@ -239,17 +244,18 @@ class TestScheduleContract:
     async def test_an_upsert_creates_or_replaces_whatever_the_version(self, anarchon_kit: Kit) -> None:
         s = on(anarchon_kit)
         created = await s.put(sw("job", "one"), "any")
-        assert created.written and created.record is not None and created.record.version == 1, (
-            f"put_schedule(expect='any') of a new id creates it at version 1: {created!r}")
-        for version in (2, 3):
-            write = sw("job", f"task-{version}", next_due=None if version == 3 else DUE + version,
-                       spec='{"at": 1}', args=f'{{"n": {version}}}', options='{"overlap":"allow"}',
-                       paused=version == 2)
+        assert created.written and created.record is not None, (
+            f"put_schedule(expect='any') of a new id creates it: {created!r}")
+        last = created.record
+        await s.add(sw("other"))  # (another schedule's write moves the counter too)
+        for n in (2, 3):
+            write = sw("job", f"task-{n}", next_due=None if n == 3 else DUE + n, spec='{"at": 1}',
+                       args=f'{{"n": {n}}}', options='{"overlap":"allow"}', paused=n == 2)
             result = await s.put(write, "any")
             assert result.written and result.record is not None, f"an upsert always writes: {result!r}"
-            assert result.record.version == version, (
-                f"a replaced schedule's version is the old one + 1: expected {version}, got "
-                f"{result.record!r}")
+            assert result.record.version > last.version and result.record.version == await s.version(), (
+                f"a replaced schedule's version is the change counter after the write, so it grows: "
+                f"{last.version} became {result.record.version}, the counter is {await s.version()}")
             assert fields(result.record) == written(write), (
                 f"every field of the write replaces the old one: wrote {write!r}, got {result.record!r}")
             assert result.record.created_at == created.record.created_at, (
@@ -258,28 +264,50 @@ class TestScheduleContract:
             assert result.record.updated_at >= created.record.created_at, (
                 f"updated_at is the store's now of the replacement: {result.record!r}")
             assert await s.one("job") == result.record
+            last = result.record
 
     async def test_compare_and_set_writes_only_the_expected_version(self, anarchon_kit: Kit) -> None:
         s = on(anarchon_kit)
         v1 = await s.add(sw("job", "one"))
         await asyncio.sleep(0.01)  # (a store time that moves: updated_at may then differ from created_at)
-        v2 = await s.put(sw("job", "two", next_due=DUE + 5), 1)
-        assert v2.written and v2.record is not None, f"put_schedule(expect=1) of version 1 must write: {v2!r}"
-        assert (v2.record.version, v2.record.task, v2.record.next_due) == (2, "two", DUE + 5), v2
+        v2 = await s.put(sw("job", "two", next_due=DUE + 5), v1.version)
+        assert v2.written and v2.record is not None, (
+            f"put_schedule(expect={v1.version}) of version {v1.version} must write: {v2!r}")
+        assert (v2.record.task, v2.record.next_due) == ("two", DUE + 5), v2
+        assert v2.record.version > v1.version and v2.record.version == await s.version(), (
+            f"a compare-and-set writes the counter's new value as the version: {v2.record!r}")
         assert v2.record.created_at == v1.created_at, "a compare-and-set keeps created_at"
         assert v2.record.updated_at >= v1.updated_at, "updated_at is the store's now of the write"
-        for stale in (1, 3, 0):
+        for stale in (v1.version, v2.record.version + 1, 0):
             refused = await s.put(sw("job", "three"), stale)
             assert not refused.written, (
-                f"put_schedule(expect={stale}) of version 2 must be refused (compare-and-set): {refused!r}")
+                f"put_schedule(expect={stale}) of version {v2.record.version} must be refused "
+                f"(compare-and-set): {refused!r}")
             assert refused.record == v2.record, (
                 f"a refused compare-and-set answers the current record: {refused.record!r}, not "
                 f"{v2.record!r}")
-        missing = await s.put(sw("nothing-here"), 1)
+        missing = await s.put(sw("nothing-here"), v2.record.version)
         assert not missing.written and missing.record is None, (
             f"a compare-and-set of an id that does not exist is refused with None: {missing!r}")
         assert await s.one("nothing-here") is None, "a refused compare-and-set must not create the schedule"
         assert await s.one("job") == v2.record
+
+    async def test_a_schedule_added_again_never_has_a_version_it_had(self, anarchon_kit: Kit) -> None:
+        s = on(anarchon_kit)
+        old = await s.add(sw("job", next_due=DUE))
+        await s.remove("job")
+        new = await s.add(sw("job", "again", next_due=DUE))
+        assert new.version > old.version, (
+            f"a schedule removed and added again never has a version it had before: {old.version} then "
+            f"{new.version}")
+        refused = await s.put(sw("job", "meant for the old one"), old.version)
+        assert not refused.written and refused.record == new, (
+            f"a compare-and-set meant for the removed schedule must not touch the new one: {refused!r}")
+        await s.advance([("job", old.version, DUE + 60_000)])
+        assert await s.one("job") == new, "a move of the due index meant for the removed schedule is ignored"
+        gone = await s.remove("job", expect=old.version)
+        assert not gone.written and gone.record == new, (
+            f"a removal meant for the removed schedule must not remove the new one: {gone!r}")
 
     async def test_every_field_round_trips_exactly(self, anarchon_kit: Kit) -> None:
         s = on(anarchon_kit)
@@ -332,20 +360,22 @@ class TestScheduleContract:
         again = await s.remove("job")
         assert not again.written and again.record is None, (
             f"a removal of an id that does not exist is refused with None: {again!r}")
-        assert (await s.add(sw("job", "new"))).version == 1, "an id removed can be added again, at version 1"
+        assert (await s.add(sw("job", "new"))).task == "new", "an id removed can be added again"
 
     async def test_a_removal_with_expect_compares_the_version(self, anarchon_kit: Kit) -> None:
         s = on(anarchon_kit)
-        await s.add(sw("job"))
-        v2 = await s.put(sw("job", "two"), 1)
-        refused = await s.remove("job", expect=1)
+        v1 = await s.add(sw("job"))
+        v2 = await s.put(sw("job", "two"), v1.version)
+        assert v2.record is not None
+        refused = await s.remove("job", expect=v1.version)
         assert not refused.written and refused.record == v2.record, (
-            f"remove_schedule(expect=1) of version 2 is refused with the current record: {refused!r}")
+            f"remove_schedule(expect={v1.version}) of version {v2.record.version} is refused with the "
+            f"current record: {refused!r}")
         assert await s.one("job") == v2.record, "a refused removal changes nothing"
-        gone = await s.remove("job", expect=2)
+        gone = await s.remove("job", expect=v2.record.version)
         assert gone.written and gone.record == v2.record, (
-            f"remove_schedule(expect=2) of version 2 removes: {gone!r}")
-        missing = await s.remove("job", expect=2)
+            f"remove_schedule(expect={v2.record.version}) of that version removes: {gone!r}")
+        missing = await s.remove("job", expect=v2.record.version)
         assert not missing.written and missing.record is None, (
             f"a removal with expect of an id that does not exist is refused with None: {missing!r}")
 
@@ -527,29 +557,59 @@ class TestScheduleContract:
 
     async def test_the_due_index_follows_every_write(self, anarchon_kit: Kit) -> None:
         s = on(anarchon_kit)
-        await s.add(sw("a", next_due=DUE))
+        a = await s.add(sw("a", next_due=DUE))
         await s.add(sw("b", next_due=DUE + 5))
-        await s.put(sw("a", next_due=DUE + 10), 1)
+        await s.put(sw("a", next_due=DUE + 10), a.version)
         assert await s.all_due(DUE + 100) == [(DUE + 5, "b"), (DUE + 10, "a")], "an update moves the index"
         await s.put(sw("b", next_due=None), "any")
         assert await s.all_due(DUE + 100) == [(DUE + 10, "a")], "a write of next_due None leaves the index"
-        await s.put(sw("b", next_due=DUE - 1), "any")
+        b = await s.put(sw("b", next_due=DUE - 1), "any")
         assert await s.all_due(DUE + 100) == [(DUE - 1, "b"), (DUE + 10, "a")], "a write may move it back"
         await s.remove("a")
         assert await s.all_due(DUE + 100) == [(DUE - 1, "b")], "a removal leaves the index"
-        refused = await s.put(sw("b", next_due=DUE - 100), 7)
+        assert b.record is not None
+        refused = await s.put(sw("b", next_due=DUE - 100), b.record.version + 1)
         assert not refused.written
         assert await s.all_due(DUE + 100) == [(DUE - 1, "b")], "a refused write leaves the index alone"
+
+    async def test_the_due_index_reads_only_the_tasks_asked(self, anarchon_kit: Kit) -> None:
+        s = on(anarchon_kit)
+        keys: dict[str, list[tuple[int, str]]] = {"t1": [], "t2": [], "t3": []}
+        for i, schedule_id in enumerate(COLLATION_IDS):
+            task, due = ("t1", "t2", "t3")[i % 3], DUE + (i % 4) * 1000
+            await s.add(sw(schedule_id, task, next_due=None if i % 7 == 6 else due))
+            if i % 7 != 6:
+                keys[task].append((due, schedule_id))
+        await s.add(sw("late", "t1", next_due=DUE + 10_000))
+        for tasks in (["t1"], ["t1", "t3"], ["t3", "t2", "t1"], ["t2", "t2"], ["none"], []):
+            expected = sorted(k for t in set(tasks) for k in keys.get(t, []))
+            for limit in (1, 3, 1000):
+                got: list[tuple[int, str]] = []
+                after: tuple[int, str] | None = None
+                while True:
+                    page = await s.due(DUE + 5_000, after, limit, tasks=tasks)
+                    assert all(r.task in tasks for r in page), (
+                        f"due_schedules(tasks={tasks}) reads the due schedules of those tasks only: "
+                        f"{[(r.id, r.task) for r in page]}")
+                    got += [(r.next_due or 0, r.id) for r in page]
+                    if len(page) < limit:
+                        break
+                    after = got[-1]
+                assert got == expected, (
+                    f"due_schedules(tasks={tasks}) is the due index of those tasks, ordered by (next_due, "
+                    f"id) across them, at most until, paged from any cursor (limit {limit}): expected "
+                    f"{expected}, got {got}")
 
     # -- advance_schedules ----------------------------------------------------------------------
 
     async def test_advance_moves_only_forward(self, anarchon_kit: Kit) -> None:
         s = on(anarchon_kit)
         before = await s.add(sw("job", next_due=DUE))
-        await s.advance([("job", 1, DUE - 1)])
+        v = before.version
+        await s.advance([("job", v, DUE - 1)])
         assert (await s.one("job") or before).next_due == DUE, (
             "advance_schedules moves only forward: a smaller next_due must not replace a larger one")
-        await s.advance([("job", 1, DUE + 60_000)])
+        await s.advance([("job", v, DUE + 60_000)])
         after = await s.one("job")
         assert after is not None and after.next_due == DUE + 60_000, (
             f"advance_schedules moves a schedule forward in the due index: {after!r}")
@@ -557,35 +617,36 @@ class TestScheduleContract:
             f"an advance changes nothing but next_due (no version, no updated_at): {before!r} became "
             f"{after!r}")
         assert await s.all_due(DUE + 60_000) == [(DUE + 60_000, "job")], "the due index moves with it"
-        await s.advance([("job", 1, DUE + 120_000), ("job", 1, DUE + 90_000)])
+        await s.advance([("job", v, DUE + 120_000), ("job", v, DUE + 90_000)])
         assert (await s.one("job") or before).next_due == DUE + 120_000, (
             "each move of one call is judged alone, only forward: the larger of two moves stays")
         await s.advance([])
 
     async def test_advance_needs_the_version_it_read(self, anarchon_kit: Kit) -> None:
         s = on(anarchon_kit)
-        await s.add(sw("job", next_due=DUE))
-        await s.put(sw("job", next_due=DUE + 5), 1)
-        await s.advance([("job", 1, DUE + 60_000)])
+        v1 = await s.add(sw("job", next_due=DUE))
+        v2 = await s.put(sw("job", next_due=DUE + 5), v1.version)
+        assert v2.record is not None
+        await s.advance([("job", v1.version, DUE + 60_000)])
         assert (await s.one("job") or sw("?")).next_due == DUE + 5, (
             "advance_schedules moves a schedule only while it still has the version given: a write since "
             "then set its own next due")
-        await s.advance([("job", 2, DUE + 60_000), ("missing", 1, DUE)])
+        await s.advance([("job", v2.record.version, DUE + 60_000), ("missing", v2.record.version, DUE)])
         assert (await s.one("job") or sw("?")).next_due == DUE + 60_000
         assert await s.one("missing") is None, "an advance of an id that does not exist creates nothing"
 
     async def test_advance_to_none_ends_the_schedules_place_in_the_index(self, anarchon_kit: Kit) -> None:
         s = on(anarchon_kit)
-        await s.add(sw("job", next_due=DUE))
-        await s.add(sw("other", next_due=DUE))
-        await s.advance([("job", 1, None), ("other", 1, DUE + 1)])
+        job = await s.add(sw("job", next_due=DUE))
+        other = await s.add(sw("other", next_due=DUE))
+        await s.advance([("job", job.version, None), ("other", other.version, DUE + 1)])
         assert (await s.one("job") or sw("?", next_due=0)).next_due is None, (
             "advance_schedules with next_due None (no slot left) replaces any next_due")
         assert await s.all_due(DUE + 100) == [(DUE + 1, "other")], "a schedule without next_due is never due"
-        await s.advance([("job", 1, DUE + 50)])
+        await s.advance([("job", job.version, DUE + 50)])
         assert (await s.one("job") or sw("?", next_due=0)).next_due is None, (
             "advance_schedules moves only forward, and None is the end: a set next_due must not replace it")
-        await s.put(sw("job", next_due=DUE + 7), 1)
+        await s.put(sw("job", next_due=DUE + 7), job.version)
         assert await s.all_due(DUE + 100) == [(DUE + 1, "other"), (DUE + 7, "job")], "a write sets it again"
 
     # -- the change counter ---------------------------------------------------------------------
@@ -597,26 +658,27 @@ class TestScheduleContract:
         assert await reader.version() == 0, "schedules_version is 0 before any write"
         seen = [0]
 
-        async def grew(what: str) -> None:
+        async def grew(what: str) -> int:
             counter = await reader.version()
             assert counter > seen[-1], (
                 f"schedules_version must be larger after each write or removal: {seen[-1]} before {what}, "
                 f"{counter} after")
             seen.append(counter)
+            return counter
 
-        await s.add(sw("a"))
-        await grew("an add")
-        await s.put(sw("a", "x"), "any")
-        await grew("an upsert")
-        await s.put(sw("a", "y"), 2)
-        await grew("a compare-and-set")
-        await s.put(sw("b"), "any")
-        await grew("an upsert that creates")
-        await s.advance([("a", 3, DUE + 1), ("b", 1, None)])
+        a = await s.add(sw("a"))
+        assert a.version == await grew("an add")
+        a = (await s.put(sw("a", "x"), "any")).record or a
+        assert a.version == await grew("an upsert")
+        a = (await s.put(sw("a", "y"), a.version)).record or a
+        assert a.version == await grew("a compare-and-set")
+        b = (await s.put(sw("b"), "any")).record
+        assert b is not None and b.version == await grew("an upsert that creates")
+        await s.advance([("a", a.version, DUE + 1), ("b", b.version, None)])
         assert await reader.version() == seen[-1], "advance_schedules must not bump the change counter"
         await s.remove("b")
         await grew("a removal")
-        await s.remove("a", expect=3)
+        await s.remove("a", expect=a.version)
         await grew("a removal with expect")
 
     async def test_a_write_is_pushed_where_the_backend_notifies(self, anarchon_kit: Kit) -> None:
@@ -688,10 +750,8 @@ class TestScheduleRaces:
             winners = [r.record for r in results if r.written]
             assert len(winners) == 1, (
                 f"concurrent put_schedule(expect='absent') of one id: exactly one must win, "
-                f"{len(winners)} did: "
-                f"{[fields(w) for w in winners]}")
+                f"{len(winners)} did: {[fields(w) for w in winners]}")
             winner = winners[0]
-            assert winner is not None and winner.version == 1
             for r in results:
                 if not r.written:
                     assert r.record == winner, (
@@ -701,19 +761,21 @@ class TestScheduleRaces:
 
     async def test_race_concurrent_updates_of_one_version_have_one_winner(self, anarchon_kit: Kit) -> None:
         clients = await self._clients(anarchon_kit)
-        await clients[0].add(sw("job"))
-        for version in range(1, 11):
+        current = await clients[0].add(sw("job"))
+        for round_ in range(10):
+            version = current.version
             results = await asyncio.gather(*(
-                c.put(sw("job", f"task-{version}-{i}", next_due=DUE + i), version)
+                c.put(sw("job", f"task-{round_}-{i}", next_due=DUE + i), version)
                 for i, c in enumerate(clients)))
             winners = [r.record for r in results if r.written]
             assert len(winners) == 1, (
                 f"concurrent put_schedule(expect={version}): a compare-and-set has exactly one winner, "
                 f"{len(winners)} won: {[fields(w) for w in winners]}")
             winner = winners[0]
-            assert winner is not None and winner.version == version + 1
+            assert winner is not None and winner.version > version
             assert all(r.record == winner for r in results if not r.written), (
                 "a refused compare-and-set answers the current record, the winner's")
+            current = winner
 
     async def test_race_concurrent_upserts_lose_no_write(self, anarchon_kit: Kit) -> None:
         clients = await self._clients(anarchon_kit)
@@ -722,11 +784,11 @@ class TestScheduleRaces:
             c.put(sw("job", f"task-{i}-{k}"), "any") for k in range(3) for i, c in enumerate(clients)))
         assert all(r.written for r in results), "an upsert always writes"
         versions = sorted(r.record.version for r in results if r.record is not None)
-        assert versions == list(range(1, len(results) + 1)), (
-            f"concurrent upserts: each writes version + 1 of the one before it, atomically (a lost update "
-            f"shows as a version given twice): {versions}")
+        assert len(set(versions)) == len(versions) and versions[0] > counter, (
+            f"concurrent upserts: each write's version is the counter's new value, bumped atomically (a "
+            f"lost update shows as a version given twice): {versions}")
         last = max((r.record for r in results if r.record is not None), key=lambda r: r.version)
-        assert await clients[0].one("job") == last, "the store keeps the last write"
+        assert await clients[0].one("job") == last, "the store keeps the last write, the newest version"
         assert await clients[0].version() >= counter + len(results), (
             f"schedules_version must be larger after each of {len(results)} upserts: {counter} became "
             f"{await clients[0].version()}")
@@ -735,9 +797,9 @@ class TestScheduleRaces:
         clients = await self._clients(anarchon_kit)
         for round_ in range(10):
             schedule_id = f"job-{round_}"
-            await clients[0].add(sw(schedule_id))
+            v = (await clients[0].add(sw(schedule_id))).version
             results = await asyncio.gather(*(
-                c.put(sw(schedule_id, "changed"), 1) if i % 2 else c.remove(schedule_id, expect=1)
+                c.put(sw(schedule_id, "changed"), v) if i % 2 else c.remove(schedule_id, expect=v)
                 for i, c in enumerate(clients)))
             assert sum(r.written for r in results) == 1, (
                 f"an update and a removal of the same version race: exactly one must win, got "
@@ -746,17 +808,19 @@ class TestScheduleRaces:
     async def test_race_advance_and_update_leave_the_updates_next_due(self, anarchon_kit: Kit) -> None:
         clients = await self._clients(anarchon_kit)
         ids = [f"job-{i}" for i in range(20)]
-        for schedule_id in ids:
-            await clients[0].add(sw(schedule_id, next_due=DUE))
-        await asyncio.gather(
-            *(clients[1 + i % 3].advance([(schedule_id, 1, DUE + 60_000)])
+        added = {i: (await clients[0].add(sw(i, next_due=DUE))).version for i in ids}
+        results = await asyncio.gather(
+            *(clients[4 + i % 3].put(sw(schedule_id, next_due=DUE + 5), added[schedule_id])
               for i, schedule_id in enumerate(ids)),
-            *(clients[4 + i % 3].put(sw(schedule_id, next_due=DUE + 5), 1)
+            *(clients[1 + i % 3].advance([(schedule_id, added[schedule_id], DUE + 60_000)])
               for i, schedule_id in enumerate(ids)))
+        updated = {r.record.id: r.record.version for r in results[:len(ids)]
+                   if isinstance(r, ScheduleWriteResult) and r.record is not None}
         for record in await clients[0].get(*ids):
-            assert record is not None and (record.version, record.next_due) == (2, DUE + 5), (
-                f"an advance of version 1 racing an update: the update's next_due must stay (an advance "
-                f"moves only the version it read): {record!r}")
+            assert record is not None and (record.version, record.next_due) == (
+                updated[record.id], DUE + 5), (
+                f"an advance of the version an update replaces, racing it: the update's next_due must stay "
+                f"(an advance moves only the version it read): {record!r}")
 
     async def test_race_writes_against_due_reads(self, anarchon_kit: Kit) -> None:
         """A writer adds, updates and removes schedules while readers page through the due index: every
@@ -832,6 +896,10 @@ MODEL_SETTINGS = settings(
 _IDS = ["a", "B", "b_", "😀"]
 _DUES = st.one_of(st.none(), st.integers(DUE - 5, DUE + 5))
 
+Version = Literal["current", "previous"]
+"""A version as a step names it, for each store to resolve against its own: the id's current version, or
+one it had before (versions are the store's counter values, so two stores need not number alike)."""
+
 
 @dataclass(frozen=True)
 class _Step:
@@ -839,15 +907,15 @@ class _Step:
     args: tuple[Any, ...]
 
 
-def _put(schedule_id: str, task: str, due: int | None, expect: Expect) -> _Step:
+def _put(schedule_id: str, task: str, due: int | None, expect: Version | Literal["absent", "any"]) -> _Step:
     return _Step("put", (schedule_id, task, due, expect))
 
 
-def _remove(schedule_id: str, expect: int | None) -> _Step:
+def _remove(schedule_id: str, expect: Version | None) -> _Step:
     return _Step("remove", (schedule_id, expect))
 
 
-def _advance(moves: list[tuple[str, int, int | None]]) -> _Step:
+def _advance(moves: list[tuple[str, Version, int | None]]) -> _Step:
     return _Step("advance", (moves,))
 
 
@@ -855,23 +923,24 @@ def _list(after: str, prefix: str, task: str | None, limit: int) -> _Step:
     return _Step("list", (after, prefix, task, limit))
 
 
-def _due(until: int, after: tuple[int, str] | None, limit: int) -> _Step:
-    return _Step("due", (until, after, limit))
+def _due(until: int, tasks: list[str] | None, after: tuple[int, str] | None, limit: int) -> _Step:
+    return _Step("due", (until, tasks, after, limit))
 
 
 def _get(ids: list[str]) -> _Step:
     return _Step("get", (ids,))
 
 
-_EXPECTS = st.one_of(st.sampled_from(cast(list[Expect], ["absent", "any"])), st.integers(0, 3))
+_VERSIONS = st.sampled_from(cast(list[Version], ["current", "current", "previous"]))
 _STEPS = st.one_of(
-    st.builds(_put, st.sampled_from(_IDS), st.sampled_from(["t1", "t2"]), _DUES, _EXPECTS),
-    st.builds(_remove, st.sampled_from(_IDS), st.one_of(st.none(), st.integers(1, 3))),
-    st.builds(_advance, st.lists(st.tuples(st.sampled_from(_IDS), st.integers(1, 3), _DUES), min_size=1,
-                                 max_size=3)),
+    st.builds(_put, st.sampled_from(_IDS), st.sampled_from(["t1", "t2"]), _DUES,
+              st.one_of(st.sampled_from(cast(list[Literal["absent", "any"]], ["absent", "any"])), _VERSIONS)),
+    st.builds(_remove, st.sampled_from(_IDS), st.one_of(st.none(), _VERSIONS)),
+    st.builds(_advance, st.lists(st.tuples(st.sampled_from(_IDS), _VERSIONS, _DUES), min_size=1, max_size=3)),
     st.builds(_list, st.sampled_from(["", "a", "b", "ä"]), st.sampled_from(["", "a", "b_", "b"]),
               st.sampled_from([None, "t1"]), st.integers(0, 4)),
     st.builds(_due, st.integers(DUE - 6, DUE + 6),
+              st.one_of(st.none(), st.sampled_from([["t1"], ["t2", "t1"]])),
               st.one_of(st.none(), st.tuples(st.integers(DUE - 5, DUE + 5), st.sampled_from(_IDS))),
               st.integers(1, 4)),
     st.builds(_get, st.lists(st.sampled_from(_IDS), max_size=3)),
@@ -879,9 +948,9 @@ _STEPS = st.one_of(
 
 
 def _plain(answer: Any) -> Any:
-    """An answer without the store's times (the two stores' clocks differ), for comparison."""
+    """An answer without the store's times and versions (each store has its own clock and counter)."""
     if isinstance(answer, ScheduleRecord):
-        return (*(fields(answer) or ()), answer.version)
+        return fields(answer)
     if isinstance(answer, ScheduleWriteResult):
         return answer.written, _plain(answer.record)
     if isinstance(answer, list):
@@ -889,21 +958,58 @@ def _plain(answer: Any) -> Any:
     return answer
 
 
-async def _apply(backend: Any, namespace: str, step: _Step) -> Any:
-    if step.kind == "put":
-        schedule_id, task, due, expect = step.args
-        return await backend.put_schedule(namespace, sw(schedule_id, task, next_due=due), expect=expect)
-    if step.kind == "remove":
-        return await backend.remove_schedule(namespace, step.args[0], expect=step.args[1])
-    if step.kind == "advance":
-        return await backend.advance_schedules(namespace, step.args[0])
-    if step.kind == "list":
-        after, prefix, task, limit = step.args
-        return await backend.list_schedules(namespace, after=after, limit=limit, task=task, prefix=prefix)
-    if step.kind == "due":
-        until, after, limit = step.args
-        return await backend.due_schedules(namespace, until=until, after=after, limit=limit)
-    return await backend.get_schedules(namespace, step.args[0])
+class _Side:
+    """One store of the comparison, and the versions each id has had in it."""
+
+    def __init__(self, backend: Any, namespace: str) -> None:
+        self.backend = backend
+        self.namespace = namespace
+        self.current: dict[str, int] = {}
+        self.before: dict[str, int] = {}
+        """Per id, the newest version it had before its current one (or before it was removed)."""
+
+    async def look(self) -> list[ScheduleRecord | None]:
+        """Every id's record now; the versions noted."""
+        records: list[ScheduleRecord | None] = await self.backend.get_schedules(self.namespace, _IDS)
+        for schedule_id, record in zip(_IDS, records, strict=True):
+            was = self.current.get(schedule_id)
+            now = None if record is None else record.version
+            if was is not None and was != now:
+                self.before[schedule_id] = was
+            if now is None:
+                self.current.pop(schedule_id, None)
+            else:
+                self.current[schedule_id] = now
+        return records
+
+    def version(self, schedule_id: str, which: Version) -> int:
+        """`which` version of the id in this store: its current one, or one it had before (0: none ever)."""
+        if which == "current" and schedule_id in self.current:
+            return self.current[schedule_id]
+        return self.before.get(schedule_id, 0)
+
+    async def apply(self, step: _Step) -> Any:
+        backend, ns = self.backend, self.namespace
+        if step.kind == "put":
+            schedule_id, task, due, expect = step.args
+            if expect not in ("absent", "any"):
+                expect = self.version(schedule_id, expect)
+            return await backend.put_schedule(ns, sw(schedule_id, task, next_due=due), expect=expect)
+        if step.kind == "remove":
+            schedule_id, expect = step.args
+            version = None if expect is None else self.version(schedule_id, expect)
+            return await backend.remove_schedule(ns, schedule_id, expect=version)
+        if step.kind == "advance":
+            moves = [(i, self.version(i, which), due) for i, which, due in step.args[0]]
+            return await backend.advance_schedules(ns, moves)
+        if step.kind == "list":
+            after, prefix, task, limit = step.args
+            return await backend.list_schedules(ns, after=after, limit=limit, task=task, prefix=prefix)
+        if step.kind == "due":
+            until, tasks, after, limit = step.args
+            more = {} if tasks is None else {"tasks": tasks}
+            return await backend.due_schedules(ns, until=until, after=after, limit=limit, **more)
+        return await backend.get_schedules(ns, step.args[0])
 
 
 class TestScheduleModel:
@@ -920,32 +1026,37 @@ class TestScheduleModel:
             steps: list[_Step]) -> None:
         runner, pool = anarchon_runner
         namespace = f"model-{uuid.uuid4().hex[:10]}"
-        # Every id exists at first (version 1), so that most steps meet a schedule.
+        # Every id exists at first, so that most steps meet a schedule.
         steps = [*(_put(schedule_id, "t1", due, "any") for schedule_id, due in zip(_IDS, dues, strict=True)),
                  *steps]
 
         async def play() -> None:
-            real: Any = (await pool.clients(1))[0]
-            model = MemoryBackend(MemoryStore(StoreClock()))
+            real = _Side((await pool.clients(1))[0], namespace)
+            model = _Side(MemoryBackend(MemoryStore(StoreClock())), namespace)
             counter = 0
             for n, step in enumerate(steps):
-                model_before = await model.schedules_version(namespace)
-                expected = _plain(await _apply(model, namespace, step))
-                got = _plain(await _apply(real, namespace, step))
-                assert got == expected, (
-                    f"step {n} {step.kind}{step.args!r}: the backend answered {got!r}, the reference model "
-                    f"(the protocol's rules) {expected!r}; steps so far: {steps[:n + 1]!r}")
-                after = await real.schedules_version(namespace)
-                if await model.schedules_version(namespace) > model_before:
+                model_before = await model.backend.schedules_version(namespace)
+                expected = await model.apply(step)
+                got = await real.apply(step)
+                where = f"step {n} {step.kind}{step.args!r} (steps so far: {steps[:n + 1]!r})"
+                assert _plain(got) == _plain(expected), (
+                    f"{where}: the backend answered {_plain(got)!r}, the reference model (the protocol's "
+                    f"rules) {_plain(expected)!r}")
+                after = await real.backend.schedules_version(namespace)
+                if await model.backend.schedules_version(namespace) > model_before:
                     assert after > counter, (
-                        f"step {n} {step.kind}{step.args!r} wrote, and schedules_version went {counter} -> "
-                        f"{after}: it must grow with every write and removal")
+                        f"{where} wrote, and schedules_version went {counter} -> {after}: it must grow with "
+                        "every write and removal")
                 if step.kind == "advance":
-                    assert after == counter, "advance_schedules must not bump the change counter"
+                    assert after == counter, f"{where}: advance_schedules must not bump the change counter"
+                if step.kind == "put" and got.written:
+                    assert got.record.version == after, (
+                        f"{where}: the record written has version {got.record.version}; it must be the "
+                        f"change counter's new value, {after}")
                 counter = after
-                stored = _plain(await real.get_schedules(namespace, _IDS))
-                assert stored == _plain(await model.get_schedules(namespace, _IDS)), (
-                    f"after step {n} {step.kind}{step.args!r} the backend holds {stored!r}, the reference "
-                    f"model (the protocol's rules) {_plain(await model.get_schedules(namespace, _IDS))!r}; "
-                    f"steps so far: {steps[:n + 1]!r}")
+                stored, modelled = _plain(await real.look()), _plain(await model.look())
+                assert stored == modelled, (
+                    f"after {where} the backend holds {stored!r}, the reference model (the protocol's rules) "
+                    f"{modelled!r}")
+
         runner.run(play())
