@@ -13,7 +13,7 @@ from anarchon_sqlite import SqliteBackend
 from anarchon_sqlite._backend import prefix_end
 
 SCHEDULE_TABLES = {"anarchon_jobs_schedules", "anarchon_jobs_sched_version", "anarchon_jobs_sched_due",
-                   "anarchon_jobs_sched_task"}
+                   "anarchon_jobs_sched_task_due", "anarchon_jobs_sched_task"}
 
 
 def _objects(path: Path) -> set[str]:
@@ -51,7 +51,8 @@ async def test_a_file_of_the_previous_release_gains_the_schedules_and_keeps_its_
         assert await upgraded.controls("ns") == {"job": JobControl(paused=True)}, "controls are kept"
         assert await upgraded.history("ns", "job", 10) == [run], "runs are kept"
         added = await upgraded.put_schedule("ns", _write("report-7"), expect="absent")
-        assert added.written and await upgraded.schedules_version("ns") == 1
+        assert added.written and added.record is not None
+        assert await upgraded.schedules_version("ns") == added.record.version == 1
         assert [r.id for r in await upgraded.due_schedules("ns", until=1_000, limit=10)] == ["report-7"]
     finally:
         await upgraded.close()
@@ -76,14 +77,20 @@ async def test_the_due_read_and_the_task_list_go_through_their_indexes(tmp_path:
         # The statements the backend sends.
         due = backend._sql_schedules_due  # pyright: ignore[reportPrivateUsage]
         listed = backend._sql_schedules_list  # pyright: ignore[reportPrivateUsage]
+        cursor = "AND (next_due, id) > (?, ?)"
         plans = {
-            "due": conn.execute("EXPLAIN QUERY PLAN " + due.format(after=""), ("ns1", 1_500, 100)).fetchall(),
-            "due after": conn.execute("EXPLAIN QUERY PLAN " + due.format(after="AND (next_due, id) > (?, ?)"),
+            "due": conn.execute("EXPLAIN QUERY PLAN " + due.format(task="", after=""),
+                                ("ns1", 1_500, 100)).fetchall(),
+            "due after": conn.execute("EXPLAIN QUERY PLAN " + due.format(task="", after=cursor),
                                       ("ns1", 1_500, 1_200, "s201", 100)).fetchall(),
+            "due of a task": conn.execute(
+                "EXPLAIN QUERY PLAN " + due.format(task="AND task = ?", after=cursor),
+                ("ns1", "t3", 1_500, 1_200, "s201", 100)).fetchall(),
             "task": conn.execute("EXPLAIN QUERY PLAN " + listed + " AND task = ? ORDER BY id LIMIT ?",
                                  ("ns1", "", "t3", 100)).fetchall(),
         }
     for what, index in (("due", "anarchon_jobs_sched_due"), ("due after", "anarchon_jobs_sched_due"),
+                        ("due of a task", "anarchon_jobs_sched_task_due"),
                         ("task", "anarchon_jobs_sched_task")):
         text = " / ".join(str(row[-1]) for row in plans[what])
         assert f"INDEX {index} (namespace=?" in text, f"the {what} read must search {index}: {text}"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import json
 import logging
 import os
@@ -316,11 +318,12 @@ class SqliteBackend(LeaseBackendBase):
                                      "WHERE namespace = ? AND id = ?")
         self._sql_schedule_delete = f"DELETE FROM {st} WHERE namespace = ? AND id = ?"
         self._sql_schedule_bump = (f"INSERT INTO {sv} (namespace, version) VALUES (?, 1) "
-                                   "ON CONFLICT (namespace) DO UPDATE SET version = version + 1")
+                                   "ON CONFLICT (namespace) DO UPDATE SET version = version + 1 "
+                                   "RETURNING version")
         self._sql_schedules_version = f"SELECT version FROM {sv} WHERE namespace = ?"
         self._sql_schedules_list = f"SELECT {_SCHEDULE} FROM {st} WHERE namespace = ? AND id > ?"
         # Row values: the due index's range starts at (next_due, id) > after, read in index order.
-        self._sql_schedules_due = (f"SELECT {_SCHEDULE} FROM {st} WHERE namespace = ? "
+        self._sql_schedules_due = (f"SELECT {_SCHEDULE} FROM {st} WHERE namespace = ? {{task}} "
                                    "AND next_due IS NOT NULL AND next_due <= ? {after} "
                                    "ORDER BY next_due, id LIMIT ?")
         self._sql_schedules_get = f"SELECT {_SCHEDULE} FROM {st} WHERE namespace = ? AND id IN ({{marks}})"
@@ -704,18 +707,15 @@ class SqliteBackend(LeaseBackendBase):
                     isinstance(expect, int) and (current is None or current.version != expect)):
                 return ScheduleWriteResult(False, current)
             now = self._now(conn)
+            version = int(conn.execute(self._sql_schedule_bump, (namespace,)).fetchone()[0])
+            record = ScheduleRecord(w.id, w.task, w.spec, w.args, w.options, w.paused, w.next_due, version,
+                                    now if current is None else current.created_at, now)
             if current is None:
-                record = ScheduleRecord(w.id, w.task, w.spec, w.args, w.options, w.paused, w.next_due, 1, now,
-                                        now)
                 conn.execute(self._sql_schedule_insert, (namespace, w.id, w.task, w.spec, w.args, w.options,
-                                                         int(w.paused), w.next_due, 1, now, now))
+                                                         int(w.paused), w.next_due, version, now, now))
             else:
-                record = ScheduleRecord(w.id, w.task, w.spec, w.args, w.options, w.paused, w.next_due,
-                                        current.version + 1, current.created_at, now)
-                conn.execute(self._sql_schedule_update, (
-                    w.task, w.spec, w.args, w.options, int(w.paused), w.next_due, record.version, now,
-                    namespace, w.id))
-            conn.execute(self._sql_schedule_bump, (namespace,))
+                conn.execute(self._sql_schedule_update, (w.task, w.spec, w.args, w.options, int(w.paused),
+                                                         w.next_due, version, now, namespace, w.id))
             return ScheduleWriteResult(True, record)
 
         return await self._call("put_schedule", _transaction(body))
@@ -731,7 +731,7 @@ class SqliteBackend(LeaseBackendBase):
             if current is None or (expect is not None and current.version != expect):
                 return ScheduleWriteResult(False, current)
             conn.execute(self._sql_schedule_delete, (namespace, schedule_id))
-            conn.execute(self._sql_schedule_bump, (namespace,))
+            conn.execute(self._sql_schedule_bump, (namespace,)).fetchone()
             return ScheduleWriteResult(True, current)
 
         return await self._call("remove_schedule", _transaction(body))
@@ -779,22 +779,26 @@ class SqliteBackend(LeaseBackendBase):
 
         return await self._call("list_schedules", read)
 
-    async def due_schedules(self, namespace: str, *, until: int, after: tuple[int, str] | None = None,
-                            limit: int) -> list[ScheduleRecord]:
-        """A page of the due index, read from the index on (namespace, next_due, id) in one statement."""
-        if limit <= 0:
+    async def due_schedules(self, namespace: str, *, until: int, tasks: Sequence[str] | None = None,
+                            after: tuple[int, str] | None = None, limit: int) -> list[ScheduleRecord]:
+        """A page of the due index: the index on (namespace, next_due, id), or for each task asked the one
+        on (namespace, task, next_due, id), each read in order from the cursor for at most `limit` rows
+        and merged, in one snapshot."""
+        wanted = None if tasks is None else list(dict.fromkeys(tasks))
+        if limit <= 0 or wanted == []:
             return []
-        args: tuple[Any, ...]
-        if after is None:
-            sql, args = self._sql_schedules_due.format(after=""), (namespace, until, limit)
-        else:
-            sql = self._sql_schedules_due.format(after="AND (next_due, id) > (?, ?)")
-            args = (namespace, until, after[0], after[1], limit)
+        cursor = "" if after is None else "AND (next_due, id) > (?, ?)"
+        sql = self._sql_schedules_due.format(task="" if wanted is None else "AND task = ?", after=cursor)
+        tail = (until, *(after or ()), limit)
 
         def read(conn: Conn) -> list[ScheduleRecord]:
-            return [_schedule(r) for r in conn.execute(sql, args).fetchall()]
+            if wanted is None:
+                return [_schedule(r) for r in conn.execute(sql, (namespace, *tail)).fetchall()]
+            pages = [conn.execute(sql, (namespace, task, *tail)).fetchall() for task in wanted]
+            merged = heapq.merge(*pages, key=lambda r: (r[6], r[0]))  # (next_due, id)
+            return [_schedule(r) for r in itertools.islice(merged, limit)]
 
-        return await self._call("due_schedules", read)
+        return await self._call("due_schedules", _snapshot(read))
 
     async def advance_schedules(self, namespace: str, moves: Sequence[tuple[str, int, int | None]]) -> None:
         """Move schedules forward in the due index, each only while it has the version given, in one

@@ -198,7 +198,8 @@ def ensure_schedules(conn: sqlite3.Connection, table: str) -> None:
     New tables beside the records, as the history's are: a file made by an older anarchon-sqlite
     gains them at its first open by this one, keeps everything it had, and still opens in the older
     release, which never reads them. Ids and tasks compare as BINARY (UTF-8 bytes: code point order);
-    the due index reads `(namespace, next_due, id)` in order, and only the rows that have a next due.
+    the due index reads `(namespace, next_due, id)` in order, or `(namespace, task, next_due, id)` for
+    each task asked, and only the rows that have a next due.
     """
     st, sv = schedules_table(table), schedule_versions_table(table)
     conn.execute(f"""
@@ -211,13 +212,15 @@ def ensure_schedules(conn: sqlite3.Connection, table: str) -> None:
             options    TEXT    NOT NULL,   -- JSON text, kept as written
             paused     INTEGER NOT NULL,   -- 1 while paused
             next_due   INTEGER,            -- epoch ms; NULL when the schedule has no slot left
-            version    INTEGER NOT NULL,   -- 1 when created, one more with every write
+            version    INTEGER NOT NULL,   -- the namespace's change counter at the write that made it
             created_at INTEGER NOT NULL,   -- store time, epoch ms
             updated_at INTEGER NOT NULL,   -- store time, epoch ms
             PRIMARY KEY (namespace, id)
         ) WITHOUT ROWID""")
     conn.execute(f'CREATE INDEX IF NOT EXISTS "{table}_sched_due" ON "{st}" (namespace, next_due, id) '
                  "WHERE next_due IS NOT NULL")
+    conn.execute(f'CREATE INDEX IF NOT EXISTS "{table}_sched_task_due" ON "{st}" '
+                 "(namespace, task, next_due, id) WHERE next_due IS NOT NULL")
     conn.execute(f'CREATE INDEX IF NOT EXISTS "{table}_sched_task" ON "{st}" (namespace, task, id)')
     conn.execute(f"""
         CREATE TABLE IF NOT EXISTS "{sv}" (
