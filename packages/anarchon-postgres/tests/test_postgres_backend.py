@@ -511,11 +511,11 @@ async def test_a_version_4_table_keeps_everything_and_gains_the_schedules(schema
         added = await upgraded.put_schedule("ns", write, expect="absent")
         assert added.written and added.record is not None and added.record.version == 1
         assert await upgraded.due_schedules("ns", until=5_000, limit=10) == [added.record]
-        assert await upgraded.schedules_version("ns") == 1
+        assert await upgraded.schedules_version("ns") == added.record.version
         indexes = {r["indexname"] for r in await upgraded.pool.fetch(
             "SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'jobs_schedules'",
             schema)}
-        assert indexes == {"jobs_schedules_pkey", "jobs_sched_due", "jobs_sched_task"}
+        assert indexes == {"jobs_schedules_pkey", "jobs_sched_due", "jobs_sched_task_due", "jobs_sched_task"}
         versions = await upgraded.pool.fetch(f'SELECT version FROM "{schema}"."jobs_schema" ORDER BY 1')
         assert [v["version"] for v in versions] == [1, 2, 3, 4, 5]
 

@@ -89,8 +89,9 @@ def _schedule(row: Any) -> ScheduleRecord:
 
 
 def _write_result(row: Any) -> ScheduleWriteResult:
-    """A schedule write's answer: `written`, then the schedule's columns (NULL when there is none)."""
-    return ScheduleWriteResult(bool(row["written"]), None if row["id"] is None else _schedule(row))
+    """A schedule write's answer: `written`, the schedule's columns (NULL when there is none), `counted`."""
+    record = None if row["id"] is None else _schedule(tuple(row)[1:11])
+    return ScheduleWriteResult(bool(row["written"]), record)
 
 
 def _check_expect(expect: object) -> None:
@@ -659,20 +660,28 @@ class PostgresBackend(LeaseBackendBase):
         else:
             sql = self.sql.update_schedule
             args.append(expect)
-        [row] = await self._fetch("put_schedule", sql, *args)
+        row = await self._schedule_write("put_schedule", sql, *args)
         for _ in range(_RECHECKS):
             if row["written"] or row["id"] is not None or expect != "absent":
                 break
             # Refused by a row committed after this statement's snapshot: ask again to read it.
-            [row] = await self._fetch("put_schedule", sql, *args)
+            row = await self._schedule_write("put_schedule", sql, *args)
         return _write_result(row)
+
+    async def _schedule_write(self, what: str, sql: str, *args: Any) -> Any:
+        """Run a schedule's write; the first in a namespace creates its counter row, then runs again."""
+        [row] = await self._fetch(what, sql, *args)
+        if not row["counted"]:
+            await self._fetch(what, self.sql.create_schedule_counter, args[0])
+            [row] = await self._fetch(what, sql, *args)
+        return row
 
     async def remove_schedule(self, namespace: str, schedule_id: str, *, expect: int | None = None
                               ) -> ScheduleWriteResult:
         """Remove a schedule (if its version is `expect`, when given), bump the change counter and push
         the change, in one statement (see `ScheduleBackend.remove_schedule`)."""
-        [row] = await self._fetch("remove_schedule", self.sql.remove_schedule, namespace, schedule_id, expect,
-                                  self.sql.channel)
+        row = await self._schedule_write("remove_schedule", self.sql.remove_schedule, namespace, schedule_id,
+                                         expect, self.sql.channel)
         return _write_result(row)
 
     async def get_schedules(self, namespace: str, ids: Sequence[str]) -> list[ScheduleRecord | None]:
@@ -695,18 +704,16 @@ class PostgresBackend(LeaseBackendBase):
                 *([task] if task is not None else [])]
         return [_schedule(row) for row in await self._fetch("list_schedules", sql, *args)]
 
-    async def due_schedules(self, namespace: str, *, until: int, after: tuple[int, str] | None = None,
-                            limit: int) -> list[ScheduleRecord]:
-        """A page of the due index, read from its index on (namespace, next_due, id), in one statement."""
-        if limit <= 0:
+    async def due_schedules(self, namespace: str, *, until: int, tasks: Sequence[str] | None = None,
+                            after: tuple[int, str] | None = None, limit: int) -> list[ScheduleRecord]:
+        """A page of the due index, read from its index on (namespace, next_due, id), or on (namespace,
+        task, next_due, id) for each task asked, in one statement."""
+        wanted = None if tasks is None else list(dict.fromkeys(tasks))
+        if limit <= 0 or wanted == []:
             return []
-        if after is None:
-            rows = await self._fetch("due_schedules", self.sql.due_schedules(after=False), namespace, until,
-                                     limit)
-        else:
-            rows = await self._fetch("due_schedules", self.sql.due_schedules(after=True), namespace, until,
-                                     limit, after[0], after[1])
-        return [_schedule(row) for row in rows]
+        sql = self.sql.due_schedules(after=after is not None, tasks=wanted is not None)
+        args = [namespace, until, limit, *(after or ()), *([] if wanted is None else [texts(wanted)])]
+        return [_schedule(row) for row in await self._fetch("due_schedules", sql, *args)]
 
     async def advance_schedules(self, namespace: str, moves: Sequence[tuple[str, int, int | None]]) -> None:
         """Move schedules forward in the due index, each only while it has the version given, in one

@@ -127,6 +127,8 @@ def _v5(s: Statements) -> list[str]:
         "the due index'",
         f"CREATE INDEX {quote_ident(s.table + '_sched_due')} ON {s.schedules_table} "
         "(namespace, next_due, id) WHERE next_due IS NOT NULL",
+        f"CREATE INDEX {quote_ident(s.table + '_sched_task_due')} ON {s.schedules_table} "
+        "(namespace, task, next_due, id) WHERE next_due IS NOT NULL",
         f"CREATE INDEX {quote_ident(s.table + '_sched_task')} ON {s.schedules_table} (namespace, task, id)",
         f"""CREATE TABLE {s.schedule_versions_table} (
             namespace text NOT NULL PRIMARY KEY,

@@ -730,22 +730,32 @@ ON CONFLICT (namespace, job, instance) DO UPDATE SET
 
     # -- schedules as data ---------------------------------------------------------------------
 
+    def _schedule_locked(self) -> str:
+        """The start of a schedule's write: the namespace's counter row locked (`k`, its latest value),
+        and the server's clock read once the lock is held (`n`). Every write of a namespace's schedules
+        takes this lock first, so they are one after another, and each knows the counter it will set."""
+        return f"""
+WITH k AS MATERIALIZED (SELECT version FROM {self.schedule_versions_table} WHERE namespace = $1 FOR UPDATE),
+n AS MATERIALIZED (SELECT {NOW_MS} AS now FROM k)"""
+
     def _schedule_write(self, written: str, refused: str, channel: str = "$9") -> str:
-        """The end of a schedule's write: the change counter bumped and the change pushed (on `channel`,
-        as slot -2, `SCHEDULES_CHANGED`, sent at commit) when CTE `written` wrote a row; the answer is
-        that row, or else CTE `refused`'s (the current record), with `written` saying which."""
+        """The end of a schedule's write: when CTE `written` wrote a row, the change counter set to the
+        value after the locked one (the version that row was written with) and the change pushed (on
+        `channel`, as slot -2, `SCHEDULES_CHANGED`, sent at commit). The answer is that row, or else CTE
+        `refused`'s (the current record), with `written` saying which, and `counted` false when the
+        namespace has no counter row yet (nothing was written: the caller creates it and asks again)."""
         return f""",
 bump AS (
-    INSERT INTO {self.schedule_versions_table} AS v (namespace, version)
-    SELECT $1, 1 FROM {written}
-    ON CONFLICT (namespace) DO UPDATE SET version = v.version + 1
+    UPDATE {self.schedule_versions_table} AS v SET version = k.version + 1 FROM k
+    WHERE v.namespace = $1 AND EXISTS (SELECT 1 FROM {written})
 ),
 push AS MATERIALIZED (
     SELECT pg_notify({channel}::text, p.payload)
     FROM {written} CROSS JOIN LATERAL (SELECT json_build_array($1::text, $2::text, -2)::text AS payload) p
     WHERE octet_length(p.payload) < 8000
 )
-SELECT coalesce(a.written, false) AS written, {", ".join(f"a.{c}" for c in _SCHEDULE.split(", "))}
+SELECT coalesce(a.written, false) AS written, {", ".join(f"a.{c}" for c in _SCHEDULE.split(", "))},
+       EXISTS (SELECT 1 FROM k) AS counted
 -- Read here, or the push would never be sent (a SELECT in WITH runs only when read); one row always.
 FROM (SELECT count(*) AS pushed FROM push) p
 LEFT JOIN (
@@ -755,17 +765,22 @@ LEFT JOIN (
 ) a ON true"""
 
     @property
+    def create_schedule_counter(self) -> str:
+        """Namespace $1's counter row at 0, unless it has one: every write locks it first."""
+        return (f"INSERT INTO {self.schedule_versions_table} (namespace, version) VALUES ($1, 0) "
+                "ON CONFLICT (namespace) DO NOTHING")
+
+    @property
     def add_schedule(self) -> str:
         """Insert schedule $2 of namespace $1 unless one has its id ($3..$8: task, spec, args, options,
-        paused, next_due; $9: the channel), at version 1 with the server's clock; else answer the current
-        record as this statement's snapshot sees it (none, when a concurrent add committed after the
-        snapshot: the caller asks again)."""
+        paused, next_due; $9: the channel), at the counter's next value, with the server's clock; else
+        answer the current record as this statement's snapshot sees it (none, when an add committed
+        after the snapshot, before the lock: the caller asks again)."""
         st = self.schedules_table
-        return f"""
-WITH n AS MATERIALIZED (SELECT {NOW_MS} AS now),
+        return self._schedule_locked() + f""",
 w AS (
     INSERT INTO {st} AS t (namespace, {_SCHEDULE})
-    SELECT {_VALUES}, 1, n.now, n.now FROM n
+    SELECT {_VALUES}, k.version + 1, n.now, n.now FROM k CROSS JOIN n
     ON CONFLICT (namespace, id) DO NOTHING
     RETURNING {_SCHEDULE}
 ),
@@ -773,17 +788,16 @@ c AS (SELECT {_SCHEDULE} FROM {st} WHERE namespace = $1 AND id = $2)""" + self._
 
     @property
     def upsert_schedule(self) -> str:
-        """Insert schedule $2 of namespace $1, or replace it whatever its version (version + 1,
-        created_at kept), with the server's clock; parameters as `add_schedule`'s."""
+        """Insert schedule $2 of namespace $1, or replace it whatever its version (created_at kept), at
+        the counter's next value, with the server's clock; parameters as `add_schedule`'s."""
         st = self.schedules_table
-        return f"""
-WITH n AS MATERIALIZED (SELECT {NOW_MS} AS now),
+        return self._schedule_locked() + f""",
 w AS (
     INSERT INTO {st} AS t (namespace, {_SCHEDULE})
-    SELECT {_VALUES}, 1, n.now, n.now FROM n
+    SELECT {_VALUES}, k.version + 1, n.now, n.now FROM k CROSS JOIN n
     ON CONFLICT (namespace, id) DO UPDATE SET
         task = excluded.task, spec = excluded.spec, args = excluded.args, options = excluded.options,
-        paused = excluded.paused, next_due = excluded.next_due, version = t.version + 1,
+        paused = excluded.paused, next_due = excluded.next_due, version = excluded.version,
         updated_at = excluded.updated_at
     RETURNING {_SCHEDULE}
 ),
@@ -791,18 +805,21 @@ c AS (SELECT {_SCHEDULE} FROM {st} WHERE false)""" + self._schedule_write("w", "
 
     @property
     def update_schedule(self) -> str:
-        """Replace schedule $2 of namespace $1 only if its version is $10 (a compare-and-set); parameters
-        $3..$9 as `add_schedule`'s. The row is locked first (`c`: its latest committed version), so the
-        version is compared on the row as it is, and a refusal answers that row."""
+        """Replace schedule $2 of namespace $1 only if its version is $10 (a compare-and-set), at the
+        counter's next value; parameters $3..$9 as `add_schedule`'s. The row is locked after the counter
+        (`c`: its latest committed version), so the version is compared on the row as it is, and a
+        refusal answers that row."""
         st = self.schedules_table
-        return f"""
-WITH n AS MATERIALIZED (SELECT {NOW_MS} AS now),
-c AS MATERIALIZED (SELECT {_SCHEDULE} FROM {st} WHERE namespace = $1 AND id = $2 FOR UPDATE),
+        return self._schedule_locked() + f""",
+c AS MATERIALIZED (
+    SELECT {", ".join(f"s.{col}" for col in _SCHEDULE.split(", "))} FROM {st} AS s CROSS JOIN k
+    WHERE s.namespace = $1 AND s.id = $2 FOR UPDATE OF s
+),
 w AS (
     UPDATE {st} AS t SET
-        task = $3, spec = $4, args = $5, options = $6, paused = $7, next_due = $8, version = t.version + 1,
+        task = $3, spec = $4, args = $5, options = $6, paused = $7, next_due = $8, version = k.version + 1,
         updated_at = n.now
-    FROM c CROSS JOIN n
+    FROM c CROSS JOIN k CROSS JOIN n
     WHERE t.namespace = $1 AND t.id = c.id AND c.version = $10::bigint AND t.version = $10::bigint
     RETURNING {", ".join(f"t.{col}" for col in _SCHEDULE.split(", "))}
 )""" + self._schedule_write("w", "c")
@@ -812,8 +829,11 @@ w AS (
         """Delete schedule $2 of namespace $1 (only if its version is $3, when not NULL); answer the row
         deleted, or the current one. $4 is the channel."""
         st = self.schedules_table
-        return f"""
-WITH c AS MATERIALIZED (SELECT {_SCHEDULE} FROM {st} WHERE namespace = $1 AND id = $2 FOR UPDATE),
+        return self._schedule_locked() + f""",
+c AS MATERIALIZED (
+    SELECT {", ".join(f"s.{col}" for col in _SCHEDULE.split(", "))} FROM {st} AS s CROSS JOIN k
+    WHERE s.namespace = $1 AND s.id = $2 FOR UPDATE OF s
+),
 w AS (
     DELETE FROM {st} AS t USING c
     WHERE t.namespace = $1 AND t.id = c.id AND ($3::bigint IS NULL OR c.version = $3::bigint)
@@ -836,14 +856,29 @@ w AS (
         return (f"SELECT {_SCHEDULE} FROM {self.schedules_table} WHERE {' AND '.join(where)} "
                 "ORDER BY id LIMIT $3")
 
-    def due_schedules(self, *, after: bool) -> str:
+    def due_schedules(self, *, after: bool, tasks: bool = False) -> str:
         """A page of namespace $1's due index: next_due set and at most $2, after ($4, $5) when `after`,
-        by (next_due, id), limit $3. Read from the partial index on (namespace, next_due, id): a range
-        scan from the cursor that stops after $3 rows."""
+        by (next_due, id), limit $3; with `tasks`, only the tasks of the array literal $6 (or $4).
+
+        Read from the partial index on (namespace, next_due, id), or, for each task asked, from the one
+        on (namespace, task, next_due, id): a range scan from the cursor that stops after $3 rows, the
+        tasks' pages merged."""
         cursor = "AND (next_due, id) > ($4::bigint, $5::text) " if after else ""
-        return (f"SELECT {_SCHEDULE} FROM {self.schedules_table} "
-                f"WHERE namespace = $1 AND next_due IS NOT NULL AND next_due <= $2 {cursor}"
-                "ORDER BY next_due, id LIMIT $3")
+        if not tasks:
+            return (f"SELECT {_SCHEDULE} FROM {self.schedules_table} "
+                    f"WHERE namespace = $1 AND next_due IS NOT NULL AND next_due <= $2 {cursor}"
+                    "ORDER BY next_due, id LIMIT $3")
+        cols = ", ".join(f"s.{col}" for col in _SCHEDULE.split(", "))
+        return f"""
+SELECT {", ".join(f"x.{col}" for col in _SCHEDULE.split(", "))}
+FROM unnest(${6 if after else 4}::text::text[]) AS q(task)
+CROSS JOIN LATERAL (
+    SELECT {cols} FROM {self.schedules_table} AS s
+    WHERE s.namespace = $1 AND s.task = q.task AND s.next_due IS NOT NULL AND s.next_due <= $2
+      {cursor.replace("next_due, id", "s.next_due, s.id")}
+    ORDER BY s.next_due, s.id LIMIT $3
+) AS x
+ORDER BY x.next_due, x.id LIMIT $3"""
 
     @property
     def advance_schedules(self) -> str:
