@@ -25,7 +25,8 @@ async def test_a_namespaces_schedules_share_one_hash_slot_apart_from_every_job_k
         found: list[bytes | str] = await raw.keys(f"*{prefix}*")  # pyright: ignore[reportUnknownMemberType]
         keys = sorted(k.decode() if isinstance(k, bytes) else k for k in found)
         tag = f"{{{prefix}:ns%3Ax}}"
-        assert keys == [f"{tag}:sched:{part}" for part in ("body", "due", "ids", "meta", "tasks", "version")]
+        assert keys == [f"{tag}:sched:{part}" for part in ("body", "due", "ids", "meta", "taskdue", "tasks",
+                                                           "version")]
         assert len({key_slot(k.encode()) for k in keys}) == 1, "one script reads and writes them all"
         # A job's keys begin with the tag's text and a ':' where these have the tag's '}'.
         assert not any(k.startswith(f"{{{prefix}:ns%3Ax:") for k in keys)
@@ -39,14 +40,18 @@ async def test_the_due_index_orders_and_advances_next_due_as_numbers(redis_url: 
     try:
         # Values on either side of 2**32 (the script compares a key as two 8-digit halves) and below 0.
         dues = {"a": 2**32 - 1, "b": 2**32, "c": -5, "d": -1, "e": 0, "f": 2**40 + 7, "g": -(2**40)}
+        v: dict[str, int] = {}
         for schedule_id, due in dues.items():
-            await backend.put_schedule("ns", _write(schedule_id, due), expect="absent")
+            record = (await backend.put_schedule("ns", _write(schedule_id, due), expect="absent")).record
+            assert record is not None
+            v[schedule_id] = record.version
         page = await backend.due_schedules("ns", until=2**41, limit=100)
         assert [r.id for r in page] == sorted(dues, key=dues.__getitem__)
         assert [r.next_due for r in page] == sorted(dues.values())
         assert [r.id for r in await backend.due_schedules("ns", until=-1, limit=100)] == ["g", "c", "d"]
-        await backend.advance_schedules("ns", [("a", 1, 2**32), ("b", 1, 2**32 - 1), ("c", 1, -1),
-                                               ("d", 1, -5), ("e", 1, 2**32 + 1), ("f", 1, 2**40 + 6)])
+        await backend.advance_schedules("ns", [("a", v["a"], 2**32), ("b", v["b"], 2**32 - 1),
+                                               ("c", v["c"], -1), ("d", v["d"], -5), ("e", v["e"], 2**32 + 1),
+                                               ("f", v["f"], 2**40 + 6)])
         got = {r.id: r.next_due for r in await backend.get_schedules("ns", list(dues)) if r is not None}
         assert got == {"a": 2**32, "b": 2**32, "c": -1, "d": -1, "e": 2**32 + 1, "f": 2**40 + 7,
                        "g": -(2**40)}

@@ -291,8 +291,9 @@ _PUBLISH_CATALOGUE = Script(_scripts.PUBLISH_CATALOGUE)
 _CATALOGUE = Script(_scripts.CATALOGUE)
 _PUT_SCHEDULE, _REMOVE_SCHEDULE = Script(_scripts.PUT_SCHEDULE), Script(_scripts.REMOVE_SCHEDULE)
 _GET_SCHEDULES, _READ_SCHEDULES = Script(_scripts.GET_SCHEDULES), Script(_scripts.READ_SCHEDULES)
-_ADVANCE_SCHEDULES = Script(_scripts.ADVANCE_SCHEDULES)
-_SCHEDULE_SCRIPTS = (_PUT_SCHEDULE, _REMOVE_SCHEDULE, _GET_SCHEDULES, _READ_SCHEDULES, _ADVANCE_SCHEDULES)
+_DUE_BY_TASKS, _ADVANCE_SCHEDULES = Script(_scripts.DUE_BY_TASKS), Script(_scripts.ADVANCE_SCHEDULES)
+_SCHEDULE_SCRIPTS = (_PUT_SCHEDULE, _REMOVE_SCHEDULE, _GET_SCHEDULES, _READ_SCHEDULES, _DUE_BY_TASKS,
+                     _ADVANCE_SCHEDULES)
 _DUE_BIAS = 1 << 63
 """Added to a next due before it is written as 16 hex digits: every int64 is a key of the same width."""
 _INDEX_DUE, _INDEX_IDS, _INDEX_TASKS = 3, 4, 5
@@ -858,15 +859,21 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         index = _INDEX_IDS if task is None else _INDEX_TASKS
         return await self._read(namespace, index, low, high, limit, len(base), "listing schedules")
 
-    async def due_schedules(self, namespace: str, *, until: int, after: tuple[int, str] | None = None,
-                            limit: int) -> list[ScheduleRecord]:
-        """A page of the due index: one ZRANGEBYLEX from the cursor up to `until`, in one script."""
-        if limit <= 0 or until < -_DUE_BIAS:
+    async def due_schedules(self, namespace: str, *, until: int, tasks: Sequence[str] | None = None,
+                            after: tuple[int, str] | None = None, limit: int) -> list[ScheduleRecord]:
+        """A page of the due index: one ZRANGEBYLEX from the cursor up to `until` (one per task asked,
+        merged), in one script."""
+        wanted = None if tasks is None else list(dict.fromkeys(tasks))
+        if limit <= 0 or until < -_DUE_BIAS or wanted == []:
             return []
-        low = b"-" if after is None else (
-            b"(" + due_key(max(after[0], -_DUE_BIAS)).encode() + after[1].encode())
-        high = b"+" if until >= _DUE_BIAS - 1 else b"(" + due_key(until + 1).encode()
-        return await self._read(namespace, _INDEX_DUE, low, high, limit, 16, "reading the due schedules")
+        cursor = b"" if after is None else due_key(max(after[0], -_DUE_BIAS)).encode() + after[1].encode()
+        above = b"" if until >= _DUE_BIAS - 1 else due_key(until + 1).encode()
+        if wanted is None:
+            return await self._read(namespace, _INDEX_DUE, b"(" + cursor if cursor else b"-",
+                                    b"(" + above if above else b"+", limit, 16, "reading the due schedules")
+        call = (self.keys.schedules(namespace), [limit, cursor, above, *wanted])
+        [reply] = await self._eval_many(_DUE_BY_TASKS, [call], "reading the due schedules")
+        return [r for r in _records(reply) if r is not None]
 
     async def advance_schedules(self, namespace: str, moves: Sequence[tuple[str, int, int | None]]) -> None:
         """Move schedules forward in the due index, each only while it has the version given, in one

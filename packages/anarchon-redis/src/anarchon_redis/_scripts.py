@@ -12,10 +12,10 @@ Time is the server's: `TIME` is read once, at the top of each script.
 
 from __future__ import annotations
 
-__all__ = ["ADVANCE_SCHEDULES", "CATALOGUE", "CLAIM", "CLAIM_BATCH", "GET_SCHEDULES", "INSPECT",
-           "PUBLISH_CATALOGUE", "PUT_SCHEDULE", "READ_SCHEDULES", "RECORD_RUNS", "RECORD_RUNS_BATCH",
-           "RELEASE", "RELEASE_BATCH", "REMOVE_SCHEDULE", "RENEW", "RENEW_BATCH", "SET_CONTROL",
-           "STREAM_CLAIM"]
+__all__ = ["ADVANCE_SCHEDULES", "CATALOGUE", "CLAIM", "CLAIM_BATCH", "DUE_BY_TASKS", "GET_SCHEDULES",
+           "INSPECT", "PUBLISH_CATALOGUE", "PUT_SCHEDULE", "READ_SCHEDULES", "RECORD_RUNS",
+           "RECORD_RUNS_BATCH", "RELEASE", "RELEASE_BATCH", "REMOVE_SCHEDULE", "RENEW", "RENEW_BATCH",
+           "SET_CONTROL", "STREAM_CLAIM"]
 
 _NOW = r"""local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -389,20 +389,22 @@ CATALOGUE = r"""
 
 # -- schedules as data ----------------------------------------------------------------------------
 #
-# A namespace's schedules live in six keys of one hash slot (`Keys.schedules`), always given in this
-# order as KEYS[1..6]:
-# - meta: a hash, id -> "version created_at updated_at due_key task" (store times in epoch ms; the
-#   due key, or '-' when there is no next due; the task last, as it may hold spaces);
+# A namespace's schedules live in seven keys of one hash slot (`Keys.schedules`), always given in this
+# order as KEYS[1..7]:
+# - meta: a hash, id -> "version created_at updated_at due_key task" (the version is the change
+#   counter's value at the write; store times in epoch ms; the due key, or '-' when there is no next
+#   due; the task last, as it may hold spaces);
 # - body: a hash, id -> the JSON text [spec, args, options, paused] the client wrote;
 # - due: the due index, a sorted set of score 0 whose members are due_key .. id, where due_key is
 #   next_due + 2^63 as 16 hex digits: ZRANGEBYLEX reads it in (next_due, id) order, ids byte-wise
 #   (UTF-8, so code point order), from any cursor, a page at a time;
 # - ids and tasks: sorted sets of score 0, members id and task .. NUL .. id, for lists by id;
-# - version: the change counter.
+# - version: the change counter;
+# - taskdue: the due index by task, members task .. NUL .. due_key .. id.
 
 _SCHEDULE_COMMON = _NOW + r"""local PARSE = '^(%d+) (%d+) (%d+) (%S+) (.*)$'
 
--- ZRANGEBYLEX and HMGET a page: {ids, metas, bodies}. (`unpack` has a limit: HMGET in chunks.)
+-- HMGET the schedules of `ids`: {ids, metas, bodies}. (`unpack` has a limit: HMGET in chunks.)
 local function records(ids)
   local metas, bodies = {}, {}
   for i = 1, #ids, 500 do
@@ -416,10 +418,23 @@ local function records(ids)
   end
   return {ids, metas, bodies}
 end
+
+-- Take a schedule out of the indexes of next due, or put it in (its due key, or '-' for none).
+local function unindex(id, task, key)
+  if key ~= '-' then
+    redis.call('ZREM', KEYS[3], key .. id)
+    redis.call('ZREM', KEYS[7], task .. '\0' .. key .. id)
+  end
+end
+local function index(id, task, key)
+  if key ~= '-' then
+    redis.call('ZADD', KEYS[3], 0, key .. id)
+    redis.call('ZADD', KEYS[7], 0, task .. '\0' .. key .. id)
+  end
+end
 """
 
-_SCHEDULE_WRITE_END = r"""
-redis.call('INCR', KEYS[6])
+_SCHEDULE_PUSH = r"""
 -- Pushed on the namespace's release channel as slot -2, SCHEDULES_CHANGED.
 redis.call('PUBLISH', channel, '-2:' .. id)
 """
@@ -440,20 +455,20 @@ if (expect == 'absent' and cur) or (expect ~= 'absent' and expect ~= 'any'
   return {0, cur, redis.call('HGET', KEYS[2], id)}
 end
 if cur then
-  if old_key ~= '-' then redis.call('ZREM', KEYS[3], old_key .. id) end
+  unindex(id, old_task, old_key)
   redis.call('ZREM', KEYS[5], old_task .. '\0' .. id)
-  version = version + 1
 else
-  version, created = 1, string.format('%d', now)
+  created = string.format('%d', now)
   redis.call('ZADD', KEYS[4], 0, id)
 end
-local meta = string.format('%d', version) .. ' ' .. created .. ' ' .. string.format('%d', now) .. ' ' .. key
-  .. ' ' .. task
+-- The record's version is the change counter's new value.
+local meta = string.format('%d', redis.call('INCR', KEYS[6])) .. ' ' .. created .. ' '
+  .. string.format('%d', now) .. ' ' .. key .. ' ' .. task
 redis.call('HSET', KEYS[1], id, meta)
 redis.call('HSET', KEYS[2], id, body)
-if key ~= '-' then redis.call('ZADD', KEYS[3], 0, key .. id) end
+index(id, task, key)
 redis.call('ZADD', KEYS[5], 0, task .. '\0' .. id)
-""" + _SCHEDULE_WRITE_END + r"""
+""" + _SCHEDULE_PUSH + r"""
 return {1, meta, body}
 """
 
@@ -467,10 +482,11 @@ local body = redis.call('HGET', KEYS[2], id)
 if expect ~= '' and tonumber(v) ~= tonumber(expect) then return {0, cur, body} end
 redis.call('HDEL', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
-if key ~= '-' then redis.call('ZREM', KEYS[3], key .. id) end
+unindex(id, task, key)
 redis.call('ZREM', KEYS[4], id)
 redis.call('ZREM', KEYS[5], task .. '\0' .. id)
-""" + _SCHEDULE_WRITE_END + r"""
+redis.call('INCR', KEYS[6])
+""" + _SCHEDULE_PUSH + r"""
 return {1, cur, body}
 """
 
@@ -489,6 +505,45 @@ for i = 1, #members do ids[i] = string.sub(members[i], skip + 1) end
 return records(ids)
 """
 
+DUE_BY_TASKS = _SCHEDULE_COMMON + r"""
+-- ARGV: the page's limit, the cursor (due_key .. id; '' for the start), the due key above `until`
+-- ('' for none), then the tasks. Each task's range of `taskdue` is read from the cursor for at most a
+-- page, and the pages are merged in (due_key, id) order, byte-wise (Lua's own string order is the
+-- server's locale's). Reply as GET_SCHEDULES'.
+local limit, after, above = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local function before(a, b)
+  if a == b then return false end
+  local i = 1
+  while string.sub(a, i, i + 7) == string.sub(b, i, i + 7) do i = i + 8 end
+  for j = i, math.min(#a, #b) do
+    local x, y = string.byte(a, j), string.byte(b, j)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+local pages, at = {}, {}
+for t = 4, #ARGV do
+  local base = ARGV[t] .. '\0'
+  local low = after == '' and '[' .. base or '(' .. base .. after
+  local high = above == '' and '(' .. ARGV[t] .. '\1' or '(' .. base .. above
+  local members = redis.call('ZRANGEBYLEX', KEYS[7], low, high, 'LIMIT', 0, limit)
+  for i = 1, #members do members[i] = string.sub(members[i], #base + 1) end
+  pages[#pages + 1], at[#at + 1] = members, 1
+end
+local ids = {}
+while #ids < limit do
+  local best
+  for p = 1, #pages do
+    local m = pages[p][at[p]]
+    if m and (not best or before(m, pages[best][at[best]])) then best = p end
+  end
+  if not best then break end
+  ids[#ids + 1] = string.sub(pages[best][at[best]], 17)
+  at[best] = at[best] + 1
+end
+return records(ids)
+"""
+
 ADVANCE_SCHEDULES = _SCHEDULE_COMMON + r"""
 -- ARGV: (id, version, due_key or '-') per move. Each moves only while the schedule has that version,
 -- and only forward: '-' (no slot left) replaces any due key; a due key only a smaller one.
@@ -504,8 +559,8 @@ for i = 1, #ARGV, 3 do
   if cur then
     local v, c, u, key, task = string.match(cur, PARSE)
     if tonumber(v) == tonumber(ARGV[i + 1]) and key ~= '-' and (new == '-' or later(new, key)) then
-      redis.call('ZREM', KEYS[3], key .. id)
-      if new ~= '-' then redis.call('ZADD', KEYS[3], 0, new .. id) end
+      unindex(id, task, key)
+      index(id, task, new)
       redis.call('HSET', KEYS[1], id, v .. ' ' .. c .. ' ' .. u .. ' ' .. new .. ' ' .. task)
     end
   end
