@@ -488,7 +488,7 @@ BROKEN_SCHEDULES = [
     BrokenSchedules(
         "client_clock",
         ClientClockSchedulesBackend,
-        "test_created_and_updated_at_are_the_stores_clock",
+        "test_created_and_updated_at_are_store_time",
         "must be the store's clock",
     ),
     BrokenSchedules(

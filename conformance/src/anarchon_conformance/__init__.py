@@ -62,7 +62,9 @@ Tiers follow the capabilities the backend declares (`anarchon.Capability`):
   release (only by the owner, once, atomic against a takeover), `renew_many` and `release_many`,
   `max_attempts`, increasing tokens, stored fingerprints, ended records kept, the store's clock
   deciding for claimers whose clocks differ, and the model-based comparison with `MemoryBackend`;
-- `inspect`, `notify`, `announce`, `control`, `history`: their own contracts.
+- `inspect`, `notify`, `announce`, `control`, `history`: their own contracts;
+- `schedules`: schedules kept as data: writes by version, lists by id, the due index, advances, the
+  change counter, races, and a comparison with `MemoryBackend`.
 
 A backend that does not declare a capability is skipped for that tier, with a reason saying it
 "does not declare" the capability; a declared capability that fails is a failure.

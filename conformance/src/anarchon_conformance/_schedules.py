@@ -329,7 +329,7 @@ class TestScheduleContract:
                 f"the store keeps every field as written (text byte for byte, JSON not reformatted): wrote "
                 f"{written(write)!r:.300}, read {fields(record)!r:.300}")
 
-    async def test_created_and_updated_at_are_the_stores_clock(
+    async def test_created_and_updated_at_are_store_time(
             self, anarchon_kit: Kit, monkeypatch: pytest.MonkeyPatch) -> None:
         """Move this process's wall clock by an hour: the times still come from the store."""
         s = on(anarchon_kit)
