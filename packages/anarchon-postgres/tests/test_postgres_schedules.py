@@ -11,6 +11,7 @@ from typing import Any, cast
 import asyncpg  # pyright: ignore[reportMissingTypeStubs]
 import pytest
 
+from anarchon.backends import ScheduleWrite
 from anarchon_postgres import PostgresBackend
 
 URL = os.environ.get("ANARCHON_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -82,3 +83,16 @@ async def test_the_due_read_searches_the_due_index_for_the_due_rows_only(
     removed = [(n["Node Type"], n.get("Rows Removed by Filter")) for n in nodes]
     assert not any(count for _, count in removed), f"no row is read and then thrown away: {removed}"
     assert len(due) < ROWS // 3, "(the namespace holds more schedules than are due)"
+
+
+async def test_an_expect_that_is_no_version_is_refused_before_the_store(schema: str) -> None:
+    backend = PostgresBackend(URL, schema=schema)
+    await backend.open()
+    try:
+        write = ScheduleWrite("a", "report", '{"every": 60000, "offset": 0}', "{}", "{}", False, 1)
+        for bad in ("abesnt", True, 1.0, None):
+            with pytest.raises(TypeError, match=f"expect must be 'absent', 'any' or a version .*{bad!r}"):
+                await backend.put_schedule("ns", write, expect=bad)  # type: ignore[arg-type]
+        assert await backend.schedules_version("ns") == 0
+    finally:
+        await backend.close()

@@ -3,6 +3,7 @@ compared as numbers. (Every rule of the protocol: the conformance kit's tier, on
 
 from __future__ import annotations
 
+import pytest
 import redis.asyncio
 from redis.crc import key_slot
 
@@ -56,5 +57,17 @@ async def test_the_due_index_orders_and_advances_next_due_as_numbers(redis_url: 
         assert got == {"a": 2**32, "b": 2**32, "c": -1, "d": -1, "e": 2**32 + 1, "f": 2**40 + 7,
                        "g": -(2**40)}
         assert due_key(-(2**63)) == "0" * 16 and due_key(2**63 - 1) == "f" * 16
+    finally:
+        await backend.close()
+
+
+async def test_an_expect_that_is_no_version_is_refused_before_the_store(redis_url: str, prefix: str) -> None:
+    backend = RedisBackend(redis_url, prefix=prefix)
+    await backend.open()
+    try:
+        for bad in ("abesnt", True, 1.0, None):
+            with pytest.raises(TypeError, match=f"expect must be 'absent', 'any' or a version .*{bad!r}"):
+                await backend.put_schedule("ns", _write("a", 1), expect=bad)  # type: ignore[arg-type]
+        assert await backend.schedules_version("ns") == 0
     finally:
         await backend.close()

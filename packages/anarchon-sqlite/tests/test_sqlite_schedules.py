@@ -7,6 +7,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+import pytest
+
 from anarchon import ClaimRequest, ReleaseOutcome
 from anarchon.backends import JobControl, RunRecord, ScheduleWrite
 from anarchon_sqlite import SqliteBackend
@@ -106,3 +108,15 @@ def test_a_prefix_is_a_range_in_code_point_order() -> None:
     assert prefix_end("") is None
     assert prefix_end("\U0010ffff") is None
     assert prefix_end("a\ud7ff") == "a\ue000"
+
+
+async def test_an_expect_that_is_no_version_is_refused_before_the_store(tmp_path: Path) -> None:
+    backend = SqliteBackend(tmp_path / "jobs.db")
+    await backend.open()
+    try:
+        for bad in ("abesnt", True, 1.0, None):
+            with pytest.raises(TypeError, match=f"expect must be 'absent', 'any' or a version .*{bad!r}"):
+                await backend.put_schedule("ns", _write("a"), expect=bad)  # type: ignore[arg-type]
+        assert await backend.schedules_version("ns") == 0
+    finally:
+        await backend.close()

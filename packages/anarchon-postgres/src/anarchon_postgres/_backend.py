@@ -96,7 +96,7 @@ def _write_result(row: Any) -> ScheduleWriteResult:
 
 def _check_expect(expect: object) -> None:
     if expect not in ("absent", "any") and (not isinstance(expect, int) or isinstance(expect, bool)):
-        raise ValueError(f"invalid expect {expect!r}: use 'absent', 'any' or a version (an int)")
+        raise TypeError(f"expect must be 'absent', 'any' or a version (an int), not {expect!r}")
 
 
 def prefix_end(prefix: str) -> str | None:

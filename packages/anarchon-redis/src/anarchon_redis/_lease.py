@@ -302,7 +302,7 @@ _INDEX_DUE, _INDEX_IDS, _INDEX_TASKS = 3, 4, 5
 
 def _check_expect(expect: object) -> None:
     if expect not in ("absent", "any") and (not isinstance(expect, int) or isinstance(expect, bool)):
-        raise ValueError(f"invalid expect {expect!r}: use 'absent', 'any' or a version (an int)")
+        raise TypeError(f"expect must be 'absent', 'any' or a version (an int), not {expect!r}")
 
 
 def due_key(next_due: int | None) -> str:
