@@ -23,6 +23,7 @@ from anarchon_testkit.cluster import (
     check_slow_network,
     check_stop_never_overlaps,
     check_store_fault,
+    check_stored_schedules,
 )
 
 URL = os.environ.get("ANARCHON_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -111,3 +112,7 @@ def test_controls_are_pushed_by_notify_well_within_a_heartbeat(cluster_url: str,
 @pytest.mark.parametrize("scenario", STOP_SCENARIOS)
 def test_a_stop_never_runs_a_slot_twice_at_once(cluster_url: str, tmp_path: Path, scenario: str) -> None:
     check_stop_never_overlaps(cluster_url, tmp_path, scenario)
+
+
+def test_stored_schedules_from_the_cli_across_three_replicas(cluster_url: str, tmp_path: Path) -> None:
+    check_stored_schedules(cluster_url, tmp_path)

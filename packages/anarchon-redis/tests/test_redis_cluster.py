@@ -28,6 +28,7 @@ from anarchon_testkit.cluster import (
     check_slow_network,
     check_stop_never_overlaps,
     check_store_fault,
+    check_stored_schedules,
 )
 
 pytestmark = pytest.mark.slow
@@ -199,3 +200,9 @@ def test_a_stop_never_runs_a_slot_twice_at_once(
     redis_url: str, prefix: str, tmp_path: Path, scenario: str
 ) -> None:
     check_stop_never_overlaps(_with_prefix(redis_url, prefix), tmp_path, scenario)
+
+
+def test_stored_schedules_from_the_cli_across_three_replicas(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    check_stored_schedules(_with_prefix(redis_url, prefix), tmp_path)

@@ -13,6 +13,7 @@ from anarchon_testkit.cluster import (
     check_blocked_loops,
     check_history,
     check_stop_never_overlaps,
+    check_stored_schedules,
 )
 
 LEASE_S = 2.0
@@ -84,3 +85,8 @@ def test_history_keeps_the_newest_runs_and_status_lists_a_job_that_never_ran(tmp
 @pytest.mark.parametrize("scenario", STOP_SCENARIOS)
 def test_a_stop_never_runs_a_slot_twice_at_once(tmp_path: Path, scenario: str) -> None:
     check_stop_never_overlaps(f"sqlite:///{tmp_path}/stop.db", tmp_path / "replicas", scenario)
+
+
+@pytest.mark.slow
+def test_stored_schedules_from_the_cli_across_three_replicas(tmp_path: Path) -> None:
+    check_stored_schedules(f"sqlite:///{tmp_path}/stored.db", tmp_path / "replicas")

@@ -597,7 +597,7 @@ def _cli(*args: str) -> str:
 
 def check_stored_schedules(url: str, workdir: Path | str, *, heartbeat_s: float = 0.5,
                            lease_s: float = 2.0) -> None:
-    """Three replicas on `url` (two with the task `report`, one without it) and schedules added,
+    """Three replicas on `url` (two with the task `report`, one with another task only) and schedules added,
     changed and removed from the command line, in processes of their own. Assert:
 
     1. a schedule added from the CLI runs once per slot, and never on the replica without the task;
@@ -610,7 +610,7 @@ def check_stored_schedules(url: str, workdir: Path | str, *, heartbeat_s: float 
     slack_s = 0.5
     with Cluster(url, workdir, replicas=2, lease=f"{lease_s}s", heartbeat=f"{heartbeat_s}s",
                  tick_every="1h", long_every="1h", tasks=["report"]) as c:
-        lacking = c.spawn(tasks=[])
+        lacking = c.spawn(tasks=["cleanup"])  # an older deploy: another task, not this one
         ns = c.namespace
         _cli("schedules", "add", url, "s1", "--task", "report", "--every", "2s", "--namespace", ns)
         added = time.time()
