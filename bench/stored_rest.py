@@ -91,10 +91,10 @@ def _run(url: str, kind: str, args: argparse.Namespace) -> dict[str, Any]:
     namespace = f"rest-{kind}-{uuid.uuid4().hex[:8]}"
     populate_s = None
     if kind == "stored":
-        import logging
-
-        logging.getLogger("anarchon").setLevel(logging.ERROR)  # (an unknown task's warning, per add)
-        populate_s = asyncio.run(_populate(url, namespace, args.count))
+        # In a process of its own: a child forked from this one would start with its peak RSS.
+        done = subprocess.run([sys.executable, __file__, "--populate", url, namespace, str(args.count)],
+                              capture_output=True, text=True, check=True)
+        populate_s = float(done.stdout.strip().splitlines()[-1])
     procs = [subprocess.Popen([sys.executable, __file__, "--replica", url, namespace, kind, str(args.count),
                                str(args.seconds), str(args.warmup)], stdout=subprocess.PIPE, text=True)
              for _ in range(args.replicas)]
@@ -110,6 +110,12 @@ def _run(url: str, kind: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     """Entry point (a replica when `--replica` comes first)."""
+    if argv and argv[0] == "--populate":
+        import logging
+
+        logging.getLogger("anarchon").setLevel(logging.ERROR)  # (an unknown task's warning, per add)
+        print(asyncio.run(_populate(argv[1], argv[2], int(argv[3]))))
+        return 0
     if argv and argv[0] == "--replica":
         url, namespace, kind, count, seconds, warmup = argv[1:7]
         _replica(url, namespace, kind, int(count), float(seconds), float(warmup))
