@@ -14,12 +14,13 @@ pytestmark = pytest.mark.topology_kit
 @pytest.fixture
 def anarchon_backend_factory(topology: Topologies) -> BackendFactory:
     bouncer = topology.get(PgBouncer)
-    # Prepared statements do not survive a change of server connection: no statement cache.
-
+    # The URLs only, not the topology: the kit's clock tests pickle the factory into other processes.
+    url, direct_url = bouncer.url, bouncer.direct_url
 
     async def make() -> PostgresBackend:
-        backend = PostgresBackend(bouncer.url, table="anarchon_conformance_bouncer",
-                                  statement_cache_size=0, listen_url=bouncer.direct_url,
+        # Prepared statements do not survive a change of server connection: no statement cache.
+        backend = PostgresBackend(url, table="anarchon_conformance_bouncer",
+                                  statement_cache_size=0, listen_url=direct_url,
                                   min_size=1, max_size=2)
         await backend.open()
         return backend
