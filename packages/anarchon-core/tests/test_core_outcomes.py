@@ -282,3 +282,41 @@ def test_skipped_behind_another_instances_run_is_reacts() -> None:
     assert (action.step, action.slot, action.skipped) == (Step.WATCH, OLDER, True)
     buffered = judge(skipped, overlap="buffer_one")
     assert (buffered.step, buffered.slot, buffered.skipped) == (Step.WATCH, SLOT, False)
+
+
+def test_skipped_under_replace_behind_another_instances_run_polls_and_asks_nothing() -> None:
+    # The holder asks its own run to end when its own claim of this slot is skipped.
+    skipped = result(ClaimOutcome.SKIPPED, holder="other", record_slot=OLDER, expires_at=NOW + 4_000)
+    action = judge(skipped, overlap="replace")
+    assert (action.step, action.slot, action.delay_ms, action.skipped) == (Step.WATCH, SLOT, HEARTBEAT, False)
+    assert action.replaces is None
+    assert line(action) == ("report slot=2025-12-31T23:59:59.990Z waits (overlap=replace): slot "
+                            "2025-12-31T23:58:59.990Z still runs on other, which ends it")
+
+
+def test_skipped_under_replace_behind_its_own_run_asks_that_run_to_end() -> None:
+    skipped = result(ClaimOutcome.SKIPPED, holder=ME, record_slot=OLDER, expires_at=NOW + 4_000)
+    action = judge(skipped, runs=Runs((OLDER, 3)), overlap="replace")
+    assert (action.step, action.slot, action.replaces, action.skipped) == (Step.WATCH, SLOT, OLDER, False)
+    assert line(action) == (
+        "report slot=2025-12-31T23:59:59.990Z replaces slot 2025-12-31T23:58:59.990Z, which runs here: "
+        "asking that run to end; this slot starts once it has ended")
+    # Under skip and buffer_one, its own older run goes on.
+    assert judge(skipped, runs=Runs((OLDER, 3))).replaces is None
+    assert judge(skipped, runs=Runs((OLDER, 3)), overlap="buffer_one").replaces is None
+
+
+def test_replace_is_claimed_as_buffer_one() -> None:
+    # The store never revokes a live lease for the scheduler: the older run ends first.
+    assert job("replace").options.claim_overlap.value == "buffer_one"
+    assert [job(o).options.claim_overlap.value for o in ("skip", "buffer_one", "allow")] == [
+        "skip", "buffer_one", "allow"]
+
+
+@pytest.mark.parametrize("overlap", ["buffer_one", "replace"])
+def test_a_waiting_slots_polls_are_logged_at_debug_after_its_first_claim(overlap: str) -> None:
+    skipped = result(ClaimOutcome.SKIPPED, holder="other", record_slot=OLDER, expires_at=NOW + 4_000)
+    first = judge(skipped, overlap=overlap)
+    polled = judge(skipped, claim=Claim(SLOT, "watch", NEXT), overlap=overlap)
+    assert (first.level, polled.level) == (logging.INFO, logging.DEBUG)
+    assert line(first) == line(polled)

@@ -368,3 +368,65 @@ def test_an_async_handler_that_ignores_its_signal_is_cancelled_after_stop_timeou
         run(clock, main())
     assert seen.most == 1 and [a for _, a, _ in seen.starts] == [1, 2], seen.starts
     assert not any("still runs" in r.getMessage() for r in caplog.records)
+
+
+def test_replace_never_starts_a_newer_slot_beside_a_thread_that_runs_on(
+    clock: VirtualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    pair = Pair(clock)
+    seen = Overlaps(clock)
+
+    async def main() -> None:
+        for s in pair.schedulers:
+            s.every("sync", "5s", seen.handler(), overlap="replace", catch_up=0)
+        first = (clock.now_ms() // 5000 + 1) * 5000
+        seen.release(slot_grid(first, 5, 10), 12)  # each thread returns 12 s after its slot
+        await pair.start()
+        try:
+            await asyncio.sleep(40)
+        finally:
+            seen.release_all()
+            await pair.stop()
+
+    with caplog.at_level(logging.INFO, logger="anarchon"):
+        run(clock, main())
+    assert seen.most == 1, f"two runs of 'sync' at once: {seen.starts}"
+    slots = [slot for slot, _, _ in seen.starts]
+    # Each run holds its lease until its thread returns (12 s), then the newest slot due starts.
+    assert len(slots) >= 3 and all(b - a == 10_000 for a, b in itertools.pairwise(slots)), slots
+    asked = [r.getMessage() for r in caplog.records if "is asked to end" in r.getMessage()]
+    assert asked and "handler Overlaps.handler.<locals>.handler" in asked[0], asked
+    assert "cannot be cancelled" in asked[0] and "keeps its lease" in asked[0]
+
+
+def test_replace_cancels_an_async_handler_that_ignores_its_signal_then_starts_the_newer_slot(
+    clock: VirtualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    pair = Pair(clock)
+    seen = Overlaps(clock)
+    began: list[int] = []
+
+    async def deaf(ctx: JobContext) -> None:
+        seen.begin(ctx)
+        began.append(clock.now_ms() - ctx.slot)
+        try:
+            await asyncio.sleep(25)  # not ctx.sleep: the signal alone does not end it
+        finally:
+            seen.end()
+
+    async def main() -> None:
+        for s in pair.schedulers:
+            s.every("report", "10s", deaf, overlap="replace", catch_up=0)
+        await pair.start()
+        await asyncio.sleep(35)
+        await pair.stop()
+
+    with caplog.at_level(logging.INFO, logger="anarchon"):
+        run(clock, main())
+    assert seen.most == 1, f"two runs of 'report' at once: {seen.starts}"
+    slots = [slot for slot, _, _ in seen.starts]
+    assert len(slots) >= 3 and all(b - a == 10_000 for a, b in itertools.pairwise(slots)), slots
+    # Cancelled after stop_timeout (1 s): each newer slot starts within that and the jitter.
+    assert all(ms <= 1_500 for ms in began[1:]), began
+    assert "an async handler, cancelled if it still runs in 1000 ms" in caplog.text
+    assert "replaced by a newer slot: released as failed" in caplog.text

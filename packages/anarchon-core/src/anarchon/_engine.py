@@ -329,9 +329,11 @@ class Engine:
         self._not_run.pop(name, None)
 
     def _settled(self, job: Job, slot: int) -> None:
-        """A run of `job`'s `slot` ended done or failed: a stored schedule's due index moves past it."""
+        """A run of `job`'s `slot` ended done or failed: a stored schedule's due index moves past it,
+        and a newer slot waiting for it (`buffer_one`, `replace`) is claimed at once, not at its poll."""
         if self.sweeper is not None:
             self.sweeper.settled(job.name, slot)
+        self.planner.ended_here(job.name)
 
     def _handed_over(self, job: Job, slot: int) -> None:
         if self.controls is None or not self.controls.handed_over(job, slot):
@@ -347,7 +349,7 @@ class Engine:
             job = plan.job
             o = job.options
             requests.append(ClaimRequest(namespace, job.name, e.slot, owner, o.lease_ms, o.max_attempts,
-                                         o.overlap, plan.fingerprint, max_skew_ms, stale_after(e)))
+                                         o.claim_overlap, plan.fingerprint, max_skew_ms, stale_after(e)))
         return requests
 
     async def _claim_batch(self, batch: list[Due]) -> None:
@@ -452,6 +454,8 @@ class Engine:
         if plan.until is not None and self.sweeper is not None and (
                 action.skipped or action.step is _UNRUN or result.outcome in _SETTLED):
             self.sweeper.settled(job.name, result.slot)  # (a stored schedule's slot: nothing left to run)
+        if action.replaces is not None:
+            self.runs.replace(job.name, action.replaces, result.slot, self._config.stop_timeout_ms / 1000)
         step = action.step
         lease = result.lease
         if step is _RUN:
@@ -482,7 +486,7 @@ class Engine:
         then claim each entry's slot again."""
         c = self._config
         requests = [ClaimRequest(c.namespace, job.name, older, c.instance_id, job.options.lease_ms,
-                                 job.options.max_attempts, job.options.overlap, entry.plan.fingerprint,
+                                 job.options.max_attempts, job.options.claim_overlap, entry.plan.fingerprint,
                                  c.max_skew_ms) for entry, job, older in held]
         entries = [entry for entry, _, _ in held]
         try:

@@ -104,6 +104,9 @@ class ResolvedOptions:
     timeout_ms: int | None
     jitter_ms: int | None
     overlap: Overlap
+    claim_overlap: Overlap
+    """The overlap a claim sends to the store: `replace` is claimed as `buffer_one` (the newer slot
+    waits while the scheduler asks the older run to end; that run keeps its lease until it has)."""
     max_attempts: int
     catch_up_ms: int
     lease_ms: int
@@ -161,6 +164,7 @@ def resolve(
         timeout_ms=None if timeout is None else parse_duration(timeout, name="timeout"),
         jitter_ms=None if jitter is None else parse_duration(jitter, name="jitter", allow_zero=True),
         overlap=overlap,
+        claim_overlap=Overlap.BUFFER_ONE if overlap is Overlap.REPLACE else overlap,
         max_attempts=max_attempts,
         catch_up_ms=(parse_duration(options.get("catch_up", "5m"), name="catch_up", allow_zero=True)
                      if leases else 0),

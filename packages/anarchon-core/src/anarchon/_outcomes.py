@@ -11,7 +11,7 @@ table). Every row of both tables is tested on its own.
 | won | otherwise | run (a claim-only slot won while stopping runs, its signal set) | the slot |
 | taken | lease backend | watch: at the holder's expiry, within a heartbeat without push | the slot |
 | taken | claim-only | drop | the slot |
-| skipped | `overlap="buffer_one"` | watch: poll every heartbeat for the older run's end | the slot |
+| skipped | `buffer_one`, `replace` | watch: poll every heartbeat for the older run's end | the slot |
 | skipped | another holds the older run | watch it: take it over if its holder dies | the older slot |
 | skipped | otherwise | drop | the slot |
 | early | | watch: once the store's clock has reached the slot | the slot |
@@ -27,6 +27,7 @@ What this instance knows of itself then refines the action (`verdict`):
 | won, reissued | it still runs that slot with that token | nothing: its run goes on |
 | won, attempt 1 | the job's next slot was due first (not "allow") | release unrun, as done |
 | won, reissued | otherwise | run, renewing the lease first |
+| skipped, older slot its own | it runs it, `overlap="replace"` | ask that run to end (lease kept till then) |
 | skipped, older slot its own | the slot it released unrun | claim again soon (backing off) |
 | skipped, older slot its own | it does not run it (answer lost) | free it, then claim again |
 
@@ -52,6 +53,7 @@ from ._speed import CLAIM_TAKEN as _TAKEN
 from ._speed import CLAIM_WON as _WON
 from ._speed import OVERLAP_ALLOW as _ALLOW
 from ._speed import OVERLAP_BUFFER_ONE as _BUFFER_ONE
+from ._speed import OVERLAP_REPLACE as _REPLACE
 from ._speed import STATUS_RELEASED as _RELEASED
 from .backends import ClaimResult, Lease
 
@@ -146,6 +148,8 @@ class Action:
     """RUN: its own lease again (reissued), perhaps about to expire: renewed before the run starts."""
     older: int = 0
     """FREE_OWN: the older slot to free."""
+    replaces: int | None = None
+    """WATCH under `overlap="replace"`: the older slot whose run on this instance is asked to end."""
     late_ms: int = 0
     """UNRUN: how late after its slot the win came."""
 
@@ -164,6 +168,8 @@ def verdict(job: Job, result: ClaimResult, claim: Claim, *, stopping: bool, fact
         action.skipped = skips(result, action)
         if result.holder == facts.instance_id:
             _skipped_by_itself(job, result, action, runs, not_run)
+        if claim.kind == "watch" and job.options.claim_overlap is _BUFFER_ONE and action.level == _INFO:
+            action.level = _DEBUG  # (said at the first claim: each heartbeat's poll adds nothing)
         return action
     lease = result.lease
     if lease is None:
@@ -190,7 +196,8 @@ def _skipped_by_itself(job: Job, result: ClaimResult, action: Action, runs: Runn
     Held by a claim answered too late and released just now (UNRUN): claim again after a heartbeat,
     once the release has landed. Held by a claim whose answer never came (the client gave up; the
     request still reached the store): free that older slot, then claim again (FREE_OWN). A run of
-    this instance that is still going or still releasing is left alone.
+    this instance that is still going or still releasing is left alone, but under `overlap="replace"`
+    it is asked to end (`Action.replaces`).
     """
     older = result.record_slot
     if older is None:
@@ -199,6 +206,11 @@ def _skipped_by_itself(job: Job, result: ClaimResult, action: Action, runs: Runn
         action.step = _RETRY
         return
     if runs.running(job.name, older):
+        if job.options.overlap is _REPLACE:
+            action.replaces = older
+            action.message = ("%s slot=%s replaces slot %s, which runs here: asking that run to end; "
+                              "this slot starts once it has ended")
+            action.args = (job.name, SlotText(result.slot), SlotText(older))
         return
     action.step, action.older = _FREE_OWN, older
     action.level = logging.INFO
@@ -251,7 +263,9 @@ def react(job: Job, result: ClaimResult, *, watching: bool, stopping: bool, fact
         older = SlotText(result.record_slot) if result.record_slot else "?"
         message = "%s slot=%s skipped (overlap): slot %s still runs on %s"
         args: tuple[object, ...] = (job.name, slot, older, result.holder)
-        if job.options.overlap is _BUFFER_ONE:
+        if job.options.claim_overlap is _BUFFER_ONE:  # buffer_one, or replace (claimed as buffer_one)
+            if job.options.overlap is _REPLACE:
+                message = "%s slot=%s waits (overlap=replace): slot %s still runs on %s, which ends it"
             # The older run's normal end is not pushed: poll for it every heartbeat.
             delay = _backup_delay(job, result.expires_at, result.now, facts, poll=True)
             return Action(_WATCH, result.slot, delay, backup=True, level=logging.INFO, message=message,

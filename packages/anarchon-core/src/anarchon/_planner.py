@@ -351,7 +351,16 @@ class Planner:
             return
         if slot in plan.watches:
             self._watch(plan, slot, self.jitter(plan))
-        elif plan.job.options.overlap is _BUFFER_ONE:
+        elif plan.job.options.claim_overlap is _BUFFER_ONE:  # (replace too: claimed as buffer_one)
+            self._watch(plan, max(plan.watches), self.jitter(plan))
+
+    def ended_here(self, job_name: str) -> None:
+        """A run of the job ended on this instance: under `buffer_one` (and `replace`, claimed as
+        it), the newer slot watched behind it is claimed again now, within the jitter."""
+        plan = self._plans.get(job_name)
+        if plan is None or self._closed or not plan.watches:
+            return
+        if plan.job.options.claim_overlap is _BUFFER_ONE:
             self._watch(plan, max(plan.watches), self.jitter(plan))
 
     def decided(self, owner: str, wins: Sequence[tuple[str, int]]) -> None:

@@ -34,11 +34,12 @@ from ._speed import RELEASE_HANDOVER as _HANDOVER
 from ._tasks import Tasks
 from .backends import Lease, ReleaseOutcome
 
-__all__ = ["LEASE_LOST", "STOP", "TIMEOUT", "Hook", "Runs", "running_for"]
+__all__ = ["LEASE_LOST", "REPLACED", "STOP", "TIMEOUT", "Hook", "Runs", "running_for"]
 
 STOP = "stop"
 LEASE_LOST = "lease lost"
 TIMEOUT = "timeout"
+REPLACED = "replaced"
 
 
 _CANCEL_GRACE_S = 1.0
@@ -169,6 +170,30 @@ class Runs:
         self._by_name[job.name] = self._by_name.get(job.name, 0) + 1
         run.task = self._tasks.start(self._run(run), "run", self._context.copy())
 
+    def replace(self, name: str, slot: int, by: int, grace_s: float) -> None:
+        """Ask the run of job `name`'s `slot` to end, for its newer slot `by` (`overlap="replace"`):
+        its signal now; an `async def` handler still running after `grace_s` is cancelled. The run
+        keeps its lease until its handler has ended, so `by` never starts beside it."""
+        for run in self._runs:
+            ctx = run.ctx
+            if ctx.name != name or ctx.slot != slot or ctx.signal.cancelled or not run.handler_running:
+                continue
+            ctx.signal.set(REPLACED)
+            kind = ("a plain function in a worker thread, which cannot be cancelled: the newer slot waits "
+                    "until it returns" if run.thread is not None
+                    else f"an async handler, cancelled if it still runs in {int(grace_s * 1000)} ms")
+            self._log.info("%s slot=%s attempt=%d: replaced by slot %s; handler %s is asked to end (%s), and "
+                           "keeps its lease until it has", name, fmt_slot(slot), ctx.attempt, fmt_slot(by),
+                           qualname(run.job.handler), kind, extra=_fields(ctx, "replaced"))
+            if run.thread is None and run.task is not None:
+                asyncio.get_running_loop().call_later(grace_s, self._cancel_replaced, run)
+
+    @staticmethod
+    def _cancel_replaced(run: _Run) -> None:
+        """Cancel a replaced run's `async def` handler that is still running after its grace."""
+        if run.in_handler and run.thread is None and run.task is not None and not run.task.done():
+            run.task.cancel()
+
     def stopping(self) -> None:
         """The scheduler stops: a run that starts from now on has its signal set at once, and a run
         handed over after an error is not claimed again."""
@@ -249,9 +274,9 @@ class Runs:
                             await self._call(run)
                     finally:
                         run.in_handler = False
-                except asyncio.CancelledError as exc:  # stop() cancelled the handler after stop_timeout
+                except asyncio.CancelledError as exc:  # a stop or a replace cancelled the handler
                     _uncancel()
-                    error, outcome = exc, _HANDOVER
+                    error, outcome = exc, _FAILED if ctx.signal.reason == REPLACED else _HANDOVER
                 except RunCancelled as exc:
                     error, outcome = exc, self._cancel_outcome(run)
                 except Exception as exc:
@@ -345,6 +370,9 @@ class Runs:
             elif outcome is None:
                 self._log.info("%s slot=%s ended after %d ms without its lease: not released", job.name,
                                SlotText(ctx.slot), ms, extra=_fields(ctx, "lost"))
+            elif ctx.signal.reason == REPLACED:
+                self._log.info("%s slot=%s ended after %d ms, replaced by a newer slot: released as failed",
+                               job.name, SlotText(ctx.slot), ms, extra=_fields(ctx, "failed"))
         if self._hook.wants("anarchon_run_finished"):
             self._hook.emit("anarchon_run_finished", ctx=ctx, outcome=outcome, error=error,
                             duration_ms=duration_ms)
@@ -374,7 +402,7 @@ class Runs:
         reason = run.ctx.signal.reason
         if run.lost or reason == LEASE_LOST:
             return None
-        if reason == TIMEOUT:
+        if reason in (TIMEOUT, REPLACED):
             return _FAILED
         return _HANDOVER
 

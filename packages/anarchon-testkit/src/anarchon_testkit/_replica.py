@@ -17,7 +17,8 @@ one when it is ready, when SIGTERM arrives (`stopping`) and when it exits, to
   once at `at`: a handler that ignores its cancellation signal and runs for `s` seconds (a plain
   function that sleeps in its worker thread, or an `async def` that awaits short sleeps; a cancelled
   one writes `cancelled`). The replica then runs with `Scheduler.run()`, the product's own signal
-  handling: SIGINT or SIGTERM stops it gracefully, and a second one exits at once.
+  handling: SIGINT or SIGTERM stops it gracefully, and a second one exits at once. With "every" (a
+  duration) and "overlap" in it, `stubborn` is due every `every` from `at` on, under that overlap.
 """
 
 from __future__ import annotations
@@ -145,7 +146,6 @@ def _add_tasks(scheduler: Scheduler[Any], tasks: list[str], emit: Any) -> None:
 def _add_stubborn(scheduler: Scheduler[Any], config: dict[str, Any], emit: Any) -> None:
     """The `stubborn` job: it ignores its signal for `seconds`."""
     seconds = float(config["seconds"])
-    when = float(config["at"])
     if config["kind"] == "thread":
         def stubborn_thread(ctx: JobContext) -> None:
             emit("start", ctx)
@@ -154,7 +154,7 @@ def _add_stubborn(scheduler: Scheduler[Any], config: dict[str, Any], emit: Any) 
                 time.sleep(0.05)
             emit("end", ctx)
 
-        scheduler.at("stubborn", when, stubborn_thread)
+        _schedule(scheduler, config, stubborn_thread)
         return
 
     async def stubborn_async(ctx: JobContext) -> None:
@@ -168,7 +168,15 @@ def _add_stubborn(scheduler: Scheduler[Any], config: dict[str, Any], emit: Any) 
             raise
         emit("end", ctx)
 
-    scheduler.at("stubborn", when, stubborn_async)
+    _schedule(scheduler, config, stubborn_async)
+
+
+def _schedule(scheduler: Scheduler[Any], config: dict[str, Any], handler: Any) -> None:
+    """Register the `stubborn` job: once at `at`, or with "every", every `every` under "overlap"."""
+    if "every" in config:
+        scheduler.every("stubborn", config["every"], handler, overlap=config["overlap"], catch_up=0)
+    else:
+        scheduler.at("stubborn", float(config["at"]), handler)
 
 
 def _next_block(workdir: Path, block_for: list[float]) -> float:

@@ -327,7 +327,7 @@ def check_blocked_loops(url: str, workdir: Path | str, *, lease_s: float = 1.0, 
         c.assert_one_winner()
 
 
-STOP_SCENARIOS = ("thread", "thread-second-signal", "async")
+STOP_SCENARIOS = ("thread", "thread-second-signal", "async", "replace")
 """The cases of `check_stop_never_overlaps`."""
 
 
@@ -345,7 +345,14 @@ def check_stop_never_overlaps(url: str, workdir: Path | str, scenario: str, *, l
       expires, after the exit.
     - "async": an `async def` that ignores `ctx.cancelled`: after `stop_timeout` it is cancelled, and
       the other replica takes the slot over as attempt 2 once it has ended.
+    - "replace": no stop; the job is due every 2 s under `overlap="replace"`, and its plain function
+      ignores its signal for 3 s. Each newer slot asks the older run to end and waits until its
+      thread returns: no two runs ever overlap, and one line names the handler.
     """
+    if scenario == "replace":
+        _check_replace_never_overlaps(url, workdir, lease_s=lease_s, heartbeat_s=heartbeat_s,
+                                      stop_timeout_s=stop_timeout_s)
+        return
     kind = "async" if scenario == "async" else "thread"
     at = time.time() + 4.0
     with Cluster(url, workdir, replicas=2, lease=f"{lease_s}s", heartbeat=f"{heartbeat_s}s",
@@ -384,6 +391,29 @@ def check_stop_never_overlaps(url: str, workdir: Path | str, scenario: str, *, l
                                timeout=lease_s + heartbeat_s + 10)
             assert taken.pid == other and taken.t >= cancelled.t, (taken, cancelled, c.output())
             assert c.join(winner, wait=10) == 0, c.log_of(winner)
+        c.assert_one_winner()
+
+
+def _check_replace_never_overlaps(url: str, workdir: Path | str, *, lease_s: float, heartbeat_s: float,
+                                  stop_timeout_s: float) -> None:
+    """`check_stop_never_overlaps`'s "replace" case."""
+    with Cluster(url, workdir, replicas=2, lease=f"{lease_s}s", heartbeat=f"{heartbeat_s}s",
+                 tick_every="1h", long_every="1h", stop_timeout=f"{stop_timeout_s}s",
+                 stubborn={"at": 0, "kind": "thread", "seconds": 3.0, "every": "2s",
+                           "overlap": "replace"}) as c:
+        first = c.wait_for(lambda e: e.event == "start" and e.job == "stubborn", timeout=20)
+        # Runs of 3 s every 2 s: by the third start, two newer slots have each waited for a thread.
+        c.wait_for(lambda e: e.event == "start" and e.job == "stubborn" and e.t > first.t + 5, timeout=15)
+        time.sleep(1.0)
+        events = [e for e in c.events() if e.job == "stubborn" and e.event in ("start", "end")]
+        live = 0
+        for event in events:  # (ordered by wall time)
+            live += 1 if event.event == "start" else -1
+            assert live <= 1, f"two runs of 'stubborn' at once: {c.output()}"
+        slots = [e.slot for e in c.starts("stubborn")]
+        assert len(slots) == len(set(slots)), c.output()
+        asked = [line for pid in c.procs for line in c.log_of(pid).splitlines() if "is asked to end" in line]
+        assert asked and "stubborn_thread" in asked[0] and "keeps its lease" in asked[0], c.output()
         c.assert_one_winner()
 
 
