@@ -250,7 +250,7 @@ def test_plugins_and_listeners_added_or_removed_later_are_seen_at_once() -> None
     def event(slot: int) -> None:
         request = ClaimRequest("ns", "job", slot, "me")
         result = ClaimResult(ClaimOutcome.WON, "job", slot)
-        observers.emit("anarchon_takeover", request=request, result=result)
+        observers.emit("anarchon_takeover", request=request, result=result, task=None)
 
     try:
         assert not observers.wants("anarchon_takeover")
@@ -320,7 +320,7 @@ def test_hooks_go_through_pluggy_so_its_order_and_wrappers_hold(caplog: pytest.L
             pm.register(plugin, name=name)
         with caplog.at_level(logging.ERROR, logger="anarchon"):
             observers.emit("anarchon_takeover", request=ClaimRequest("ns", "job", 7, "me"),
-                           result=ClaimResult(ClaimOutcome.WON, "job", 7))
+                           result=ClaimResult(ClaimOutcome.WON, "job", 7), task=None)
     finally:
         for plugin in plugins.values():
             pm.unregister(plugin)

@@ -171,3 +171,23 @@ def test_runs_before_a_global_provider_is_set_go_untraced_and_later_runs_get_spa
     assert run.name == "run report" and (run.attributes or {})["anarchon.slot"] == slot
     assert current.get_span_context() == run.context and open_after == 1
     assert tracing.open_spans == 0
+
+
+def test_a_stored_schedules_span_is_named_by_its_task(exporter: InMemorySpanExporter) -> None:
+    clock = VirtualClock(datetime(2026, 12, 1, 10, 0, tzinfo=UTC))
+    scheduler = Scheduler(MemoryBackend(clock=clock), clock=clock)
+
+    @scheduler.task("send-report")
+    async def send_report(ctx: JobContext, customer: int) -> None:
+        """One customer's report."""
+
+    async def main() -> None:
+        async with scheduler:
+            await scheduler.schedules.add("report-7", "send-report", every="10s", args={"customer": 7})
+            await asyncio.sleep(12)
+
+    clock.run(main())
+    spans = exporter.get_finished_spans()
+    assert spans and {s.name for s in spans} == {"run send-report"}
+    attributes = dict(spans[0].attributes or {})
+    assert (attributes["anarchon.job"], attributes["anarchon.task"]) == ("report-7", "send-report")

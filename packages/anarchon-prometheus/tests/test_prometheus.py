@@ -199,3 +199,31 @@ def test_one_job_name_in_two_namespaces_and_outcomes_counts_under_each_label_set
     for namespace in runs:
         assert value("anarchon_run_duration_seconds_count", namespace, job_name="report") == runs[namespace]
         assert value("anarchon_claim_latency_seconds_count", namespace) == runs[namespace]
+
+
+def test_stored_schedules_count_under_their_task_not_one_series_each() -> None:
+    registry = CollectorRegistry()
+    mine = Metrics(registry)
+    anarchon.plugin_manager().register(mine)
+    clock = VirtualClock(datetime(2026, 12, 1, 10, 0, tzinfo=UTC))
+    scheduler = Scheduler(MemoryBackend(clock=clock), instance_id="i0", clock=clock)
+    ran: list[str] = []
+
+    @scheduler.task("send-report")
+    async def send_report(ctx: JobContext, customer: int) -> None:
+        assert ctx.task == "send-report"
+        ran.append(ctx.name)
+
+    async def main() -> None:
+        async with scheduler:
+            for customer in range(50):
+                await scheduler.schedules.add(f"report-{customer}", "send-report", every="10s",
+                                              args={"customer": customer})
+            await asyncio.sleep(25)
+
+    samples = run_and_scrape(clock, main(), mine, registry)
+    assert len(set(ran)) == 50 and len(ran) >= 100
+    runs = {labels: v for (name, labels), v in samples.items() if name == "anarchon_runs_total"}
+    assert runs == {(("job_name", "send-report"), ("namespace", "anarchon"), ("outcome", "done")): len(ran)}
+    durations = [labels for (name, labels) in samples if name == "anarchon_run_duration_seconds_count"]
+    assert durations == [(("job_name", "send-report"), ("namespace", "anarchon"))]

@@ -100,9 +100,12 @@ class JobContext:
     triggered: bool
     """True for a run started by `Scheduler.trigger` (or `anarchon trigger`): `slot` is then the
     trigger's id, not a scheduled slot, and its lease is on the store record `record`."""
+    task: str | None
+    """The task of a stored schedule's run (`name` is then the schedule's id); None for a code job."""
 
     def __init__(self, name: str, slot: int, attempt: int, token: int, instance_id: str, namespace: str,
-                 signal: CancelSignal, logger: logging.Logger | None = None, triggered: bool = False) -> None:
+                 signal: CancelSignal, logger: logging.Logger | None = None, triggered: bool = False,
+                 task: str | None = None) -> None:
         """The context of one run; `logger` defaults to `anarchon.job.<name>`."""
         self.name = name
         self.slot = slot
@@ -113,6 +116,7 @@ class JobContext:
         self.signal = signal
         self._logger = logger
         self.triggered = triggered
+        self.task = task
 
     @property
     def logger(self) -> logging.Logger:

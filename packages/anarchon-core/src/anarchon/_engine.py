@@ -315,7 +315,8 @@ class Engine:
                 self._log.debug("%s slot=%s skipped (paused)", job.name, fmt_slot(entry.slot), extra=extra)
             (request,) = self._requests([entry])
             result = ClaimResult(ClaimOutcome.SKIPPED, job.name, entry.slot)
-            self._hook.emit("anarchon_slot_skipped", request=request, result=result, reason="paused")
+            self._hook.emit("anarchon_slot_skipped", request=request, result=result, reason="paused",
+                            task=job.task)
         return True
 
     def _run_trigger(self, job: Job, lease: Lease) -> None:
@@ -450,7 +451,8 @@ class Engine:
         self.planner.settle(plan, action)
         if action.skipped:
             self._skips.add("overlap", job.name)
-            self._hook.emit("anarchon_slot_skipped", request=request, result=result, reason="overlap")
+            self._hook.emit("anarchon_slot_skipped", request=request, result=result, reason="overlap",
+                            task=job.task)
         if plan.until is not None and self.sweeper is not None and (
                 action.skipped or action.step is _UNRUN or result.outcome in _SETTLED):
             self.sweeper.settled(job.name, result.slot)  # (a stored schedule's slot: nothing left to run)
@@ -463,7 +465,7 @@ class Engine:
             if action.announce:
                 self.planner.won(plan, entry.slot, self._config.instance_id, now)
             if action.takeover:
-                self._hook.emit("anarchon_takeover", request=request, result=result)
+                self._hook.emit("anarchon_takeover", request=request, result=result, task=job.task)
             if action.renew_first:
                 sent = self.keeper.now() - job.options.lease_ms / 1000
             self.runs.start(job, lease, sent)

@@ -73,6 +73,8 @@ class Event:
     """For `started`, `finished` and `lease_lost`: the run's context."""
     count: int | None = None
     """For `missed`, how many slots no replica ran (`slot` is the newest of them)."""
+    task: str | None = None
+    """A stored schedule's task (`job` is then the schedule's id); None for a code job."""
 
 
 Listener: TypeAlias = Callable[[Event], object]
@@ -95,7 +97,7 @@ def _from_hook(name: EventName, kwargs: dict[str, Any]) -> Event:
             name, ctx.name, ctx.slot, ctx.namespace, ctx.instance_id, ctx.attempt,
             outcome=("lost" if outcome is None else outcome.value) if name == "finished" else None,
             error=kwargs.get("error"), duration_ms=kwargs.get("duration_ms"), reason=kwargs.get("reason"),
-            context=ctx,
+            context=ctx, task=ctx.task,
         )
     if name == "missed":
         slots: list[int] = kwargs["slots"]
@@ -106,7 +108,7 @@ def _from_hook(name: EventName, kwargs: dict[str, Any]) -> Event:
     attempt = result.lease.attempt if result.lease is not None else result.attempt
     return Event(name, request.job, result.slot, request.namespace, request.owner, attempt,
                  outcome=result.outcome.value, latency_ms=kwargs.get("latency_ms"), holder=result.holder,
-                 reason=kwargs.get("reason"))
+                 reason=kwargs.get("reason"), task=kwargs.get("task"))
 
 
 class Listeners:

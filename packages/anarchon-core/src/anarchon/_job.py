@@ -38,6 +38,8 @@ class Job:
     schedule: Schedule
     options: ResolvedOptions
     handler: Callable[..., Any]
+    task: str | None = None
+    """The task a stored schedule runs; None for a job registered in code."""
     takes_ctx: bool = field(init=False, repr=False, compare=False)
     """True when the handler takes the `JobContext`."""
     is_async: bool = field(init=False, repr=False, compare=False)
@@ -52,7 +54,7 @@ class Job:
 
     @classmethod
     def bound(cls, name: str, schedule: Schedule, options: ResolvedOptions, handler: Callable[..., Any], *,
-              is_async: bool) -> Job:
+              is_async: bool, task: str | None = None) -> Job:
         """A job whose handler takes the context and is known to be async or not (a stored schedule's
         task, bound to its arguments): its signature is not inspected again for every schedule."""
         job = cls.__new__(cls)
@@ -62,5 +64,6 @@ class Job:
         object.__setattr__(job, "schedule", schedule)
         object.__setattr__(job, "options", options)
         object.__setattr__(job, "handler", handler)
+        object.__setattr__(job, "task", task)
         job.__post_init__()
         return job

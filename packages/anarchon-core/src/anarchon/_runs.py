@@ -158,9 +158,9 @@ class Runs:
     def start(self, job: Job, lease: Lease, sent: float) -> None:
         """Run `job` for the slot `lease` won, by a claim sent at `sent` (keeper clock)."""
         # (Positional: this runs once per run. In order: name, slot, attempt, token, instance_id,
-        # namespace, signal, logger (looked up on first use), triggered.)
+        # namespace, signal, logger (looked up on first use), triggered, task.)
         ctx = JobContext(job.name, lease.slot, lease.attempt, lease.token, self._instance_id, self._namespace,
-                         CancelSignal(asyncio.get_running_loop()), None, lease.job != job.name)
+                         CancelSignal(asyncio.get_running_loop()), None, lease.job != job.name, job.task)
         run = _Run(job, ctx, self)
         run.held = self._keeper.hold(lease, job, sent, run)
         if self._stopping:

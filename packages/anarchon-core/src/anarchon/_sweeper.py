@@ -371,7 +371,7 @@ class Sweeper:
             options = resolve_stored(record.options, lease_ms=s.lease_ms, heartbeat_ms=s.heartbeat_ms)
             args = _args(record)
             return Job.bound(record.id, schedule, options, task_call(task, args, record.id),
-                             is_async=task.is_async)
+                             is_async=task.is_async, task=task.name)
         except AnarchonError as exc:
             self._once(("job", record.id, record.version), logging.ERROR,
                        "stored schedule %r is not claimed here: %s", record.id, exc)

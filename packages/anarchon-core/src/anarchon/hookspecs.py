@@ -81,14 +81,15 @@ def anarchon_lease_lost(ctx: JobContext, reason: str) -> None:
 
 
 @hookspec
-def anarchon_takeover(request: ClaimRequest, result: ClaimResult) -> None:
-    """Observe this instance taking over a slot whose holder's lease ran out (`result.lease.attempt` > 1)."""
+def anarchon_takeover(request: ClaimRequest, result: ClaimResult, task: str | None) -> None:
+    """Observe this instance taking over a slot whose holder's lease ran out (`result.lease.attempt` > 1);
+    `task` is a stored schedule's task (`request.job` its id), None for a code job."""
 
 
 @hookspec
-def anarchon_slot_skipped(request: ClaimRequest, result: ClaimResult) -> None:
+def anarchon_slot_skipped(request: ClaimRequest, result: ClaimResult, task: str | None) -> None:
     """Observe a slot skipped: an older slot of the job still runs (`overlap`), or the job is paused
-    (then `result.holder` is None and the store was not asked)."""
+    (then `result.holder` is None and the store was not asked); `task` as for `anarchon_takeover`."""
 
 
 @hookspec

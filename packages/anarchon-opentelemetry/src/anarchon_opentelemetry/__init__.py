@@ -10,12 +10,13 @@ the global tracer provider (`opentelemetry.trace.set_tracer_provider`). Without 
 span and costs next to nothing; a provider set later, even after the schedulers started, traces the
 runs that start from then on.
 
-Each run on this instance is one span, named `run <job>`, from the handler's call to the run's
-release, with these attributes:
+Each run on this instance is one span, named `run <job>` (a stored schedule's: `run <task>`), from the
+handler's call to the run's release, with these attributes:
 
 | attribute | value |
 | --- | --- |
-| `anarchon.job` | the job's name |
+| `anarchon.job` | the job's name (a stored schedule's id) |
+| `anarchon.task` | a stored schedule's task (absent for a code job) |
 | `anarchon.slot` | the slot, epoch milliseconds (UTC) |
 | `anarchon.attempt` | the attempt (2 or more after a handover or a takeover) |
 | `anarchon.outcome` | `done`, `failed`, `handover` or `lost` (the lease was lost: not released) |

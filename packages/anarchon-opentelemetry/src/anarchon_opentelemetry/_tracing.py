@@ -64,10 +64,13 @@ class Tracing:
             # a provider of the app's own), and ending it, setting its attributes or making it
             # current again would change nothing: skip it all.
             return
-        span = tracer.start_span(f"run {ctx.name}", kind=api.internal, attributes={
+        attributes: dict[str, str | int] = {
             "anarchon.job": ctx.name, "anarchon.slot": ctx.slot, "anarchon.attempt": ctx.attempt,
             "anarchon.namespace": ctx.namespace, "anarchon.instance": ctx.instance_id,
-        })
+        }
+        if ctx.task is not None:  # a stored schedule: its span is named by its task, not its id
+            attributes["anarchon.task"] = ctx.task
+        span = tracer.start_span(f"run {ctx.task or ctx.name}", kind=api.internal, attributes=attributes)
         token = api.context.attach(api.trace.set_span_in_context(span))
         self._open[id(ctx)] = (ctx, span, token)
 

@@ -24,6 +24,8 @@ once, on the replica that ran it; a slot skipped because its older run still run
 replica that claimed it. Slots that no replica ran are counted once, by the replica that found them
 when it started (it won the job's next slot). The last-success gauge is this replica's: take the
 `max` over the replicas. `job_name`, not `job`: Prometheus sets `job` on every scraped series itself.
+A stored schedule's runs, takeovers and skips count under its task's name (`job_name` is the task),
+not its id: a series per schedule would make a million series for a million customers.
 
 For a registry of your own, block the default plugin and register one on that registry:
 

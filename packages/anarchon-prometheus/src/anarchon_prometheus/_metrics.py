@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from anarchon import ClaimRequest, ClaimResult, JobContext, ReleaseOutcome, hookimpl
+from anarchon import ClaimRequest, JobContext, ReleaseOutcome, hookimpl
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -115,14 +115,15 @@ class Metrics:
     def anarchon_run_finished(self, ctx: JobContext, outcome: ReleaseOutcome | None,
                               duration_ms: float | None) -> None:
         """Count the run by its outcome, and time it."""
-        key = (ctx.namespace, ctx.name, outcome)
+        name = ctx.task or ctx.name  # (a stored schedule's runs count under its task)
+        key = (ctx.namespace, name, outcome)
         children = self._ended.get(key)
         if children is None:
             m = self._metrics()
             children = self._ended[key] = (
-                m.child(m.runs, ctx.namespace, ctx.name, "lost" if outcome is None else outcome.value),
-                m.child(m.run_duration, ctx.namespace, ctx.name),
-                m.child(m.last_success, ctx.namespace, ctx.name) if outcome is ReleaseOutcome.DONE else None)
+                m.child(m.runs, ctx.namespace, name, "lost" if outcome is None else outcome.value),
+                m.child(m.run_duration, ctx.namespace, name),
+                m.child(m.last_success, ctx.namespace, name) if outcome is ReleaseOutcome.DONE else None)
         children[0].inc()
         if duration_ms is not None:
             children[1].observe(duration_ms / 1000)
@@ -133,19 +134,19 @@ class Metrics:
     def anarchon_lease_lost(self, ctx: JobContext) -> None:
         """Count the lost lease."""
         m = self._metrics()
-        m.child(m.leases_lost, ctx.namespace, ctx.name).inc()
+        m.child(m.leases_lost, ctx.namespace, ctx.task or ctx.name).inc()
 
     @hookimpl
-    def anarchon_takeover(self, request: ClaimRequest) -> None:
+    def anarchon_takeover(self, request: ClaimRequest, task: str | None) -> None:
         """Count the takeover."""
         m = self._metrics()
-        m.child(m.takeovers, request.namespace, request.job).inc()
+        m.child(m.takeovers, request.namespace, task or request.job).inc()
 
     @hookimpl
-    def anarchon_slot_skipped(self, request: ClaimRequest, result: ClaimResult) -> None:
+    def anarchon_slot_skipped(self, request: ClaimRequest, task: str | None) -> None:
         """Count the skipped slot."""
         m = self._metrics()
-        m.child(m.slots_skipped, request.namespace, request.job).inc()
+        m.child(m.slots_skipped, request.namespace, task or request.job).inc()
 
     @hookimpl
     def anarchon_slots_missed(self, namespace: str, job: str, count: int) -> None:
