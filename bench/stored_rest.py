@@ -140,7 +140,7 @@ def _run(url: str, kind: str, args: argparse.Namespace) -> dict[str, Any]:
         if kind == "stored" and not args.keep:
             asyncio.run(_cleanup(url, namespace))
     per45 = [r["cpu_s"] * 45 / args.seconds for r in results]
-    return {"url": url, "kind": kind, "count": args.count, "replicas": args.replicas,
+    return {"url": url, "namespace": namespace, "kind": kind, "count": args.count, "replicas": args.replicas,
             "populate_s": populate_s, "cpu_s_per_45s": per45, "cpu_pct": [c / 45 * 100 for c in per45],
             "rss_mb": [r["rss_mb"] for r in results], "peak_mb": [r["peak_mb"] for r in results],
             "ready_s": [r["ready_s"] for r in results], "start_s": [r["start_s"] for r in results]}
