@@ -837,7 +837,7 @@ w AS (
     SELECT $1, i.id, i.task, i.spec, i.args, i.options, i.paused, i.next_due, k.version + i.ord, n.now, n.now
     FROM i CROSS JOIN k CROSS JOIN n
     WHERE NOT EXISTS (SELECT 1 FROM c WHERE c.ord = i.ord)
-    ORDER BY i.id
+    ORDER BY i.id COLLATE "C"
     ON CONFLICT (namespace, id) {conflict}
     RETURNING {_SCHEDULE}
 ),
