@@ -1,15 +1,22 @@
-"""Stored schedules at rest: a replica's memory and CPU with N schedules in the store, none due, beside
-the same N registered as code jobs.
+"""Stored schedules at rest: a replica's memory, CPU and time to start with N schedules in the store, none
+due, beside the same N registered as code jobs.
 
     python bench/stored_rest.py redis://127.0.0.1:6379/14 postgresql://postgres@127.0.0.1:5432/test \\
         --count 100000 --replicas 3 --warmup 10 --seconds 45
+    # at a million, stored schedules only (a million code jobs do not fit in a replica's memory):
+    python bench/stored_rest.py redis://127.0.0.1:6379/14 postgresql://postgres@127.0.0.1:5432/test \\
+        --count 1000000 --kinds stored
 
-For each URL and each kind ("stored": N schedules written through `Schedules`, each replica with the
-task; "code": N jobs registered in code on each replica), it starts `--replicas` replica processes
-with the default lease and heartbeat, waits `--warmup` seconds, then measures each replica's CPU
-(user + sys, every thread) over `--seconds` and its RSS (now and peak). The schedules are yearly
-(every 365 days, offsets spread over the year), so none is due during the run. Printed: a table, and
-with `--json` the rows. Numbers move with the machine's load: compare kinds within one run.
+For each URL and each kind ("stored": N schedules written through `Schedules.add_many`, in a writer
+process of its own, each replica with the task; "code": N jobs registered in code on each replica), it
+starts `--replicas` replica processes with the default lease and heartbeat, waits `--warmup` seconds,
+then measures each replica's CPU (user + sys, every thread) over `--seconds` and its RSS (now and peak).
+Each replica also reports when it was ready to claim: the seconds from its process's spawn to the
+return of `Scheduler.start()`, which sweeps the due window once before it returns (`start_s`: that
+call alone). The schedules are yearly (every 365 days, offsets spread over the year), so none is due
+during the run. Afterwards the run's namespace is deleted from the store (its stored schedules, change
+counter and catalogue entries), unless `--keep`. Printed: a table, and with `--json` the rows. Numbers
+move with the machine's load: compare kinds within one run.
 """
 
 from __future__ import annotations
@@ -36,8 +43,10 @@ def _offset(i: int, count: int) -> int:
     return (start + i * ((YEAR_S - 2 * DAY_S) // max(count, 1))) % YEAR_S
 
 
-def _replica(url: str, namespace: str, kind: str, count: int, seconds: float, warmup: float) -> None:
-    """One replica: run, then print its CPU over `seconds` after `warmup`, and its RSS."""
+def _replica(url: str, namespace: str, kind: str, count: int, seconds: float, warmup: float,
+             spawned: float) -> None:
+    """One replica: run, then print when it was ready, its CPU over `seconds` after `warmup`, and its
+    RSS. `spawned`: the wall time at which the parent started this process."""
     from anarchon import JobContext, Scheduler
 
     scheduler: Scheduler[Any] = Scheduler.from_url(url, namespace=namespace)
@@ -52,15 +61,17 @@ def _replica(url: str, namespace: str, kind: str, count: int, seconds: float, wa
             scheduler.every(f"job-{i}", f"{YEAR_S}s", handler, offset=f"{_offset(i, count)}s")
 
     async def main() -> None:
+        starting = time.time()
         async with scheduler:
+            ready = time.time()
             await asyncio.sleep(warmup)
             usage = resource.getrusage(resource.RUSAGE_SELF)
             before = usage.ru_utime + usage.ru_stime
             await asyncio.sleep(seconds)
             usage = resource.getrusage(resource.RUSAGE_SELF)
             cpu = usage.ru_utime + usage.ru_stime - before
-            print(json.dumps({"cpu_s": cpu, "rss_mb": _rss_mb(), "peak_mb": usage.ru_maxrss / 1024}),
-                  flush=True)
+            print(json.dumps({"cpu_s": cpu, "rss_mb": _rss_mb(), "peak_mb": usage.ru_maxrss / 1024,
+                              "ready_s": ready - spawned, "start_s": ready - starting}), flush=True)
 
     asyncio.run(main())
 
@@ -71,41 +82,68 @@ def _rss_mb() -> float:
 
 
 async def _populate(url: str, namespace: str, count: int) -> float:
-    """Write `count` yearly schedules; return the seconds it took."""
-    from anarchon import Schedules
+    """Write `count` yearly schedules with `Schedules.add_many`; return the seconds it took."""
+    from anarchon import Every, NewSchedule, Schedules
 
     started = time.monotonic()
     async with Schedules.from_url(url, namespace=namespace) as schedules:
-        sem = asyncio.Semaphore(32)
-
-        async def one(i: int) -> None:
-            async with sem:
-                await schedules.add(f"cust-{i:07d}", "report", every=f"{YEAR_S}s",
-                                    offset=f"{_offset(i, count)}s", args={"customer": i})
-
-        await asyncio.gather(*(one(i) for i in range(count)))
+        step = 10_000  # (NewSchedule values made a step at a time: the writer's memory stays small)
+        for first in range(0, count, step):
+            items = [NewSchedule(f"cust-{i:07d}", "report",
+                                 Every.parse(f"{YEAR_S}s", f"{_offset(i, count)}s"), args={"customer": i})
+                     for i in range(first, min(first + step, count))]
+            answers = await schedules.add_many(items)
+            if not all(a.added for a in answers):
+                raise SystemExit(f"{sum(not a.added for a in answers)} of the schedules were not added")
     return time.monotonic() - started
+
+
+async def _cleanup(url: str, namespace: str) -> None:
+    """Delete what the run left in the store under `namespace`: its stored schedules and change counter
+    (one statement or one UNLINK), and the catalogue entries of its task."""
+    from anarchon import backend_for_url
+
+    backend: Any = backend_for_url(url)
+    await backend.open()
+    try:
+        if hasattr(backend, "keys"):  # Redis or Valkey: seven keys in one hash slot
+            await backend.client.unlink(*backend.keys.schedules(namespace))
+        elif hasattr(backend, "sql"):  # PostgreSQL
+            async with backend.pool.acquire() as conn:
+                for table in (backend.sql.schedules_table, backend.sql.schedule_versions_table):
+                    await conn.execute(f"DELETE FROM {table} WHERE namespace = $1", namespace)
+        else:
+            raise SystemExit(f"no cleanup for {url}: delete namespace {namespace!r} by hand")
+        await backend.forget(namespace, "report")
+    finally:
+        await backend.close()
 
 
 def _run(url: str, kind: str, args: argparse.Namespace) -> dict[str, Any]:
     namespace = f"rest-{kind}-{uuid.uuid4().hex[:8]}"
     populate_s = None
-    if kind == "stored":
-        # In a process of its own: a child forked from this one would start with its peak RSS.
-        done = subprocess.run([sys.executable, __file__, "--populate", url, namespace, str(args.count)],
-                              capture_output=True, text=True, check=True)
-        populate_s = float(done.stdout.strip().splitlines()[-1])
-    procs = [subprocess.Popen([sys.executable, __file__, "--replica", url, namespace, kind, str(args.count),
-                               str(args.seconds), str(args.warmup)], stdout=subprocess.PIPE, text=True)
-             for _ in range(args.replicas)]
-    results = []
-    for proc in procs:
-        out, _ = proc.communicate(timeout=args.warmup + args.seconds + 600)
-        results.append(json.loads(out.strip().splitlines()[-1]))
+    try:
+        if kind == "stored":
+            # In a process of its own: a child forked from this one would start with its peak RSS.
+            done = subprocess.run([sys.executable, __file__, "--populate", url, namespace, str(args.count)],
+                                  capture_output=True, text=True, check=True)
+            populate_s = float(done.stdout.strip().splitlines()[-1])
+        procs = [subprocess.Popen([sys.executable, __file__, "--replica", url, namespace, kind,
+                                   str(args.count), str(args.seconds), str(args.warmup), repr(time.time())],
+                                  stdout=subprocess.PIPE, text=True)
+                 for _ in range(args.replicas)]
+        results = []
+        for proc in procs:
+            out, _ = proc.communicate(timeout=args.warmup + args.seconds + 600)
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        if kind == "stored" and not args.keep:
+            asyncio.run(_cleanup(url, namespace))
     per45 = [r["cpu_s"] * 45 / args.seconds for r in results]
-    return {"url": url, "kind": kind, "count": args.count, "replicas": args.replicas,
+    return {"url": url, "namespace": namespace, "kind": kind, "count": args.count, "replicas": args.replicas,
             "populate_s": populate_s, "cpu_s_per_45s": per45, "cpu_pct": [c / 45 * 100 for c in per45],
-            "rss_mb": [r["rss_mb"] for r in results], "peak_mb": [r["peak_mb"] for r in results]}
+            "rss_mb": [r["rss_mb"] for r in results], "peak_mb": [r["peak_mb"] for r in results],
+            "ready_s": [r["ready_s"] for r in results], "start_s": [r["start_s"] for r in results]}
 
 
 def main(argv: list[str]) -> int:
@@ -117,8 +155,8 @@ def main(argv: list[str]) -> int:
         print(asyncio.run(_populate(argv[1], argv[2], int(argv[3]))))
         return 0
     if argv and argv[0] == "--replica":
-        url, namespace, kind, count, seconds, warmup = argv[1:7]
-        _replica(url, namespace, kind, int(count), float(seconds), float(warmup))
+        url, namespace, kind, count, seconds, warmup, spawned = argv[1:8]
+        _replica(url, namespace, kind, int(count), float(seconds), float(warmup), float(spawned))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("urls", nargs="+")
@@ -128,18 +166,21 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--seconds", type=float, default=45.0)
     ap.add_argument("--kinds", default="stored,code")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="leave the stored schedules in the store")
     args = ap.parse_args(argv)
     rows = [_run(url, kind, args) for url in args.urls for kind in args.kinds.split(",")]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'store':<45} {'kind':<7} {'count':>8} {'RSS MB (min-max)':>18} {'peak MB':>14} "
-          f"{'CPU % of a core':>16}")
+    print(f"{'store':<45} {'kind':<7} {'count':>8} {'written s':>9} {'RSS MB (min-max)':>18} {'peak MB':>14} "
+          f"{'CPU % of a core':>16} {'ready s':>11}")
     for r in rows:
         def span(values: list[float], fmt: str = "{:.0f}") -> str:
             return f"{fmt.format(min(values))}-{fmt.format(max(values))}"
-        print(f"{r['url'][:45]:<45} {r['kind']:<7} {r['count']:>8} {span(r['rss_mb']):>18} "
-              f"{span(r['peak_mb']):>14} {span(r['cpu_pct'], '{:.2f}'):>16}")
+        written = "-" if r["populate_s"] is None else f"{r['populate_s']:.0f}"
+        print(f"{r['url'][:45]:<45} {r['kind']:<7} {r['count']:>8} {written:>9} {span(r['rss_mb']):>18} "
+              f"{span(r['peak_mb']):>14} {span(r['cpu_pct'], '{:.2f}'):>16} "
+              f"{span(r['ready_s'], '{:.1f}'):>11}")
     return 0
 
 

@@ -143,6 +143,63 @@ class FoldedNamespacesBackend(MemoryBackend):
         return await super().schedules_version(self._fold(namespace))
 
 
+# -- batches -----------------------------------------------------------------------------------------
+
+
+class BatchSortedBackend(MemoryBackend):
+    """Answers a batch of writes sorted by id (as a statement without ORDER BY might), not in its order."""
+
+    async def put_schedules(
+        self, namespace: str, writes: Sequence[ScheduleWrite], *, expect: Literal["absent", "any"]
+    ) -> list[ScheduleWriteResult]:
+        results = await super().put_schedules(namespace, writes, expect=expect)
+        return [r for _, r in sorted(zip([w.id for w in writes], results, strict=True), key=lambda p: p[0])]
+
+
+class BatchStopsAtRefusalBackend(MemoryBackend):
+    """Writes a batch up to its first refusal, and refuses the rest without writing them."""
+
+    async def put_schedules(
+        self, namespace: str, writes: Sequence[ScheduleWrite], *, expect: Literal["absent", "any"]
+    ) -> list[ScheduleWriteResult]:
+        out: list[ScheduleWriteResult] = []
+        for write in writes:
+            if out and not out[-1].written:
+                out.append(ScheduleWriteResult(False, None))
+            else:
+                out.append(await self.put_schedule(namespace, write, expect=expect))
+        return out
+
+
+class BatchOneVersionBackend(MemoryBackend):
+    """Bumps the change counter once per batch: every schedule of a batch gets the same version."""
+
+    async def put_schedules(
+        self, namespace: str, writes: Sequence[ScheduleWrite], *, expect: Literal["absent", "any"]
+    ) -> list[ScheduleWriteResult]:
+        results = await super().put_schedules(namespace, writes, expect=expect)
+        with self.store.lock:
+            kept = self.store.schedules.get(namespace, {})
+            version = self.store.schedule_versions.get(namespace, 0)
+            out: list[ScheduleWriteResult] = []
+            for result in results:
+                if result.written and result.record is not None:
+                    record = replace(result.record, version=version)
+                    kept[record.id] = record
+                    result = ScheduleWriteResult(True, record)
+                out.append(result)
+        return out
+
+
+class BatchRepeatsBackend(MemoryBackend):
+    """Writes a batch that repeats an id, the last write of it winning, instead of refusing it whole."""
+
+    async def put_schedules(
+        self, namespace: str, writes: Sequence[ScheduleWrite], *, expect: Literal["absent", "any"]
+    ) -> list[ScheduleWriteResult]:
+        return [await self.put_schedule(namespace, write, expect=expect) for write in writes]
+
+
 # -- reads -------------------------------------------------------------------------------------------
 
 
@@ -443,6 +500,30 @@ class BrokenSchedules:
 
 
 BROKEN_SCHEDULES = [
+    BrokenSchedules(
+        "batch_sorted",
+        BatchSortedBackend,
+        "test_a_batch_judges_each_write_alone_and_answers_in_order",
+        "answers in the order of the writes",
+    ),
+    BrokenSchedules(
+        "batch_stops_at_refusal",
+        BatchStopsAtRefusalBackend,
+        "test_a_batch_judges_each_write_alone_and_answers_in_order",
+        "one refusal stops nothing",
+    ),
+    BrokenSchedules(
+        "batch_one_version",
+        BatchOneVersionBackend,
+        "test_a_batch_upsert_creates_or_replaces_each",
+        "each write of a batch bumps the counter",
+    ),
+    BrokenSchedules(
+        "batch_repeats",
+        BatchRepeatsBackend,
+        "test_a_batch_with_a_repeated_id_writes_nothing",
+        "repeats an id is a ValueError",
+    ),
     BrokenSchedules(
         "version_per_schedule",
         VersionPerScheduleBackend,

@@ -112,6 +112,15 @@ class Schedules:
         result = await self.backend.put_schedule(self.namespace, write, expect=expect)
         return check_result(result, f"put_schedule({write.id!r}, expect={expect!r})")
 
+    async def put_many(self, writes: Sequence[ScheduleWrite], expect: Literal["absent", "any"]
+                       ) -> list[ScheduleWriteResult]:
+        """`put_schedules`, checked: one answer per write."""
+        raw: object = await self.backend.put_schedules(self.namespace, list(writes), expect=expect)
+        what = f"put_schedules(<{len(writes)} writes>, expect={expect!r})"
+        assert isinstance(raw, list) and len(cast(list[object], raw)) == len(writes), (
+            f"{what} must answer a list of one result per write, {len(writes)}: got {raw!r:.300}")
+        return [check_result(r, what) for r in cast(list[object], raw)]
+
     async def add(self, write: ScheduleWrite) -> ScheduleRecord:
         """Add a schedule that must be new; its record."""
         result = await self.put(write, "absent")
@@ -713,6 +722,109 @@ class TestScheduleContract:
                 f"a write is pushed as (id, SCHEDULES_CHANGED={SCHEDULES_CHANGED}): got {pushed!r} "
                 f"after {what}")
 
+    # -- put_schedules ---------------------------------------------------------------------------
+
+    async def test_a_batch_judges_each_write_alone_and_answers_in_order(self, anarchon_kit: Kit) -> None:
+        s = on(anarchon_kit)
+        # More writes than a chunk of any driver here, ids out of order, every seventh already taken.
+        count = 2_500
+        ids = [f"b-{(i * 7919) % count:05d}" for i in range(count)]
+        taken = {schedule_id: await s.add(sw(schedule_id, "old")) for schedule_id in ids[::7]}
+        writes = [sw(schedule_id, f"task-{i}", next_due=DUE + i, args=f'{{"i": {i}}}', paused=i % 3 == 0)
+                  for i, schedule_id in enumerate(ids)]
+        counter = await s.version()
+        results = await s.put_many(writes, "absent")
+        last = counter
+        for i, (write, result) in enumerate(zip(writes, results, strict=True)):
+            if write.id in taken:
+                assert not result.written and result.record == taken[write.id], (
+                    f"a batch's add of a taken id is refused with the current record, as put_schedule's: "
+                    f"answer {i} ({write.id!r}) is {result!r}")
+                continue
+            assert result.written and result.record is not None, (
+                f"a batch judges each write alone, so one refusal stops nothing: answer {i} ({write.id!r}) "
+                f"is {result!r}")
+            assert fields(result.record) == written(write), (
+                f"put_schedules answers in the order of the writes: answer {i} should hold "
+                f"{written(write)!r}, not {fields(result.record)!r}")
+            assert result.record.version > last, (
+                f"each write of a batch is a write: versions grow in the order of the writes, above the "
+                f"counter before the batch ({counter}): answer {i} has {result.record.version} after {last}")
+            assert result.record.created_at == result.record.updated_at, (
+                f"a created record: created_at = updated_at, as put_schedule's: {result.record!r}")
+            last = result.record.version
+        assert await s.version() == last, (
+            f"the counter after a batch is the last written record's version, {last}: it is "
+            f"{await s.version()}")
+        got = await s.on(await anarchon_kit.client()).get(*ids)
+        for write, result, record in zip(writes, results, got, strict=True):
+            assert record == result.record, (
+                f"another client reads what the batch answered for {write.id!r}: {record!r}, not "
+                f"{result.record!r}")
+        assert len(await s.all_due(DUE + count)) == count, "every schedule of the batch is in the due index"
+
+    async def test_a_batch_upsert_creates_or_replaces_each(self, anarchon_kit: Kit) -> None:
+        s = on(anarchon_kit)
+        old = await s.add(sw("m", "old", next_due=DUE))
+        writes = [sw("z", "new"), sw("m", "new", next_due=None, options='{"overlap":"allow"}'),
+                  sw("a", "new")]
+        counter = await s.version()
+        results = await s.put_many(writes, "any")
+        assert all(r.written and r.record is not None for r in results), (
+            f"a batch upsert writes every schedule: {results!r}")
+        records = [r.record for r in results if r.record is not None]
+        assert [fields(r) for r in records] == [written(w) for w in writes], (
+            f"put_schedules(expect='any') answers in the order of the writes, each as written: "
+            f"{[fields(r) for r in records]!r}")
+        versions = [r.version for r in records]
+        assert versions == sorted(versions) and len(set(versions)) == 3 and versions[0] > counter, (
+            f"each write of a batch bumps the counter: versions grow in order above {counter}: {versions}")
+        assert await s.version() == versions[-1], "the counter after a batch is its last version"
+        assert records[1].created_at == old.created_at and records[1].version > old.version, (
+            f"a replaced schedule keeps created_at and gets a larger version, as put_schedule's: "
+            f"{old!r} became {records[1]!r}")
+        assert await s.all_due(DUE) == [(DUE, "a"), (DUE, "z")], (
+            "a replacement takes the old next due out of the due index")
+
+    async def test_a_batch_with_a_repeated_id_writes_nothing(self, anarchon_kit: Kit) -> None:
+        s = on(anarchon_kit)
+        await s.add(sw("first"))
+        counter = await s.version()
+        try:
+            await s.backend.put_schedules(s.namespace, [sw("a"), sw("b"), sw("a", "again")], expect="any")
+        except ValueError:
+            pass
+        else:
+            pytest.fail("a batch that repeats an id is a ValueError, before anything is written: "
+                        "put_schedules accepted [a, b, a]")
+        with pytest.raises(TypeError, match="expect"):
+            await s.backend.put_schedules(s.namespace, [sw("a")], expect=counter)
+        assert await s.put_many([], "absent") == [], "an empty batch answers []"
+        assert await s.get("a", "b") == [None, None], (
+            "a batch that repeats an id (or has an expect that is no 'absent' or 'any') writes nothing")
+        assert await s.version() == counter, "a batch refused whole, or empty, bumps nothing"
+
+    async def test_a_batch_is_pushed_where_the_backend_notifies(self, anarchon_kit: Kit) -> None:
+        kit = anarchon_kit
+        if Capability.NOTIFY not in kit.capabilities:
+            pytest.skip(f"{type(kit.backend).__name__} lacks 'notify': replicas poll the change counter")
+        listener = await kit.client()
+        got: asyncio.Queue[tuple[str, int]] = asyncio.Queue()
+        await listener.subscribe(kit.namespace, lambda job, slot: got.put_nowait((job, slot)))
+        await asyncio.sleep(0.1)  # let a subscription settle on stores that confirm it asynchronously
+        s = on(kit)
+        await s.add(sw("taken"))
+        await asyncio.wait_for(got.get(), timeout=5)
+        ids = ["taken", ODD_NAMES[0], ODD_NAMES[1]]
+        await s.put_many([sw(i) for i in ids], "absent")
+        try:
+            pushed = await asyncio.wait_for(got.get(), timeout=5)
+        except TimeoutError:
+            pytest.fail("a backend with 'notify' must push (id, SCHEDULES_CHANGED) at least once after a "
+                        "batch that wrote: nothing came within 5 s")
+        assert pushed in [(ODD_NAMES[0], SCHEDULES_CHANGED), (ODD_NAMES[1], SCHEDULES_CHANGED)], (
+            f"a batch's push names one of the ids it wrote: got {pushed!r}")
+
     async def test_namespaces_lists_a_namespace_that_holds_schedules(self, anarchon_kit: Kit) -> None:
         kit = anarchon_kit
         if Capability.FORGET not in kit.capabilities:
@@ -792,6 +904,33 @@ class TestScheduleRaces:
         assert await clients[0].version() >= counter + len(results), (
             f"schedules_version must be larger after each of {len(results)} upserts: {counter} became "
             f"{await clients[0].version()}")
+
+    async def test_race_concurrent_batches_of_adds_have_one_winner_per_id(self, anarchon_kit: Kit) -> None:
+        clients = await self._clients(anarchon_kit)
+        ids = [f"job-{n:03d}" for n in range(60)]
+        counter = await clients[0].version()
+        # Each client adds an overlapping window of the ids, in its own order.
+        windows = [ids[i * 6:i * 6 + 24] for i in range(len(clients))]
+        batches = [[sw(j, f"task-{i}") for j in (w[::-1] if i % 2 else w)] for i, w in enumerate(windows)]
+        answers = await asyncio.gather(*(c.put_many(b, "absent")
+                                         for c, b in zip(clients, batches, strict=True)))
+        stored = dict(zip(ids, await clients[0].get(*ids), strict=True))
+        wins: dict[str, int] = {}
+        for batch, results in zip(batches, answers, strict=True):
+            for write, result in zip(batch, results, strict=True):
+                if result.written:
+                    wins[write.id] = wins.get(write.id, 0) + 1
+                assert result.record is not None and result.record == stored[write.id], (
+                    f"concurrent batches of adds: every answer is the record the store keeps, the one "
+                    f"winner's (a refusal too): {write.id!r} answered {result!r}, stored "
+                    f"{stored[write.id]!r}")
+        asked = {w.id for b in batches for w in b}
+        assert all(wins.get(i) == 1 for i in asked), (
+            f"concurrent batches of adds: exactly one must win each id: "
+            f"{ {i: wins.get(i, 0) for i in sorted(asked) if wins.get(i) != 1} }")
+        versions = sorted(r.version for r in stored.values() if r is not None)
+        assert len(set(versions)) == len(versions) and versions[0] > counter, (
+            f"every written record has a version of its own, above the counter before: {versions}")
 
     async def test_race_update_and_removal_of_one_version_have_one_winner(self, anarchon_kit: Kit) -> None:
         clients = await self._clients(anarchon_kit)

@@ -11,12 +11,16 @@ from typing import Any
 import pytest
 
 from anarchon import (
+    At,
     ConfigError,
+    Cron,
+    Every,
     JobContext,
     JobStatus,
     MemoryBackend,
     MemoryClaimBackend,
     MemoryStore,
+    NewSchedule,
     ScheduleConflict,
     ScheduleError,
     ScheduleNotFound,
@@ -89,6 +93,80 @@ def test_a_schedule_added_from_a_process_with_no_tasks_runs_once_per_slot(clock:
     assert not r.doubles()
     assert all(args == {"customer": 42} for *_, args in r.runs)
     assert len({inst for _, _, _, inst, _ in r.runs}) >= 1
+
+
+def test_add_many_writes_a_batch_a_call_and_replicas_run_each_once_per_slot(clock: VirtualClock) -> None:
+    r = Replicas(clock)
+    ids = [f"cust-{n:02d}" for n in range(40)]
+
+    async def main() -> None:
+        await r.start()
+        taken = await r.admin.add(ids[5], "report", every="1h")
+        calls = r.store.calls
+        answers = await r.admin.add_many(
+            [NewSchedule(i, "report", Every.parse("10s"), args={"n": n}) for n, i in enumerate(ids)],
+            batch=16)
+        # Three batches of at most 16 (and one read of the catalogue): not one call per schedule.
+        assert r.store.calls - calls <= 4, r.store.calls - calls
+        assert [a.schedule.id if a.schedule else None for a in answers] == ids
+        assert [a.added for a in answers] == [i != ids[5] for i in ids]
+        assert answers[5].schedule is not None and answers[5].schedule.version == taken.version
+        assert answers[5].schedule == await r.admin.get(ids[5])
+        versions = [a.schedule.version for a in answers if a.added and a.schedule]
+        assert versions == sorted(versions) and len(set(versions)) == len(versions) > 0
+        assert answers[7].schedule is not None and answers[7].schedule.args == {"n": 7}
+        await asyncio.sleep(25)
+        await r.stop()
+
+    clock.run(main())
+    for i in ids:
+        assert r.slots(i) == ([] if i == ids[5] else [T0 + 10_000, T0 + 20_000]), i
+    assert not r.doubles()
+
+
+def test_add_many_with_replace_upserts_each(clock: VirtualClock) -> None:
+    admin = Schedules(MemoryBackend(clock=clock), clock=clock)
+
+    async def main() -> None:
+        old = await admin.add("a", "report", every="1h", args={"v": 1})
+        answers = await admin.add_many([NewSchedule("a", "report", Cron("0 9 * * *", "Europe/Athens"),
+                                                    options={"timeout": "5s"}),
+                                        NewSchedule("b", "report", At.parse(START + timedelta(days=1)))],
+                                       replace=True)
+        assert [a.added for a in answers] == [True, True]
+        a = await admin.get("a")
+        assert a is not None and a.kind == "cron" and a.args == {} and a.options == {"timeout": "5000ms"}
+        assert a.version > old.version and a.created_at == old.created_at
+        assert answers[0].schedule == a
+
+    clock.run(main())
+
+
+@pytest.mark.parametrize(("items", "text"), [
+    ([NewSchedule("a", "report", Every.parse("1h")), NewSchedule("a", "report", Every.parse("2h"))],
+     "comes twice"),
+    ([NewSchedule("a", "report", Every.parse("1h")), NewSchedule("b", "report", At(T0 - 60_000))],
+     "in the past"),
+    ([NewSchedule("a", "report", Every.parse("1h")), NewSchedule("b", "report", Every.parse("1h"),
+                                                                  args={"x": object()})],
+     "invalid args"),
+    ([NewSchedule("a", "report", Every.parse("1h")), ("b", "report", "1h")], "pass NewSchedule values"),
+    ([NewSchedule("a", "report", Every.parse("1h")), NewSchedule("b", "report", Every.parse("1h"),
+                                                                  options={"overlap": "sometimes"})],  # type: ignore[arg-type]
+     "sometimes"),
+])
+def test_add_many_checks_every_schedule_before_it_writes_any(
+    clock: VirtualClock, items: list[Any], text: str
+) -> None:
+    admin = Schedules(MemoryBackend(clock=clock), clock=clock)
+
+    async def main() -> None:
+        with pytest.raises((ScheduleError, ConfigError, ValueError, TypeError)) as info:
+            await admin.add_many(items)
+        assert text in str(info.value), str(info.value)
+        assert (await admin.list()).items == []
+
+    clock.run(main())
 
 
 def test_changing_the_interval_moves_the_next_slot_and_no_slot_runs_twice(clock: VirtualClock) -> None:

@@ -66,7 +66,15 @@ from ._plugins import PluginError, backend_classes, backend_for_url, plugin_erro
 from ._scheduler import Scheduler
 from ._schedules import At, Cron, Every, Schedule, from_ms, to_ms
 from ._settings import Settings
-from ._stored import ScheduleConflict, ScheduleNotFound, SchedulePage, Schedules, StoredSchedule
+from ._stored import (
+    NewSchedule,
+    ScheduleAddResult,
+    ScheduleConflict,
+    ScheduleNotFound,
+    SchedulePage,
+    Schedules,
+    StoredSchedule,
+)
 from .backends import (
     CONTROLS_CHANGED,
     DEFAULT_HISTORY,
@@ -139,6 +147,7 @@ __all__ = [
     "MemoryBackend",
     "MemoryClaimBackend",
     "MemoryStore",
+    "NewSchedule",
     "OptionError",
     "Overlap",
     "PluginError",
@@ -146,6 +155,7 @@ __all__ = [
     "RunCancelled",
     "RunRecord",
     "Schedule",
+    "ScheduleAddResult",
     "ScheduleConflict",
     "ScheduleError",
     "ScheduleNotFound",

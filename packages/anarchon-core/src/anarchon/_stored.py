@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -39,11 +39,14 @@ if TYPE_CHECKING:
 
     from ._options import LeaseJobOptions
 
-__all__ = ["MAX_ARGS_BYTES", "ScheduleConflict", "ScheduleNotFound", "SchedulePage", "Schedules",
-           "StoredSchedule", "decode_options", "decode_spec", "schedule_of"]
+__all__ = ["MAX_ARGS_BYTES", "NewSchedule", "ScheduleAddResult", "ScheduleConflict", "ScheduleNotFound",
+           "SchedulePage", "Schedules", "StoredSchedule", "decode_options", "decode_spec", "schedule_of"]
 
 DEFAULT_HEARTBEAT_MS = 5_000
 """A scheduler's heartbeat unless set: a stored lease must leave room for two of them."""
+
+ADD_MANY_BATCH = 1_000
+"""The schedules `Schedules.add_many` sends to the store in one call, unless told otherwise."""
 
 MAX_ARGS_BYTES = 65_536
 """The largest a schedule's arguments may be, as JSON text (UTF-8 bytes)."""
@@ -102,6 +105,30 @@ class SchedulePage:
 
     items: list[StoredSchedule]
     cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class NewSchedule:
+    """One schedule for `Schedules.add_many`: what `Schedules.add` takes, as one value."""
+
+    id: str
+    task: str
+    schedule: Every | Cron | At
+    """When it is due, e.g. `Every.parse("1h", offset="15m")`, `Cron("0 9 * * *", "Europe/Athens")`
+    or `At.parse(datetime(2027, 1, 1, tzinfo=UTC))`."""
+    args: Mapping[str, Any] | None = None
+    paused: bool = False
+    options: LeaseJobOptions | None = None
+    """The job options, as `Schedules.add` takes them (overlap, timeout, lease, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleAddResult:
+    """One answer of `Schedules.add_many`: the schedule written when `added`, else the one that holds
+    its id (None in the rare case that the store could not read it)."""
+
+    added: bool
+    schedule: StoredSchedule | None
 
 
 # -- checking and encoding ------------------------------------------------------------------------------
@@ -344,6 +371,53 @@ class Schedules:
                 f"task {current.task if current else '?'!r}): pass replace=True to overwrite it, or "
                 "update it with its version", current)
         return public(result.record)
+
+    async def add_many(self, schedules: Iterable[NewSchedule], *, replace: bool = False, strict: bool = False,
+                       batch: int = ADD_MANY_BATCH) -> list[ScheduleAddResult]:
+        """Keep many schedules, in order, `batch` to a call to the store: each only if its id is free,
+        or, with `replace`, in place of the current one (an upsert).
+
+        Every schedule is checked before any is written (one bad schedule writes nothing); a taken id
+        is not an error but an answer (`added` false, with the schedule that holds the id), and the
+        others are written. Each batch is written atomically where the store allows: another process
+        may see the schedules written in part, never one schedule in part.
+        """
+        if not isinstance(batch, int) or isinstance(batch, bool) or not 1 <= batch <= 100_000:
+            raise OptionError(f"invalid batch {batch!r}: use a whole number from 1 to 100000")
+        writes: list[ScheduleWrite] = []
+        seen: set[str] = set()
+        for item in schedules:
+            if not isinstance(item, NewSchedule):
+                raise ScheduleError(f"invalid schedule {item!r}: pass NewSchedule values, e.g. "
+                                    "NewSchedule('cust-7', 'report', Every.parse('1h'))")
+            schedule_id = check_id(item.id)
+            if schedule_id in seen:
+                raise ScheduleError(f"schedule id {schedule_id!r} comes twice: give each id once")
+            seen.add(schedule_id)
+            if not isinstance(item.schedule, (Every, Cron, At)):
+                raise ScheduleError(f"invalid schedule {item.schedule!r} for {schedule_id!r}: use Every, "
+                                    "Cron or At")
+            writes.append(self._write(schedule_id, item.task, item.schedule, item.args,
+                                      dict(item.options or {}), item.paused, method="add_many"))
+        if not writes:
+            return []
+        kinds = await self._catalogue_kinds()
+        for write in writes:
+            self._check_not_code(write.id, kinds)
+        for task in dict.fromkeys(w.task for w in writes):
+            self._check_task(task, strict, kinds)
+        expect: Literal["absent", "any"] = "any" if replace else "absent"
+
+        async def put(backend: ScheduleBackend) -> list[ScheduleAddResult]:
+            out: list[ScheduleAddResult] = []
+            for start in range(0, len(writes), batch):
+                results = await backend.put_schedules(self.namespace, writes[start:start + batch],
+                                                      expect=expect)
+                out += [ScheduleAddResult(r.written, None if r.record is None else public(r.record))
+                        for r in results]
+            return out
+
+        return cast(list[ScheduleAddResult], await self._call(put))
 
     async def update(self, schedule_id: str, *, version: int, task: str | None = None,
                      every: Duration | None = None, cron: str | None = None,

@@ -6,7 +6,7 @@ rejection ever stops happening, and fails on any accepted call that stops type-c
 
 from __future__ import annotations
 
-from anarchon import JobContext, MemoryBackend, MemoryClaimBackend, Scheduler
+from anarchon import Every, JobContext, MemoryBackend, MemoryClaimBackend, NewSchedule, Scheduler
 
 
 async def handler(ctx: JobContext) -> None:
@@ -72,6 +72,13 @@ async def stored_schedules() -> None:
     claim_only.task("send-report")  # type: ignore[arg-type]
     await lease.schedules.add("x", "t", every="1h", overlap="sometimes")  # type: ignore[arg-type]
     await lease.schedules.add("x", "t", every="1h", colour="blue")  # type: ignore[call-arg]
+    answers = await lease.schedules.add_many(
+        [NewSchedule("cust-2", "send-report", Every.parse("1h"), args={"customer": 2},
+                     options={"timeout": "5m"})],
+        replace=True)
+    assert all(a.added or a.schedule is None or a.schedule.version for a in answers)
+    NewSchedule("x", "t", Every.parse("1h"), options={"overlap": "sometimes"})  # type: ignore[arg-type]
+    NewSchedule("x", "t", Every.parse("1h"), options={"colour": "blue"})  # type: ignore[arg-type]
 
 
 async def _a_context() -> JobContext:

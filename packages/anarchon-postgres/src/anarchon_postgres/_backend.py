@@ -37,6 +37,7 @@ from anarchon.backends import (
     ScheduleWrite,
     ScheduleWriteResult,
     WinsCallback,
+    check_schedule_batch,
     redact_url,
 )
 
@@ -58,6 +59,8 @@ JIT_FREE_ROWS = 256
 # A loser whose snapshot predates a concurrently inserted row asks again this often before answering
 # TAKEN. (A row that existed is locked and judged in the statement itself.)
 _RECHECKS = 3
+_PUT_CHUNK = 1_000
+"""Schedules per statement of `put_schedules`: a few milliseconds with the namespace's counter locked."""
 _OUTCOMES = {o.value: o for o in ClaimOutcome}
 """An outcome's string to the member, without an Enum call per claim."""
 _STATUSES = {s.value: s for s in JobStatus}
@@ -667,6 +670,43 @@ class PostgresBackend(LeaseBackendBase):
             # Refused by a row committed after this statement's snapshot: ask again to read it.
             row = await self._schedule_write("put_schedule", sql, *args)
         return _write_result(row)
+
+    async def put_schedules(self, namespace: str, writes: Sequence[ScheduleWrite], *,
+                            expect: Literal["absent", "any"]) -> list[ScheduleWriteResult]:
+        """Write many schedules, each judged alone, in order: one statement per chunk of `_PUT_CHUNK`
+        (see `Statements.put_schedules` and `ScheduleBackend.put_schedules`)."""
+        check_schedule_batch(writes, expect)
+        sql = self.sql.put_schedules(absent=expect == "absent")
+        results: list[ScheduleWriteResult | None] = [None] * len(writes)
+        for start in range(0, len(writes), _PUT_CHUNK):
+            pending = list(range(start, min(start + _PUT_CHUNK, len(writes))))
+            for _ in range(_RECHECKS + 1):
+                chunk = [writes[i] for i in pending]
+                ids, tasks, specs, args, options, paused, dues = zip(*[
+                    (w.id, w.task, w.spec, w.args, w.options, "t" if w.paused else "f", w.next_due)
+                    for w in chunk], strict=True)
+                rows = await self._schedule_rows(
+                    namespace, sql, texts(ids), texts(tasks), texts(specs), texts(args), texts(options),
+                    "{" + ",".join(paused) + "}", numbers(dues), self.sql.channel)
+                again = []
+                for i, row in zip(pending, rows, strict=True):
+                    record = None if row["id"] is None else _schedule(tuple(row)[2:12])
+                    results[i] = ScheduleWriteResult(bool(row["written"]), record)
+                    if expect == "absent" and not row["written"] and record is None:
+                        again.append(i)  # refused by a row committed after the snapshot: ask again
+                if not again:
+                    break
+                pending = again
+        return cast(list[ScheduleWriteResult], results)
+
+    async def _schedule_rows(self, namespace: str, sql: str, *args: Any) -> list[Any]:
+        """Run a batch of schedule writes; the first in a namespace creates its counter row, then runs
+        again."""
+        rows = await self._fetch("put_schedules", sql, namespace, *args)
+        if rows and not rows[0]["counted"]:
+            await self._fetch("put_schedules", self.sql.create_schedule_counter, namespace)
+            rows = await self._fetch("put_schedules", sql, namespace, *args)
+        return rows
 
     async def _schedule_write(self, what: str, sql: str, *args: Any) -> Any:
         """Run a schedule's write; the first in a namespace creates its counter row, then runs again."""

@@ -803,6 +803,58 @@ w AS (
 ),
 c AS (SELECT {_SCHEDULE} FROM {st} WHERE false)""" + self._schedule_write("w", "c")
 
+    def put_schedules(self, *, absent: bool) -> str:
+        """Write many schedules of namespace $1, each judged alone: only those whose id is free (`absent`),
+        or each inserted or replaced whatever its version (an upsert). $2..$8 are array literals (ids,
+        tasks, specs, args, options, paused, next_due; NULL for none), $9 the channel.
+
+        One row per schedule, in the arrays' order (`ord`): `written`, the record written or (refused)
+        the current one, `counted` as `_schedule_write`'s. With the counter row locked first (`k`, as
+        every write), the schedule in the i-th place that is written gets version k + i: versions grow
+        in order, and the counter becomes the largest written. Rows are written in id order, the order
+        in which `advance_schedules` locks them, so the two cannot deadlock. One push for the batch,
+        naming the first schedule written. An add refused by a row committed after this statement's
+        snapshot answers no record (the caller asks again for it)."""
+        st = self.schedules_table
+        cols = _SCHEDULE.split(", ")
+        current = (f"SELECT i.ord, {', '.join(f's.{c}' for c in cols)} FROM i JOIN {st} AS s "
+                   "ON s.namespace = $1 AND s.id = i.id" if absent
+                   else f"SELECT 0::bigint AS ord, {_SCHEDULE} FROM {st} WHERE false")
+        conflict = ("DO NOTHING" if absent else
+                    """DO UPDATE SET
+        task = excluded.task, spec = excluded.spec, args = excluded.args, options = excluded.options,
+        paused = excluded.paused, next_due = excluded.next_due, version = excluded.version,
+        updated_at = excluded.updated_at""")
+        return self._schedule_locked() + f""",
+i AS MATERIALIZED (
+    SELECT * FROM unnest($2::text::text[], $3::text::text[], $4::text::text[], $5::text::text[],
+                         $6::text::text[], $7::text::boolean[], $8::text::bigint[])
+        WITH ORDINALITY AS i(id, task, spec, args, options, paused, next_due, ord)
+),
+c AS MATERIALIZED ({current}),
+w AS (
+    INSERT INTO {st} AS t (namespace, {_SCHEDULE})
+    SELECT $1, i.id, i.task, i.spec, i.args, i.options, i.paused, i.next_due, k.version + i.ord, n.now, n.now
+    FROM i CROSS JOIN k CROSS JOIN n
+    WHERE NOT EXISTS (SELECT 1 FROM c WHERE c.ord = i.ord)
+    ORDER BY i.id COLLATE "C"
+    ON CONFLICT (namespace, id) {conflict}
+    RETURNING {_SCHEDULE}
+),
+bump AS (
+    UPDATE {self.schedule_versions_table} AS v SET version = (SELECT max(w.version) FROM w) FROM k
+    WHERE v.namespace = $1 AND EXISTS (SELECT 1 FROM w)
+),
+push AS MATERIALIZED (
+    SELECT pg_notify($9::text, json_build_array($1::text, f.id, -2)::text)
+    FROM (SELECT w.id FROM w ORDER BY w.version LIMIT 1) AS f
+)
+SELECT i.ord, w.id IS NOT NULL AS written,
+       {", ".join(f"coalesce(w.{c}, c.{c}) AS {c}" for c in cols)},
+       EXISTS (SELECT 1 FROM k) AS counted, (SELECT count(*) FROM push) AS pushed
+FROM i LEFT JOIN w ON w.id = i.id LEFT JOIN c ON c.ord = i.ord
+ORDER BY i.ord"""
+
     @property
     def update_schedule(self) -> str:
         """Replace schedule $2 of namespace $1 only if its version is $10 (a compare-and-set), at the

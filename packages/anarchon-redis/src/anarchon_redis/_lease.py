@@ -36,6 +36,7 @@ from anarchon.backends import (
     ScheduleWrite,
     ScheduleWriteResult,
     WinsCallback,
+    check_schedule_batch,
     deliver_wins,
     redact_url,
 )
@@ -290,10 +291,13 @@ _RECORD_RUNS, _RECORD_RUNS_BATCH = Script(_scripts.RECORD_RUNS), Script(_scripts
 _PUBLISH_CATALOGUE = Script(_scripts.PUBLISH_CATALOGUE)
 _CATALOGUE = Script(_scripts.CATALOGUE)
 _PUT_SCHEDULE, _REMOVE_SCHEDULE = Script(_scripts.PUT_SCHEDULE), Script(_scripts.REMOVE_SCHEDULE)
+_PUT_SCHEDULES = Script(_scripts.PUT_SCHEDULES)
 _GET_SCHEDULES, _READ_SCHEDULES = Script(_scripts.GET_SCHEDULES), Script(_scripts.READ_SCHEDULES)
 _DUE_BY_TASKS, _ADVANCE_SCHEDULES = Script(_scripts.DUE_BY_TASKS), Script(_scripts.ADVANCE_SCHEDULES)
-_SCHEDULE_SCRIPTS = (_PUT_SCHEDULE, _REMOVE_SCHEDULE, _GET_SCHEDULES, _READ_SCHEDULES, _DUE_BY_TASKS,
-                     _ADVANCE_SCHEDULES)
+_SCHEDULE_SCRIPTS = (_PUT_SCHEDULE, _PUT_SCHEDULES, _REMOVE_SCHEDULE, _GET_SCHEDULES, _READ_SCHEDULES,
+                     _DUE_BY_TASKS, _ADVANCE_SCHEDULES)
+_PUT_CHUNK = 1_000
+"""Schedules per script of `put_schedules`: a few milliseconds of the server's one thread."""
 _DUE_BIAS = 1 << 63
 """Added to a next due before it is written as 16 hex digits: every int64 is a key of the same width."""
 _INDEX_DUE, _INDEX_IDS, _INDEX_TASKS = 3, 4, 5
@@ -815,6 +819,29 @@ class RedisBackend(RedisStore, LeaseBackendBase):
                 [w.id, w.task, body, due_key(w.next_due), str(expect), self.keys.channel(namespace)])
         [reply] = await self._eval_many(_PUT_SCHEDULE, [call], "writing a schedule")
         return self._write_result(w.id, reply)
+
+    async def put_schedules(self, namespace: str, writes: Sequence[ScheduleWrite], *,
+                            expect: Literal["absent", "any"]) -> list[ScheduleWriteResult]:
+        """Write many schedules, each judged alone, in order: one script per chunk of `_PUT_CHUNK` (each
+        atomic, one push each), the chunks in one pipeline (see `ScheduleBackend.put_schedules`)."""
+        check_schedule_batch(writes, expect)
+        if not writes:
+            return []
+        keys, channel = self.keys.schedules(namespace), self.keys.channel(namespace)
+        calls: list[tuple[list[str], list[Any]]] = []
+        for start in range(0, len(writes), _PUT_CHUNK):
+            args: list[Any] = [expect, channel]
+            for w in writes[start:start + _PUT_CHUNK]:
+                body = json.dumps([w.spec, w.args, w.options, int(w.paused)], ensure_ascii=False,
+                                  separators=(",", ":"))
+                args += [w.id, w.task, body, due_key(w.next_due)]
+            calls.append((keys, args))
+        replies = await self._eval_many(_PUT_SCHEDULES, calls, "writing schedules")
+        out: list[ScheduleWriteResult] = []
+        for start, reply in zip(range(0, len(writes), _PUT_CHUNK), replies, strict=True):
+            out += [self._write_result(w.id, r)
+                    for w, r in zip(writes[start:start + _PUT_CHUNK], reply, strict=True)]
+        return out
 
     async def remove_schedule(self, namespace: str, schedule_id: str, *, expect: int | None = None
                               ) -> ScheduleWriteResult:

@@ -13,7 +13,7 @@ Time is the server's: `TIME` is read once, at the top of each script.
 from __future__ import annotations
 
 __all__ = ["ADVANCE_SCHEDULES", "CATALOGUE", "CLAIM", "CLAIM_BATCH", "DUE_BY_TASKS", "GET_SCHEDULES",
-           "INSPECT", "PUBLISH_CATALOGUE", "PUT_SCHEDULE", "READ_SCHEDULES", "RECORD_RUNS",
+           "INSPECT", "PUBLISH_CATALOGUE", "PUT_SCHEDULE", "PUT_SCHEDULES", "READ_SCHEDULES", "RECORD_RUNS",
            "RECORD_RUNS_BATCH", "RELEASE", "RELEASE_BATCH", "REMOVE_SCHEDULE", "RENEW", "RENEW_BATCH",
            "SET_CONTROL", "STREAM_CLAIM"]
 
@@ -439,37 +439,63 @@ _SCHEDULE_PUSH = r"""
 redis.call('PUBLISH', channel, '-2:' .. id)
 """
 
-PUT_SCHEDULE = _SCHEDULE_COMMON + r"""
--- ARGV: id task body due_key expect ('absent', 'any' or a version) channel.
+_PUT = r"""
+-- Write schedule `id` by `expect` ('absent', 'any' or a version); `body`: its JSON text, `key`: its due key.
 -- Reply: {1, meta, body} written; {0, meta, body} refused by the current schedule; {0} refused, none.
-local id, task, body, key, expect, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local cur = redis.call('HGET', KEYS[1], id)
-local version, created, old_key, old_task
-if cur then
-  local v, c, u, k, t = string.match(cur, PARSE)
-  version, created, old_key, old_task = tonumber(v), c, k, t
+local function put(id, task, body, key, expect)
+  local cur = redis.call('HGET', KEYS[1], id)
+  local version, created, old_key, old_task
+  if cur then
+    local v, c, u, k, t = string.match(cur, PARSE)
+    version, created, old_key, old_task = tonumber(v), c, k, t
+  end
+  if (expect == 'absent' and cur) or (expect ~= 'absent' and expect ~= 'any'
+                                      and (not cur or version ~= tonumber(expect))) then
+    if not cur then return {0} end
+    return {0, cur, redis.call('HGET', KEYS[2], id)}
+  end
+  if cur then
+    unindex(id, old_task, old_key)
+    redis.call('ZREM', KEYS[5], old_task .. '\0' .. id)
+  else
+    created = string.format('%d', now)
+    redis.call('ZADD', KEYS[4], 0, id)
+  end
+  -- The record's version is the change counter's new value.
+  local meta = string.format('%d', redis.call('INCR', KEYS[6])) .. ' ' .. created .. ' '
+    .. string.format('%d', now) .. ' ' .. key .. ' ' .. task
+  redis.call('HSET', KEYS[1], id, meta)
+  redis.call('HSET', KEYS[2], id, body)
+  index(id, task, key)
+  redis.call('ZADD', KEYS[5], 0, task .. '\0' .. id)
+  return {1, meta, body}
 end
-if (expect == 'absent' and cur) or (expect ~= 'absent' and expect ~= 'any'
-                                    and (not cur or version ~= tonumber(expect))) then
-  if not cur then return {0} end
-  return {0, cur, redis.call('HGET', KEYS[2], id)}
-end
-if cur then
-  unindex(id, old_task, old_key)
-  redis.call('ZREM', KEYS[5], old_task .. '\0' .. id)
-else
-  created = string.format('%d', now)
-  redis.call('ZADD', KEYS[4], 0, id)
-end
--- The record's version is the change counter's new value.
-local meta = string.format('%d', redis.call('INCR', KEYS[6])) .. ' ' .. created .. ' '
-  .. string.format('%d', now) .. ' ' .. key .. ' ' .. task
-redis.call('HSET', KEYS[1], id, meta)
-redis.call('HSET', KEYS[2], id, body)
-index(id, task, key)
-redis.call('ZADD', KEYS[5], 0, task .. '\0' .. id)
+"""
+
+PUT_SCHEDULE = _SCHEDULE_COMMON + _PUT + r"""
+-- ARGV: id task body due_key expect ('absent', 'any' or a version) channel. Reply as `put`'s.
+local id, channel = ARGV[1], ARGV[6]
+local reply = put(ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+if reply[1] == 1 then
 """ + _SCHEDULE_PUSH + r"""
-return {1, meta, body}
+end
+return reply
+"""
+
+PUT_SCHEDULES = _SCHEDULE_COMMON + _PUT + r"""
+-- ARGV: expect ('absent' or 'any'), channel, then id task body due_key per schedule. Reply: `put`'s
+-- reply per schedule, in order; one push for the batch, naming its first schedule written.
+local expect, channel = ARGV[1], ARGV[2]
+local out, id = {}, nil
+for i = 3, #ARGV, 4 do
+  local reply = put(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], expect)
+  if reply[1] == 1 and not id then id = ARGV[i] end
+  out[#out + 1] = reply
+end
+if id then
+""" + _SCHEDULE_PUSH + r"""
+end
+return out
 """
 
 REMOVE_SCHEDULE = _SCHEDULE_COMMON + r"""

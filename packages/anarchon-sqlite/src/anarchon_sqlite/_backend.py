@@ -37,6 +37,7 @@ from anarchon.backends import (
     ScheduleRecord,
     ScheduleWrite,
     ScheduleWriteResult,
+    check_schedule_batch,
     decide,
     decide_release,
     decide_renew,
@@ -74,6 +75,8 @@ _ROW = "slot, attempt, token, owner, status, expires_at, fingerprint, updated_at
 
 _SCHEDULE = "id, task, spec, args, options, paused, next_due, version, created_at, updated_at"
 """A schedule's columns, in `ScheduleRecord`'s order."""
+_PUT_CHUNK = 1_000
+"""Writes per transaction of `put_schedules`: a few milliseconds of the database's one write lock."""
 _GET_CHUNK = 500
 """Ids per statement of `get_schedules` (SQLite binds at most 32,766 parameters a statement)."""
 
@@ -698,27 +701,49 @@ class SqliteBackend(LeaseBackendBase):
         """Write a schedule by `expect`, and bump the change counter, in one transaction (see
         `ScheduleBackend.put_schedule`)."""
         _check_expect(expect)
-        w = write
 
         def body(conn: Conn) -> ScheduleWriteResult:
-            found = conn.execute(self._sql_schedule, (namespace, w.id)).fetchone()
-            current = None if found is None else _schedule(found)
-            if (expect == "absent" and current is not None) or (
-                    isinstance(expect, int) and (current is None or current.version != expect)):
-                return ScheduleWriteResult(False, current)
-            now = self._now(conn)
-            version = int(conn.execute(self._sql_schedule_bump, (namespace,)).fetchone()[0])
-            record = ScheduleRecord(w.id, w.task, w.spec, w.args, w.options, w.paused, w.next_due, version,
-                                    now if current is None else current.created_at, now)
-            if current is None:
-                conn.execute(self._sql_schedule_insert, (namespace, w.id, w.task, w.spec, w.args, w.options,
-                                                         int(w.paused), w.next_due, version, now, now))
-            else:
-                conn.execute(self._sql_schedule_update, (w.task, w.spec, w.args, w.options, int(w.paused),
-                                                         w.next_due, version, now, namespace, w.id))
-            return ScheduleWriteResult(True, record)
+            return self._put_schedule(conn, namespace, write, expect, None)
 
         return await self._call("put_schedule", _transaction(body))
+
+    async def put_schedules(self, namespace: str, writes: Sequence[ScheduleWrite], *,
+                            expect: Literal["absent", "any"]) -> list[ScheduleWriteResult]:
+        """Write many schedules, each judged alone, in order: one transaction per chunk of
+        `_PUT_CHUNK`, so that other writers wait at most one chunk (see `ScheduleBackend.put_schedules`)."""
+        check_schedule_batch(writes, expect)
+        out: list[ScheduleWriteResult] = []
+        for start in range(0, len(writes), _PUT_CHUNK):
+            chunk = writes[start:start + _PUT_CHUNK]
+
+            def body(conn: Conn, chunk: Sequence[ScheduleWrite] = chunk) -> list[ScheduleWriteResult]:
+                now = self._now(conn)
+                return [self._put_schedule(conn, namespace, w, expect, now) for w in chunk]
+
+            out += await self._call("put_schedules", _transaction(body))
+        return out
+
+    def _put_schedule(self, conn: Conn, namespace: str, w: ScheduleWrite,
+                      expect: int | Literal["absent", "any"], now: int | None) -> ScheduleWriteResult:
+        """One write by `expect`, in the caller's transaction (`now`: the store's, read by the caller
+        once per batch, else here)."""
+        found = conn.execute(self._sql_schedule, (namespace, w.id)).fetchone()
+        current = None if found is None else _schedule(found)
+        if (expect == "absent" and current is not None) or (
+                isinstance(expect, int) and (current is None or current.version != expect)):
+            return ScheduleWriteResult(False, current)
+        if now is None:
+            now = self._now(conn)
+        version = int(conn.execute(self._sql_schedule_bump, (namespace,)).fetchone()[0])
+        record = ScheduleRecord(w.id, w.task, w.spec, w.args, w.options, w.paused, w.next_due, version,
+                                now if current is None else current.created_at, now)
+        if current is None:
+            conn.execute(self._sql_schedule_insert, (namespace, w.id, w.task, w.spec, w.args, w.options,
+                                                     int(w.paused), w.next_due, version, now, now))
+        else:
+            conn.execute(self._sql_schedule_update, (w.task, w.spec, w.args, w.options, int(w.paused),
+                                                     w.next_due, version, now, namespace, w.id))
+        return ScheduleWriteResult(True, record)
 
     async def remove_schedule(self, namespace: str, schedule_id: str, *, expect: int | None = None
                               ) -> ScheduleWriteResult:

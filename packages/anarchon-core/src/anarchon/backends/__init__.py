@@ -3,7 +3,16 @@
 from typing import TYPE_CHECKING
 
 from .. import _speed
-from ._base import BackendBase, LeaseBackendBase, deliver_wins, lazy_exports, read_wins, redact_url, wins_text
+from ._base import (
+    BackendBase,
+    LeaseBackendBase,
+    check_schedule_batch,
+    deliver_wins,
+    lazy_exports,
+    read_wins,
+    redact_url,
+    wins_text,
+)
 from ._protocols import (
     CONTROLS_CHANGED,
     DEFAULT_HISTORY,
@@ -81,6 +90,7 @@ __all__ = [
     "decide",
     "decide_release",
     "decide_renew",
+    "check_schedule_batch",
     "deliver_wins",
     "lazy_exports",
     "read_wins",

@@ -19,11 +19,26 @@ from ._protocols import (
     Lease,
     ReleaseCallback,
     ReleaseOutcome,
+    ScheduleWrite,
     WinsCallback,
 )
 
-__all__ = ["BackendBase", "LeaseBackendBase", "deliver_wins", "lazy_exports", "read_wins", "redact_url",
-           "wins_text"]
+__all__ = ["BackendBase", "LeaseBackendBase", "check_schedule_batch", "deliver_wins", "lazy_exports",
+           "read_wins", "redact_url", "wins_text"]
+
+
+def check_schedule_batch(writes: Sequence[ScheduleWrite], expect: object) -> None:
+    """The checks of `ScheduleBackend.put_schedules` before anything is written: `expect` is "absent"
+    or "any" (`TypeError` otherwise), and no id comes twice (`ValueError`)."""
+    if expect not in ("absent", "any"):
+        raise TypeError(f"expect of a batch must be 'absent' or 'any', not {expect!r}: write a "
+                        "compare-and-set with put_schedule, one schedule at a time")
+    seen: set[str] = set()
+    for write in writes:
+        if write.id in seen:
+            raise ValueError(f"schedule id {write.id!r} comes twice in one batch: write each id once "
+                             "(the last write of it, if that is what is meant)")
+        seen.add(write.id)
 
 
 def wins_text(owner: str, wins: Iterable[tuple[str, int]]) -> str:

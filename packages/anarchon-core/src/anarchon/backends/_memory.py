@@ -17,7 +17,7 @@ from typing import ClassVar, Generic, Literal, TypeVar
 from .._clock import Clock, SystemClock
 from .._duration import Duration, parse_duration
 from .._speed import STATUS_RUNNING as _RUNNING
-from ._base import BackendBase, LeaseBackendBase
+from ._base import BackendBase, LeaseBackendBase, check_schedule_batch
 from ._decide import decide, decide_release, decide_renew
 from ._protocols import (
     CONTROLS_CHANGED,
@@ -351,22 +351,38 @@ class MemoryBackend(LeaseBackendBase):
     async def put_schedule(self, namespace: str, write: ScheduleWrite, *,
                            expect: int | Literal["absent", "any"]) -> ScheduleWriteResult:
         """Write a schedule by `expect` (see `ScheduleBackend.put_schedule`)."""
+        if expect not in ("absent", "any") and (not isinstance(expect, int) or isinstance(expect, bool)):
+            raise TypeError(f"expect must be 'absent', 'any' or a version (an int), not {expect!r}")
         with self.store.lock:
             self.store.calls += 1
-            kept = self.store.schedules.setdefault(namespace, {})
-            current = kept.get(write.id)
-            if expect not in ("absent", "any") and (not isinstance(expect, int) or isinstance(expect, bool)):
-                raise TypeError(f"expect must be 'absent', 'any' or a version (an int), not {expect!r}")
-            if (expect == "absent" and current is not None) or (
-                    isinstance(expect, int) and (current is None or current.version != expect)):
-                return ScheduleWriteResult(False, current)
+            return self._put_schedule(namespace, write, expect, self._now())
+
+    async def put_schedules(self, namespace: str, writes: Sequence[ScheduleWrite], *,
+                            expect: Literal["absent", "any"]) -> list[ScheduleWriteResult]:
+        """Write many schedules, each judged alone, in order, in one step (see
+        `ScheduleBackend.put_schedules`)."""
+        check_schedule_batch(writes, expect)
+        if not writes:
+            return []
+        with self.store.lock:
+            self.store.calls += 1
             now = self._now()
-            version = self._schedules_changed(namespace, write.id)
-            record = ScheduleRecord(
-                write.id, write.task, write.spec, write.args, write.options, write.paused, write.next_due,
-                version=version, created_at=now if current is None else current.created_at, updated_at=now)
-            kept[write.id] = record
-            return ScheduleWriteResult(True, record)
+            return [self._put_schedule(namespace, write, expect, now) for write in writes]
+
+    def _put_schedule(self, namespace: str, write: ScheduleWrite, expect: int | Literal["absent", "any"],
+                      now: int) -> ScheduleWriteResult:
+        """One write by `expect`, under the store's lock."""
+        kept = self.store.schedules.setdefault(namespace, {})
+        current = kept.get(write.id)
+        if (expect == "absent" and current is not None) or (
+                isinstance(expect, int) and (current is None or current.version != expect)):
+            return ScheduleWriteResult(False, current)
+        version = self._schedules_changed(namespace, write.id)
+        record = ScheduleRecord(
+            write.id, write.task, write.spec, write.args, write.options, write.paused, write.next_due,
+            version=version, created_at=now if current is None else current.created_at, updated_at=now)
+        kept[write.id] = record
+        return ScheduleWriteResult(True, record)
 
     async def remove_schedule(self, namespace: str, schedule_id: str, *, expect: int | None = None
                               ) -> ScheduleWriteResult:

@@ -664,6 +664,27 @@ class ScheduleBackend(LeaseBackend, Protocol):
         """
         ...
 
+    async def put_schedules(self, namespace: str, writes: Sequence[ScheduleWrite], *,
+                            expect: Literal["absent", "any"]) -> list[ScheduleWriteResult]:
+        """Write many schedules, each by `expect` as `put_schedule` would, in few round trips; the
+        answers in the order of `writes`.
+
+        - Each write is judged alone: a refusal (an add of a taken id) answers the current record and
+          the batch goes on.
+        - Each write that is written bumps the change counter once, and its record's version is larger
+          than the counter before it and at most the counter after it: versions grow in the order of
+          `writes`, and the counter after the batch is the last written record's version. A refused
+          write bumps nothing.
+        - The ids of one batch are distinct: a repeated id is a `ValueError`, before anything is
+          written. An empty batch is [] and touches nothing.
+        - A batch is written in chunks, each chunk atomically (one transaction or script) and in one
+          round trip where the store allows: another client may see a batch written in part, never
+          a write in part.
+        - A backend that declares `notify` pushes at least once per chunk that wrote anything, naming one
+          of the ids written: replicas that count more writes than pushes read their schedules again.
+        """
+        ...
+
     async def remove_schedule(self, namespace: str, schedule_id: str, *, expect: int | None = None
                               ) -> ScheduleWriteResult:
         """Remove a schedule (only if its version is `expect`, when given), atomically.

@@ -373,6 +373,12 @@ class FaultyBackend:
         await self._gate()
         return await cast(ScheduleBackend, self.inner).put_schedule(namespace, write, expect=expect)
 
+    async def put_schedules(self, namespace: str, writes: Sequence[ScheduleWrite], *,
+                            expect: Literal["absent", "any"]) -> list[ScheduleWriteResult]:
+        """Write stored schedules in a batch, unless crashed or frozen."""
+        await self._gate()
+        return await cast(ScheduleBackend, self.inner).put_schedules(namespace, writes, expect=expect)
+
     async def remove_schedule(self, namespace: str, schedule_id: str, *, expect: int | None = None
                               ) -> ScheduleWriteResult:
         """Remove a stored schedule, unless crashed or frozen."""
