@@ -28,7 +28,7 @@ from anarchon import (
     Schedules,
     to_ms,
 )
-from anarchon.testing import VirtualClock
+from anarchon.testing import FaultyBackend, VirtualClock
 
 START = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
 T0 = to_ms(START)
@@ -43,15 +43,16 @@ class Replicas:
     """Schedulers over one in-memory store, each with the task `report` unless told otherwise."""
 
     def __init__(self, clock: VirtualClock, n: int = 3, *, without_task: int = 0,
-                 notify: bool = True) -> None:
+                 notify: bool = True, faulty: bool = False) -> None:
         self.clock = clock
         self.store = MemoryStore(clock)
         self.runs: list[tuple[str, int, int, str, dict[str, Any]]] = []
         """(schedule id, slot, attempt, instance, args) of every run."""
-        self.schedulers: list[Scheduler[MemoryBackend]] = []
+        self.schedulers: list[Scheduler[Any]] = []
         for k in range(n):
-            s = Scheduler(MemoryBackend(self.store, notify=notify), instance_id=f"i{k}", clock=clock,
-                          lease="6s", heartbeat="1s")
+            backend = MemoryBackend(self.store, notify=notify)
+            s: Scheduler[Any] = Scheduler(FaultyBackend(backend) if faulty else backend, instance_id=f"i{k}",
+                                          clock=clock, lease="6s", heartbeat="1s")
             if k >= without_task:
                 @s.task("report")
                 async def report(ctx: JobContext, **args: Any) -> None:
@@ -214,7 +215,7 @@ def test_a_replica_without_the_task_never_claims_it_and_says_so_once(
         claims.extend(req.job for req in requests)
         return await original(requests)
 
-    backend.claim_many = spy  # type: ignore[method-assign]
+    backend.claim_many = spy
 
     async def main() -> None:
         await r.start()
@@ -471,3 +472,56 @@ def test_the_overview_shows_stored_schedules_and_those_no_live_replica_can_run(c
         assert "report" not in views, "a task is not a job"
 
     clock.run(main())
+
+
+def test_replicas_share_the_due_schedules_so_each_slot_is_claimed_once(clock: VirtualClock) -> None:
+    r = Replicas(clock)
+    claims: Counter[tuple[str, int]] = Counter()
+    for s in r.schedulers:
+        s.on("claim", lambda e: claims.update([(e.job, e.slot)]))
+
+    async def main() -> None:
+        await r.start()
+        await r.admin.add_many(NewSchedule(f"cust-{n:03d}", "report", Every.parse("10s")) for n in range(60))
+        await asyncio.sleep(65)
+        await r.stop()
+
+    clock.run(main())
+    assert not r.doubles()
+    settled = list(range(T0 + 20_000, T0 + 70_000, 10_000))  # (once the replicas know each other)
+    for n in range(60):
+        assert [s for s in r.slots(f"cust-{n:03d}") if s in settled] == settled, n
+    late = {(job, slot): n for (job, slot), n in claims.items() if slot in settled}
+    assert len(late) == 60 * len(settled) and set(late.values()) == {1}, Counter(late.values())
+    # Each replica ran a share.
+    shares = Counter(inst for _, slot, _, inst, _ in r.runs if slot in settled)
+    assert len(shares) == 3 and min(shares.values()) >= 60 * len(settled) // 6, shares
+
+
+def test_a_dead_replicas_share_runs_late_by_at_most_two_heartbeats_and_a_sweep(clock: VirtualClock) -> None:
+    from anarchon.testing import crash
+
+    r = Replicas(clock, faulty=True)
+    began: list[tuple[str, int, int]] = []
+    for s in r.schedulers:
+        s.on("started", lambda e: began.append((e.job, e.slot, clock.now_ms())))
+
+    async def main() -> None:
+        await r.start()
+        await r.admin.add_many(NewSchedule(f"cust-{n:03d}", "report", Every.parse("10s")) for n in range(60))
+        await asyncio.sleep(25)
+        await crash(r.schedulers[0])
+        await asyncio.sleep(40)
+        for s in r.schedulers[1:]:
+            await s.stop()
+
+    clock.run(main())
+    assert not r.doubles()
+    for n in range(60):
+        slots = r.slots(f"cust-{n:03d}")
+        expected = [T0 + 30_000 + 10_000 * k for k in range(4)]
+        assert [s for s in slots if s >= T0 + 30_000] == expected, (n, slots)
+    lateness = [at - slot for _, slot, at in began if slot >= T0 + 30_000]
+    # The dead replica's share: claimed by a sweep after two heartbeats (1 s each), plus the jitter.
+    assert max(lateness) <= 2_000 + 1_000 + 100, max(lateness)
+    assert max(lateness) >= 2_000, "the dead replica's share was not its own (no lateness seen)"

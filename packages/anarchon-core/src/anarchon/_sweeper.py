@@ -12,6 +12,15 @@ answered done, stale, exhausted or skipped for good (`settled`). A slot whose ru
 whose runner crashed, stays in the index, so whichever replica sweeps next (one that started after the
 crash included) claims it again as a takeover, as it would a code job's slot.
 
+The replicas share the stored schedules without a leader. Each reads which replicas have each task
+(the job catalogue's task entries, read every `MEMBERS_EVERY_MS`) and plans only its own share of the
+due schedules: those whose id it ranks first among them (rendezvous hashing), and any other that is
+overdue by `backup_ms` (two heartbeats: its owner died, or has not settled the slot yet). So each slot
+is claimed by one replica in the normal case, and by all of them only once it is late. The views of
+the replicas may differ for a while (a replica started or died): a slot is then claimed twice (the
+store still picks one winner) or late by up to `backup_ms` and a heartbeat, never lost. Without a
+catalogue (`history=0`, or a store that keeps none) every replica plans every due schedule.
+
 Writes reach every replica within a heartbeat: the namespace's change counter is read at each sweep,
 and when it moved, the schedules planned here are read again (only those pushed as changed, where the
 store pushes every write). A changed one is planned in place of the old (`Planner.replace`: the slots
@@ -25,9 +34,10 @@ import asyncio
 import functools
 import inspect
 import logging
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ._context import JobContext
 from ._errors import AnarchonError
@@ -38,9 +48,9 @@ from ._schedules import At, Cron, Every
 from ._settings import Settings
 from ._stored import decode_spec, resolve_stored
 from ._wakeup import Wakeup
-from .backends import ScheduleBackend, ScheduleRecord
+from .backends import Capability, HistoryBackend, ScheduleBackend, ScheduleRecord
 
-__all__ = ["MIN_GAP_S", "PAGE", "Sweeper", "Task", "task_call"]
+__all__ = ["MEMBERS_EVERY_MS", "MIN_GAP_S", "PAGE", "Sweeper", "Task", "owner", "task_call"]
 
 DEFAULT_CATCH_UP_MS = 300_000
 """Catch-up of a schedule no replica here can run (its own option is not known here)."""
@@ -51,6 +61,17 @@ PEEK = 100
 PEEK_EVERY_MS = 60_000
 MIN_GAP_S = 0.2
 """The shortest time between two sweeps, however many writes are pushed meanwhile."""
+MEMBERS_EVERY_MS = 30_000
+"""How often a replica reads which replicas have each task (the catalogue's task entries)."""
+BACKUP_HEARTBEATS = 2
+"""How long after its due time another replica's schedule is planned here too, in heartbeats."""
+
+
+def owner(schedule_id: str, members: tuple[str, ...]) -> str:
+    """The replica among `members` that claims `schedule_id` first: the one that ranks it highest
+    (rendezvous hashing: a replica that joins or leaves moves only its own share)."""
+    key = b"\x00" + schedule_id.encode()
+    return max(members, key=lambda member: zlib.crc32(member.encode() + key))
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +175,14 @@ class Sweeper:
         self._moves: dict[str, tuple[str, int, int | None]] = {}
         """Moves of the due index for slots settled since the last sweep, by schedule id."""
         self._failing = False
+        self.backup_ms = BACKUP_HEARTBEATS * settings.heartbeat_ms
+        """How overdue another replica's schedule must be before this replica plans it too."""
+        self._catalogue = (cast(HistoryBackend, backend)
+                           if settings.history > 0 and Capability.HISTORY in backend.capabilities else None)
+        self._members: dict[str, tuple[str, ...]] = {}
+        """Per task, the replicas that have it (this one included), sorted; empty: no view yet."""
+        self._members_due: int | None = None
+        """When the members are read next (the clock's ms); None: at the next sweep."""
         self.sweeps = 0
         """Sweeps done (for tests and metrics)."""
 
@@ -226,6 +255,8 @@ class Sweeper:
                     self._changed(record, planned)
             self._version = version
         now = self._settings.clock.now_ms()
+        if self._catalogue is not None and (self._members_due is None or now >= self._members_due):
+            await self._read_members(now)
         until = now + self.window_ms
         seen: set[str] = set()
         moves: dict[str, tuple[str, int, int | None]] = {}
@@ -234,6 +265,10 @@ class Sweeper:
         while True:
             page = await backend.due_schedules(ns, until=until, tasks=tasks, after=after, limit=PAGE)
             for record in page:
+                if not self._mine(record, now):
+                    # Another replica's share, not overdue: not planned here. (One planned before this
+                    # replica knew of that one is not extended: it drains within the window.)
+                    continue
                 seen.add(record.id)
                 move = self._consider(record, now, until)
                 if move is not None:
@@ -266,6 +301,32 @@ class Sweeper:
                                 and not self._running(schedule_id)):
                 self._unplan(schedule_id)
         self.sweeps += 1
+
+    async def _read_members(self, now: int) -> None:
+        """Read which replicas have each of this replica's tasks; on a failure, keep the last view."""
+        assert self._catalogue is not None
+        # Read at the first sweep, again two heartbeats later (the replicas started together have
+        # published their tasks by then), then every MEMBERS_EVERY_MS.
+        first = self._members_due is None
+        self._members_due = now + (2 * self._settings.heartbeat_ms if first else MEMBERS_EVERY_MS)
+        try:
+            entries = await self._catalogue.catalogue(self._settings.namespace)
+        except Exception as exc:
+            self._log.debug("reading the replicas of each task failed: %s; keeping the last view", short(exc))
+            return
+        me = self._settings.instance_id
+        found: dict[str, set[str]] = {task: {me} for task in self._tasks}
+        for entry in entries:
+            if entry.kind == "task" and entry.job in found:
+                found[entry.job].add(entry.instance)
+        self._members = {task: tuple(sorted(ids)) for task, ids in found.items()}
+
+    def _mine(self, record: ScheduleRecord, now: int) -> bool:
+        """True when this replica plans `record` now: its own share, or one overdue by `backup_ms`."""
+        members = self._members.get(record.task)
+        if members is None or len(members) < 2 or (record.next_due or 0) <= now - self.backup_ms:
+            return True
+        return owner(record.id, members) == self._settings.instance_id
 
     def _unplan(self, schedule_id: str) -> None:
         self._planned.pop(schedule_id, None)
