@@ -632,6 +632,44 @@ def test_claims_due_together_go_in_one_round_trip(clock: VirtualClock) -> None:
     run(clock, main())
 
 
+def test_a_herd_is_claimed_a_chunk_at_a_time_and_the_first_runs_start_before_the_last_claims(
+    clock: VirtualClock
+) -> None:
+    from anarchon._engine import CLAIM_CHUNK
+
+    sizes: list[int] = []
+    answered: list[float] = []
+
+    class Busy(MemoryBackend):
+        """A store that takes 1 ms per claim: 5,000 claims take 5 s."""
+
+        async def claim_many(self, requests: Any) -> Any:
+            sizes.append(len(requests))
+            await asyncio.sleep(len(requests) / 1000)
+            results = await super().claim_many(requests)
+            answered.append(clock.seconds)
+            return results
+
+    scheduler = Scheduler(Busy(clock=clock), clock=clock, jitter=0)
+    began: list[float] = []
+
+    async def noop(ctx: JobContext) -> None:
+        began.append(clock.seconds)
+
+    for i in range(5000):
+        scheduler.every(f"job{i}", "1h", noop, catch_up=0)
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(3600 + 10)
+
+    run(clock, main())
+    assert len(began) == 5000
+    assert sizes == [CLAIM_CHUNK, CLAIM_CHUNK, 5000 - 2 * CLAIM_CHUNK], sizes
+    # The first chunk's runs start once it is answered, seconds before the last chunk is.
+    assert min(began) <= answered[0] < answered[-1] - 2, (min(began), answered)
+
+
 def test_a_fast_clock_cannot_run_a_slot_early(clock: VirtualClock, caplog: pytest.LogCaptureFixture) -> None:
     store = MemoryStore(clock)
     ran_at: list[int] = []

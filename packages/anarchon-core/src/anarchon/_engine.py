@@ -45,8 +45,11 @@ from .backends import (
     ScheduleBackend,
 )
 
-__all__ = ["Engine", "stale_after"]
+__all__ = ["CLAIM_CHUNK", "Engine", "stale_after"]
 
+CLAIM_CHUNK = 2_000
+"""The most claims sent in one `claim_many`: a larger batch (a herd of stored schedules due at one
+second) goes as chunks, one after the other, so the first runs start while the rest wait their turn."""
 _RECOVERY_S = 15.0
 """After a store outage, how long further claim failures count as the same outage (not warned again)."""
 
@@ -259,7 +262,16 @@ class Engine:
             batch = [entry for entry in batch if not self._skip_paused(entry)]
             if not batch:
                 return
-        self.tasks.spawn(self._claim_batch(batch), "claim")
+        if len(batch) <= CLAIM_CHUNK:
+            self.tasks.spawn(self._claim_batch(batch), "claim")
+        else:
+            self.tasks.spawn(self._claim_chunks(batch), "claim")
+
+    async def _claim_chunks(self, batch: list[Due]) -> None:
+        """Claim a large batch a chunk at a time, each applied as it is answered: chunks sent at once
+        would compete for the store's cores (and the claims of the first would be answered last)."""
+        for start in range(0, len(batch), CLAIM_CHUNK):
+            await self._claim_batch(batch[start:start + CLAIM_CHUNK])
 
     # -- controls ---------------------------------------------------------------------------------
 

@@ -1,0 +1,216 @@
+"""Stored schedules in a herd: N schedules due at the same second, shared by replicas.
+
+    python bench/stored_herd.py redis://127.0.0.1:6379/14 postgresql://postgres@127.0.0.1:5432/test \\
+        --count 100000 --replicas 3
+
+For each URL: a process of its own writes N one-off schedules (`at`), all due at one second T, in a
+fresh namespace; `--replicas` replica processes (default lease and heartbeat, the task registered) are
+started and ready before T. Each replica appends a line per start (schedule, slot, attempt, wall time)
+to a file of its own, and prints its CPU (user + sys, every thread) from T to the last start it saw.
+Printed: starts, duplicate (schedule, slot, attempt)s, schedules that never started, when the first and
+the last started after T, the drain rate (starts a second from T to the last), that rate per core used
+by the replicas, and each replica's peak RSS. The namespace's schedules are removed afterwards.
+Numbers move with the machine's load: compare within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+
+def _replica(url: str, namespace: str, due: float, quiet_s: float, out: str) -> None:
+    """One replica: run until `quiet_s` pass with no start after `due`, then print its CPU since `due`."""
+    from anarchon import JobContext, Scheduler
+
+    scheduler: Scheduler[Any] = Scheduler.from_url(url, namespace=namespace)
+    fh = open(out, "a", buffering=1 << 16)  # noqa: SIM115 - closed at the end of main()
+    last = [0.0]
+
+    @scheduler.task("herd")
+    async def herd(ctx: JobContext, n: int) -> None:
+        now = time.time()
+        last[0] = now
+        fh.write(f"{ctx.name} {ctx.slot} {ctx.attempt} {now:.4f}\n")
+
+    async def main() -> None:
+        if os.environ.get("HERD_STACKS"):
+            _watch_loop(asyncio.get_running_loop())
+        async with scheduler:
+            print("ready", flush=True)
+            await asyncio.sleep(max(0.0, due - time.time()))
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            before = usage.ru_utime + usage.ru_stime
+            while time.time() < due + quiet_s or time.time() - last[0] < quiet_s:  # noqa: ASYNC110
+                await asyncio.sleep(0.25)
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            cpu = usage.ru_utime + usage.ru_stime - before
+        fh.close()
+        print(json.dumps({"cpu_s": cpu, "peak_mb": usage.ru_maxrss / 1024}), flush=True)
+
+    profile = os.environ.get("HERD_PROFILE")
+    if profile:  # (a cProfile dump per replica, for looking at where a herd's time goes)
+        import cProfile
+
+        cProfile.runctx("asyncio.run(main())", globals(), {"asyncio": asyncio, "main": main},
+                        f"{profile}.{os.getpid()}")
+    else:
+        asyncio.run(main())
+
+
+def _watch_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Print the loop thread's stack to stderr whenever the loop has not ticked for 1 s."""
+    import threading
+    import traceback
+
+    tick = [time.monotonic()]
+    main_id = threading.get_ident()
+
+    def beat() -> None:
+        tick[0] = time.monotonic()
+        loop.call_later(0.1, beat)
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if time.monotonic() - tick[0] > 1.0:
+                frame = sys._current_frames().get(main_id)
+                if frame is not None:
+                    stack = "".join(traceback.format_stack(frame)[-12:])
+                    stalled = time.monotonic() - tick[0]
+                    print(f"--- loop stalled {stalled:.1f} s at {time.time():.1f}:\n{stack}",
+                          file=sys.stderr, flush=True)
+
+    loop.call_soon(beat)
+    threading.Thread(target=watch, daemon=True).start()
+
+
+async def _populate(url: str, namespace: str, count: int, due: float) -> float:
+    """Write `count` one-off schedules due at `due` (`add_many`); return the seconds it took."""
+    from datetime import UTC, datetime
+
+    from anarchon import At, NewSchedule, Schedules
+
+    when = At.parse(datetime.fromtimestamp(due, UTC))
+    started = time.monotonic()
+    async with Schedules.from_url(url, namespace=namespace) as schedules:
+        await schedules.add_many(NewSchedule(f"h-{i:07d}", "herd", when, args={"n": i}) for i in range(count))
+    return time.monotonic() - started
+
+
+async def _clean(url: str, namespace: str) -> None:
+    """Delete everything the run left under `namespace` (schedules, lease records, history, catalogue):
+    the stores here are shared, and a million stale rows slow the next run down."""
+    from anarchon import backend_for_url
+
+    backend: Any = backend_for_url(url)
+    await backend.open()
+    try:
+        if hasattr(backend, "keys"):  # Redis or Valkey: every key of the namespace has it in its tag
+            batch: list[Any] = []
+            async for key in backend.client.scan_iter(match=f"{{anarchon:{namespace}*", count=5000):
+                batch.append(key)
+                if len(batch) >= 5000:
+                    await backend.client.unlink(*batch)
+                    batch = []
+            if batch:
+                await backend.client.unlink(*batch)
+        elif hasattr(backend, "sql"):  # PostgreSQL
+            sql = backend.sql
+            async with backend.pool.acquire() as conn:
+                for table in (sql.table, sql.schedules_table, sql.schedule_versions_table, sql.history_table,
+                              sql.history_count_table, sql.catalogue_table, sql.controls_table):
+                    await conn.execute(f"DELETE FROM {table} WHERE namespace = $1", namespace)
+        else:
+            raise SystemExit(f"no cleanup for {url}: delete namespace {namespace!r} by hand")
+    finally:
+        await backend.close()
+
+
+def _run(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    namespace = f"herd-{uuid.uuid4().hex[:8]}"
+    due = float(int(time.time() + args.lead))
+    work = Path(tempfile.mkdtemp(prefix="anarchon-herd-"))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run([sys.executable, __file__, "--populate", url, namespace, str(args.count), str(due)],
+                          capture_output=True, text=True, check=True, env=env)
+    populate_s = float(done.stdout.strip().splitlines()[-1])
+    if time.time() > due - 5:
+        raise SystemExit(f"writing {args.count} schedules took {populate_s:.0f} s: raise --lead")
+    procs = [subprocess.Popen([sys.executable, __file__, "--replica", url, namespace, str(due),
+                               str(args.quiet), str(work / f"starts-{k}.txt")],
+                              stdout=subprocess.PIPE, text=True, env=env)
+             for k in range(args.replicas)]
+    try:
+        results = []
+        for proc in procs:
+            out, _ = proc.communicate(timeout=args.lead + 600)
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for proc in procs:
+            proc.kill()
+    starts: list[tuple[str, int, int, float]] = []
+    for path in work.glob("starts-*.txt"):
+        for line in path.read_text().splitlines():
+            name, slot, attempt, t = line.split()
+            starts.append((name, int(slot), int(attempt), float(t)))
+    asyncio.run(_clean(url, namespace))
+    keys = [(n, s, a) for n, s, a, _ in starts]
+    names = {n for n, _, _, _ in starts}
+    times = sorted(t for *_, t in starts)
+    cpu = sum(r["cpu_s"] for r in results)
+    last = times[-1] - due if times else float("nan")
+    rate = len(starts) / last if times and last > 0 else float("nan")
+    return {"url": url, "count": args.count, "replicas": args.replicas, "populate_s": populate_s,
+            "starts": len(starts), "duplicates": len(keys) - len(set(keys)),
+            "missed": args.count - len(names),
+            "first_s": times[0] - due if times else None, "last_s": last, "fires_per_s": rate,
+            "cpu_s": cpu, "fires_per_cpu_s": len(starts) / cpu if cpu else None,
+            "peak_mb": [r["peak_mb"] for r in results]}
+
+
+def main(argv: list[str]) -> int:
+    """Entry point (a replica or the writer when `--replica` or `--populate` comes first)."""
+    if argv and argv[0] == "--populate":
+        import logging
+
+        logging.getLogger("anarchon").setLevel(logging.ERROR)  # (an unknown task's warning, per add)
+        print(asyncio.run(_populate(argv[1], argv[2], int(argv[3]), float(argv[4]))))
+        return 0
+    if argv and argv[0] == "--replica":
+        _replica(argv[1], argv[2], float(argv[3]), float(argv[4]), argv[5])
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("urls", nargs="+")
+    ap.add_argument("--count", type=int, default=100_000)
+    ap.add_argument("--replicas", type=int, default=3)
+    ap.add_argument("--lead", type=float, default=90.0, help="seconds from now to the herd's second")
+    ap.add_argument("--quiet", type=float, default=5.0, help="seconds with no start that end a replica")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    rows = [_run(url, args) for url in args.urls]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'store':<40} {'count':>7} {'starts':>7} {'dup':>4} {'missed':>6} {'first s':>8} {'last s':>7} "
+          f"{'fires/s':>8} {'fires/CPU s':>11} {'peak MB':>10}")
+    for r in rows:
+        peak = f"{min(r['peak_mb']):.0f}-{max(r['peak_mb']):.0f}"
+        print(f"{r['url'][:40]:<40} {r['count']:>7} {r['starts']:>7} {r['duplicates']:>4} {r['missed']:>6} "
+              f"{r['first_s'] or 0:>8.2f} {r['last_s']:>7.2f} {r['fires_per_s']:>8.0f} "
+              f"{r['fires_per_cpu_s'] or 0:>11.0f} {peak:>10}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
