@@ -1,0 +1,174 @@
+"""Stored schedules spread over the hour: N hourly schedules, their slots spread evenly, shared by replicas.
+
+    python bench/stored_spread.py redis://127.0.0.1:6379/14 postgresql://postgres@127.0.0.1:5432/test \\
+        --count 1000000 --replicas 3 --seconds 120
+
+For each URL: a process of its own writes N schedules due every hour (`add_many`), schedule i at
+offset i * 3600 / N seconds into the hour, so about N / 3600 slots fall due each second; then
+`--replicas` replica processes (default lease and heartbeat, the task registered) run for `--warmup`
+plus `--seconds` seconds. Each replica appends a line per start to a file of its own; the slots due
+within the measured `--seconds` are checked: starts, duplicate (schedule, slot, attempt)s, slots that
+never started, and the start latency (start time minus slot) at p50, p99 and max. Also printed: each
+replica's CPU over the measured seconds and its peak RSS. The namespace is removed afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from stored_herd import _clean
+
+HOUR_S = 3600
+
+
+def _replica(url: str, namespace: str, start: float, end: float, out: str) -> None:
+    """One replica: run until `end`, then print its CPU from `start` to `end` and its peak RSS."""
+    from anarchon import JobContext, Scheduler
+
+    scheduler: Scheduler[Any] = Scheduler.from_url(url, namespace=namespace)
+    fh = open(out, "a", buffering=1 << 16)  # noqa: SIM115 - closed at the end of main()
+
+    @scheduler.task("hourly")
+    async def hourly(ctx: JobContext, n: int) -> None:
+        fh.write(f"{ctx.name} {ctx.slot} {ctx.attempt} {time.time():.4f}\n")
+
+    async def main() -> None:
+        async with scheduler:
+            await asyncio.sleep(max(0.0, start - time.time()))
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            before = usage.ru_utime + usage.ru_stime
+            await asyncio.sleep(max(0.0, end - time.time()))
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            cpu = usage.ru_utime + usage.ru_stime - before
+        fh.close()
+        print(json.dumps({"cpu_s": cpu, "peak_mb": usage.ru_maxrss / 1024}), flush=True)
+
+    asyncio.run(main())
+
+
+def _offset_ms(i: int, count: int) -> int:
+    return i * HOUR_S * 1000 // count
+
+
+async def _populate(url: str, namespace: str, count: int) -> float:
+    """Write `count` hourly schedules spread over the hour; return the seconds it took."""
+    from anarchon import Every, NewSchedule, Schedules
+
+    started = time.monotonic()
+    async with Schedules.from_url(url, namespace=namespace) as schedules:
+        step = 10_000
+        for first in range(0, count, step):
+            await schedules.add_many(
+                NewSchedule(f"s-{i:07d}", "hourly", Every.parse(f"{HOUR_S}s", f"{_offset_ms(i, count)}ms"),
+                            args={"n": i})
+                for i in range(first, min(count, first + step)))
+    return time.monotonic() - started
+
+
+def _due_between(count: int, lo_ms: int, hi_ms: int) -> set[tuple[str, int]]:
+    """The (schedule, slot)s due in [lo_ms, hi_ms)."""
+    due: set[tuple[str, int]] = set()
+    hour_ms = HOUR_S * 1000
+    for i in range(count):
+        off = _offset_ms(i, count)
+        slot = (lo_ms - off + hour_ms - 1) // hour_ms * hour_ms + off
+        while slot < hi_ms:
+            due.add((f"s-{i:07d}", slot))
+            slot += hour_ms
+    return due
+
+
+def _run(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    namespace = f"spread-{uuid.uuid4().hex[:8]}"
+    work = Path(tempfile.mkdtemp(prefix="anarchon-spread-"))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run([sys.executable, __file__, "--populate", url, namespace, str(args.count)],
+                          capture_output=True, text=True, check=True, env=env)
+    populate_s = float(done.stdout.strip().splitlines()[-1])
+    start = time.time() + args.warmup
+    end = start + args.seconds
+    procs = [subprocess.Popen([sys.executable, __file__, "--replica", url, namespace, str(start), str(end),
+                               str(work / f"starts-{k}.txt")], stdout=subprocess.PIPE, text=True, env=env)
+             for k in range(args.replicas)]
+    try:
+        results = []
+        for proc in procs:
+            out, _ = proc.communicate(timeout=args.warmup + args.seconds + 600)
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for proc in procs:
+            proc.kill()
+    starts: list[tuple[str, int, int, float]] = []
+    for path in work.glob("starts-*.txt"):
+        for line in path.read_text().splitlines():
+            name, slot, attempt, t = line.split()
+            starts.append((name, int(slot), int(attempt), float(t)))
+    asyncio.run(_clean(url, namespace))
+    # The slots due in the measured window, but its last 5 s (a start may come just after its end).
+    lo_ms, hi_ms = int(start * 1000), int((end - 5) * 1000)
+    due = _due_between(args.count, lo_ms, hi_ms)
+    measured = [(n, s, a, t) for n, s, a, t in starts if (n, s) in due]
+    keys = [(n, s, a) for n, s, a, _ in measured]
+    latencies = sorted(t * 1000 - s for _, s, _, t in measured)
+
+    def pct(p: float) -> float:
+        return latencies[min(len(latencies) - 1, int(p * len(latencies)))] if latencies else float("nan")
+
+    return {"url": url, "count": args.count, "replicas": args.replicas, "populate_s": populate_s,
+            "due": len(due), "starts": len(measured), "duplicates": len(keys) - len(set(keys)),
+            "missed": len(due - {(n, s) for n, s, _ in keys}),
+            "fires_per_s": len(due) / (hi_ms - lo_ms) * 1000,
+            "p50_ms": pct(0.50), "p99_ms": pct(0.99), "max_ms": latencies[-1] if latencies else None,
+            "cpu_pct": [r["cpu_s"] / args.seconds * 100 for r in results],
+            "peak_mb": [r["peak_mb"] for r in results]}
+
+
+def main(argv: list[str]) -> int:
+    """Entry point (a replica or the writer when `--replica` or `--populate` comes first)."""
+    if argv and argv[0] == "--populate":
+        import logging
+
+        logging.getLogger("anarchon").setLevel(logging.ERROR)  # (an unknown task's warning, per add)
+        print(asyncio.run(_populate(argv[1], argv[2], int(argv[3]))))
+        return 0
+    if argv and argv[0] == "--replica":
+        _replica(argv[1], argv[2], float(argv[3]), float(argv[4]), argv[5])
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("urls", nargs="+")
+    ap.add_argument("--count", type=int, default=1_000_000)
+    ap.add_argument("--replicas", type=int, default=3)
+    ap.add_argument("--warmup", type=float, default=15.0)
+    ap.add_argument("--seconds", type=float, default=120.0)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    rows = [_run(url, args) for url in args.urls]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'store':<40} {'count':>8} {'due':>6} {'dup':>4} {'missed':>6} {'fires/s':>8} {'p50 ms':>7} "
+          f"{'p99 ms':>7} {'max ms':>7} {'CPU % (min-max)':>16} {'peak MB':>9}")
+    for r in rows:
+        cpu = f"{min(r['cpu_pct']):.1f}-{max(r['cpu_pct']):.1f}"
+        peak = f"{min(r['peak_mb']):.0f}-{max(r['peak_mb']):.0f}"
+        print(f"{r['url'][:40]:<40} {r['count']:>8} {r['due']:>6} {r['duplicates']:>4} {r['missed']:>6} "
+              f"{r['fires_per_s']:>8.0f} {r['p50_ms']:>7.0f} {r['p99_ms']:>7.0f} {r['max_ms'] or 0:>7.0f} "
+              f"{cpu:>16} {peak:>9}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
