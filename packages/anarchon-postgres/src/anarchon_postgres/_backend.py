@@ -37,6 +37,7 @@ from anarchon.backends import (
     ScheduleWrite,
     ScheduleWriteResult,
     WinsCallback,
+    check_expect,
     check_schedule_batch,
     redact_url,
 )
@@ -95,11 +96,6 @@ def _write_result(row: Any) -> ScheduleWriteResult:
     """A schedule write's answer: `written`, the schedule's columns (NULL when there is none), `counted`."""
     record = None if row["id"] is None else _schedule(tuple(row)[1:11])
     return ScheduleWriteResult(bool(row["written"]), record)
-
-
-def _check_expect(expect: object) -> None:
-    if expect not in ("absent", "any") and (not isinstance(expect, int) or isinstance(expect, bool)):
-        raise TypeError(f"expect must be 'absent', 'any' or a version (an int), not {expect!r}")
 
 
 def prefix_end(prefix: str) -> str | None:
@@ -655,7 +651,7 @@ class PostgresBackend(LeaseBackendBase):
         w = write
         args: list[Any] = [namespace, w.id, w.task, w.spec, w.args, w.options, w.paused, w.next_due,
                            self.sql.channel]
-        _check_expect(expect)
+        check_expect(expect)
         if expect == "absent":
             sql = self.sql.add_schedule
         elif expect == "any":

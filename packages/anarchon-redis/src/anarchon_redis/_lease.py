@@ -36,6 +36,7 @@ from anarchon.backends import (
     ScheduleWrite,
     ScheduleWriteResult,
     WinsCallback,
+    check_expect,
     check_schedule_batch,
     deliver_wins,
     redact_url,
@@ -302,11 +303,6 @@ _DUE_BIAS = 1 << 63
 """Added to a next due before it is written as 16 hex digits: every int64 is a key of the same width."""
 _INDEX_DUE, _INDEX_IDS, _INDEX_TASKS = 3, 4, 5
 """The places of the due, ids and tasks indexes in `Keys.schedules`."""
-
-
-def _check_expect(expect: object) -> None:
-    if expect not in ("absent", "any") and (not isinstance(expect, int) or isinstance(expect, bool)):
-        raise TypeError(f"expect must be 'absent', 'any' or a version (an int), not {expect!r}")
 
 
 def due_key(next_due: int | None) -> str:
@@ -811,7 +807,7 @@ class RedisBackend(RedisStore, LeaseBackendBase):
                            expect: int | Literal["absent", "any"]) -> ScheduleWriteResult:
         """Write a schedule by `expect`, bump the change counter and push the change, in one script
         (see `ScheduleBackend.put_schedule`)."""
-        _check_expect(expect)
+        check_expect(expect)
         w = write
         body = json.dumps([w.spec, w.args, w.options, int(w.paused)], ensure_ascii=False,
                           separators=(",", ":"))

@@ -37,6 +37,7 @@ from anarchon.backends import (
     ScheduleRecord,
     ScheduleWrite,
     ScheduleWriteResult,
+    check_expect,
     check_schedule_batch,
     decide,
     decide_release,
@@ -99,11 +100,6 @@ def prefix_end(prefix: str) -> str | None:
             return "".join(chars)
         chars.pop()
     return None
-
-
-def _check_expect(expect: object) -> None:
-    if expect not in ("absent", "any") and (not isinstance(expect, int) or isinstance(expect, bool)):
-        raise TypeError(f"expect must be 'absent', 'any' or a version (an int), not {expect!r}")
 
 
 def _record(values: Sequence[Any]) -> LeaseRecord:
@@ -700,7 +696,7 @@ class SqliteBackend(LeaseBackendBase):
                            expect: int | Literal["absent", "any"]) -> ScheduleWriteResult:
         """Write a schedule by `expect`, and bump the change counter, in one transaction (see
         `ScheduleBackend.put_schedule`)."""
-        _check_expect(expect)
+        check_expect(expect)
 
         def body(conn: Conn) -> ScheduleWriteResult:
             return self._put_schedule(conn, namespace, write, expect, None)

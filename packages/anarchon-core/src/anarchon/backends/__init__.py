@@ -6,6 +6,7 @@ from .. import _speed
 from ._base import (
     BackendBase,
     LeaseBackendBase,
+    check_expect,
     check_schedule_batch,
     deliver_wins,
     lazy_exports,
@@ -90,6 +91,7 @@ __all__ = [
     "decide",
     "decide_release",
     "decide_renew",
+    "check_expect",
     "check_schedule_batch",
     "deliver_wins",
     "lazy_exports",

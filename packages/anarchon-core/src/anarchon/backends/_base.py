@@ -23,8 +23,15 @@ from ._protocols import (
     WinsCallback,
 )
 
-__all__ = ["BackendBase", "LeaseBackendBase", "check_schedule_batch", "deliver_wins", "lazy_exports",
-           "read_wins", "redact_url", "wins_text"]
+__all__ = ["BackendBase", "LeaseBackendBase", "check_expect", "check_schedule_batch", "deliver_wins",
+           "lazy_exports", "read_wins", "redact_url", "wins_text"]
+
+
+def check_expect(expect: object) -> None:
+    """The check of `ScheduleBackend.put_schedule`'s `expect` before anything is written: "absent",
+    "any" or a version, an int (`TypeError` otherwise)."""
+    if expect not in ("absent", "any") and (not isinstance(expect, int) or isinstance(expect, bool)):
+        raise TypeError(f"expect must be 'absent', 'any' or a version (an int), not {expect!r}")
 
 
 def check_schedule_batch(writes: Sequence[ScheduleWrite], expect: object) -> None:

@@ -17,7 +17,7 @@ from typing import ClassVar, Generic, Literal, TypeVar
 from .._clock import Clock, SystemClock
 from .._duration import Duration, parse_duration
 from .._speed import STATUS_RUNNING as _RUNNING
-from ._base import BackendBase, LeaseBackendBase, check_schedule_batch
+from ._base import BackendBase, LeaseBackendBase, check_expect, check_schedule_batch
 from ._decide import decide, decide_release, decide_renew
 from ._protocols import (
     CONTROLS_CHANGED,
@@ -351,8 +351,7 @@ class MemoryBackend(LeaseBackendBase):
     async def put_schedule(self, namespace: str, write: ScheduleWrite, *,
                            expect: int | Literal["absent", "any"]) -> ScheduleWriteResult:
         """Write a schedule by `expect` (see `ScheduleBackend.put_schedule`)."""
-        if expect not in ("absent", "any") and (not isinstance(expect, int) or isinstance(expect, bool)):
-            raise TypeError(f"expect must be 'absent', 'any' or a version (an int), not {expect!r}")
+        check_expect(expect)
         with self.store.lock:
             self.store.calls += 1
             return self._put_schedule(namespace, write, expect, self._now())
