@@ -137,6 +137,33 @@ async def _clean(url: str, namespace: str) -> None:
         await backend.close()
 
 
+def _replicas(argvs: list[list[str]], *, timeout: float, env: dict[str, str] | None = None
+              ) -> list[dict[str, Any]]:
+    """Start a replica process per argument list (this interpreter), wait for each, and return the JSON
+    object each printed last; every one is killed if any fails."""
+    procs = [subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, text=True, env=env)
+             for argv in argvs]
+    try:
+        results = []
+        for proc in procs:
+            out, _ = proc.communicate(timeout=timeout)
+            results.append(json.loads(out.strip().splitlines()[-1]))
+        return results
+    finally:
+        for proc in procs:
+            proc.kill()
+
+
+def _starts(work: Path) -> list[tuple[str, int, int, float]]:
+    """The (schedule, slot, attempt, wall time) lines the replicas wrote to `work`/starts-*.txt."""
+    starts: list[tuple[str, int, int, float]] = []
+    for path in work.glob("starts-*.txt"):
+        for line in path.read_text().splitlines():
+            name, slot, attempt, t = line.split()
+            starts.append((name, int(slot), int(attempt), float(t)))
+    return starts
+
+
 def _run(url: str, args: argparse.Namespace) -> dict[str, Any]:
     namespace = f"herd-{uuid.uuid4().hex[:8]}"
     due = float(int(time.time() + args.lead))
@@ -147,23 +174,10 @@ def _run(url: str, args: argparse.Namespace) -> dict[str, Any]:
     populate_s = float(done.stdout.strip().splitlines()[-1])
     if time.time() > due - 5:
         raise SystemExit(f"writing {args.count} schedules took {populate_s:.0f} s: raise --lead")
-    procs = [subprocess.Popen([sys.executable, __file__, "--replica", url, namespace, str(due),
-                               str(args.quiet), str(work / f"starts-{k}.txt")],
-                              stdout=subprocess.PIPE, text=True, env=env)
-             for k in range(args.replicas)]
-    try:
-        results = []
-        for proc in procs:
-            out, _ = proc.communicate(timeout=args.lead + 600)
-            results.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for proc in procs:
-            proc.kill()
-    starts: list[tuple[str, int, int, float]] = []
-    for path in work.glob("starts-*.txt"):
-        for line in path.read_text().splitlines():
-            name, slot, attempt, t = line.split()
-            starts.append((name, int(slot), int(attempt), float(t)))
+    results = _replicas([[__file__, "--replica", url, namespace, str(due), str(args.quiet),
+                          str(work / f"starts-{k}.txt")] for k in range(args.replicas)],
+                        timeout=args.lead + 600, env=env)
+    starts = _starts(work)
     asyncio.run(_clean(url, namespace))
     keys = [(n, s, a) for n, s, a, _ in starts]
     names = {n for n, _, _, _ in starts}

@@ -14,8 +14,8 @@ then measures each replica's CPU (user + sys, every thread) over `--seconds` and
 Each replica also reports when it was ready to claim: the seconds from its process's spawn to the
 return of `Scheduler.start()`, which sweeps the due window once before it returns (`start_s`: that
 call alone). The schedules are yearly (every 365 days, offsets spread over the year), so none is due
-during the run. Afterwards the run's namespace is deleted from the store (its stored schedules, change
-counter and catalogue entries), unless `--keep`. Printed: a table, and with `--json` the rows. Numbers
+during the run. Afterwards the run's namespace is deleted from the store (everything kept under it,
+as `stored_herd.py` deletes it), unless `--keep`. Printed: a table, and with `--json` the rows. Numbers
 move with the machine's load: compare kinds within one run.
 """
 
@@ -30,7 +30,12 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from stored_herd import _clean, _replicas
 
 YEAR_S = 365 * 86_400
 DAY_S = 86_400
@@ -98,27 +103,6 @@ async def _populate(url: str, namespace: str, count: int) -> float:
     return time.monotonic() - started
 
 
-async def _cleanup(url: str, namespace: str) -> None:
-    """Delete what the run left in the store under `namespace`: its stored schedules and change counter
-    (one statement or one UNLINK), and the catalogue entries of its task."""
-    from anarchon import backend_for_url
-
-    backend: Any = backend_for_url(url)
-    await backend.open()
-    try:
-        if hasattr(backend, "keys"):  # Redis or Valkey: seven keys in one hash slot
-            await backend.client.unlink(*backend.keys.schedules(namespace))
-        elif hasattr(backend, "sql"):  # PostgreSQL
-            async with backend.pool.acquire() as conn:
-                for table in (backend.sql.schedules_table, backend.sql.schedule_versions_table):
-                    await conn.execute(f"DELETE FROM {table} WHERE namespace = $1", namespace)
-        else:
-            raise SystemExit(f"no cleanup for {url}: delete namespace {namespace!r} by hand")
-        await backend.forget(namespace, "report")
-    finally:
-        await backend.close()
-
-
 def _run(url: str, kind: str, args: argparse.Namespace) -> dict[str, Any]:
     namespace = f"rest-{kind}-{uuid.uuid4().hex[:8]}"
     populate_s = None
@@ -128,17 +112,12 @@ def _run(url: str, kind: str, args: argparse.Namespace) -> dict[str, Any]:
             done = subprocess.run([sys.executable, __file__, "--populate", url, namespace, str(args.count)],
                                   capture_output=True, text=True, check=True)
             populate_s = float(done.stdout.strip().splitlines()[-1])
-        procs = [subprocess.Popen([sys.executable, __file__, "--replica", url, namespace, kind,
-                                   str(args.count), str(args.seconds), str(args.warmup), repr(time.time())],
-                                  stdout=subprocess.PIPE, text=True)
-                 for _ in range(args.replicas)]
-        results = []
-        for proc in procs:
-            out, _ = proc.communicate(timeout=args.warmup + args.seconds + 600)
-            results.append(json.loads(out.strip().splitlines()[-1]))
+        results = _replicas([[__file__, "--replica", url, namespace, kind, str(args.count), str(args.seconds),
+                              str(args.warmup), repr(time.time())] for _ in range(args.replicas)],
+                            timeout=args.warmup + args.seconds + 600)
     finally:
         if kind == "stored" and not args.keep:
-            asyncio.run(_cleanup(url, namespace))
+            asyncio.run(_clean(url, namespace))
     per45 = [r["cpu_s"] * 45 / args.seconds for r in results]
     return {"url": url, "namespace": namespace, "kind": kind, "count": args.count, "replicas": args.replicas,
             "populate_s": populate_s, "cpu_s_per_45s": per45, "cpu_pct": [c / 45 * 100 for c in per45],

@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stored_herd import _clean
+from stored_herd import _clean, _replicas, _starts
 
 HOUR_S = 3600
 
@@ -100,22 +100,10 @@ def _run(url: str, args: argparse.Namespace) -> dict[str, Any]:
     populate_s = float(done.stdout.strip().splitlines()[-1])
     start = time.time() + args.warmup
     end = start + args.seconds
-    procs = [subprocess.Popen([sys.executable, __file__, "--replica", url, namespace, str(start), str(end),
-                               str(work / f"starts-{k}.txt")], stdout=subprocess.PIPE, text=True, env=env)
-             for k in range(args.replicas)]
-    try:
-        results = []
-        for proc in procs:
-            out, _ = proc.communicate(timeout=args.warmup + args.seconds + 600)
-            results.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for proc in procs:
-            proc.kill()
-    starts: list[tuple[str, int, int, float]] = []
-    for path in work.glob("starts-*.txt"):
-        for line in path.read_text().splitlines():
-            name, slot, attempt, t = line.split()
-            starts.append((name, int(slot), int(attempt), float(t)))
+    results = _replicas([[__file__, "--replica", url, namespace, str(start), str(end),
+                          str(work / f"starts-{k}.txt")] for k in range(args.replicas)],
+                        timeout=args.warmup + args.seconds + 600, env=env)
+    starts = _starts(work)
     asyncio.run(_clean(url, namespace))
     # The slots due in the measured window, but its last 5 s (a start may come just after its end).
     lo_ms, hi_ms = int(start * 1000), int((end - 5) * 1000)
