@@ -270,10 +270,13 @@ class DueBeyondUntilBackend(MemoryBackend):
         *,
         until: int,
         tasks: Sequence[str] | None = None,
+        partitions: Sequence[int] | None = None,
         after: tuple[int, str] | None = None,
         limit: int,
     ) -> list[ScheduleRecord]:
-        return await super().due_schedules(namespace, until=until + 1, tasks=tasks, after=after, limit=limit)
+        return await super().due_schedules(
+            namespace, partitions=partitions, until=until + 1, tasks=tasks, after=after, limit=limit
+        )
 
 
 class DueUntilExclusiveBackend(MemoryBackend):
@@ -285,10 +288,13 @@ class DueUntilExclusiveBackend(MemoryBackend):
         *,
         until: int,
         tasks: Sequence[str] | None = None,
+        partitions: Sequence[int] | None = None,
         after: tuple[int, str] | None = None,
         limit: int,
     ) -> list[ScheduleRecord]:
-        return await super().due_schedules(namespace, until=until - 1, tasks=tasks, after=after, limit=limit)
+        return await super().due_schedules(
+            namespace, partitions=partitions, until=until - 1, tasks=tasks, after=after, limit=limit
+        )
 
 
 class DueAfterInclusiveBackend(MemoryBackend):
@@ -300,12 +306,15 @@ class DueAfterInclusiveBackend(MemoryBackend):
         *,
         until: int,
         tasks: Sequence[str] | None = None,
+        partitions: Sequence[int] | None = None,
         after: tuple[int, str] | None = None,
         limit: int,
     ) -> list[ScheduleRecord]:
         if after is not None:
             after = (after[0], after[1][:-1]) if after[1] else (after[0] - 1, "\U0010ffff")
-        return await super().due_schedules(namespace, until=until, tasks=tasks, after=after, limit=limit)
+        return await super().due_schedules(
+            namespace, partitions=partitions, until=until, tasks=tasks, after=after, limit=limit
+        )
 
 
 class DueByIdBackend(MemoryBackend):
@@ -317,10 +326,13 @@ class DueByIdBackend(MemoryBackend):
         *,
         until: int,
         tasks: Sequence[str] | None = None,
+        partitions: Sequence[int] | None = None,
         after: tuple[int, str] | None = None,
         limit: int,
     ) -> list[ScheduleRecord]:
-        everything = await super().due_schedules(namespace, until=until, tasks=tasks, limit=1_000_000)
+        everything = await super().due_schedules(
+            namespace, partitions=partitions, until=until, tasks=tasks, limit=1_000_000
+        )
         ordered = sorted(everything, key=lambda r: r.id)
         return [r for r in ordered if after is None or r.id > after[1]][:limit]
 
@@ -334,10 +346,13 @@ class TornDueReadBackend(MemoryBackend):
         *,
         until: int,
         tasks: Sequence[str] | None = None,
+        partitions: Sequence[int] | None = None,
         after: tuple[int, str] | None = None,
         limit: int,
     ) -> list[ScheduleRecord]:
-        page = await super().due_schedules(namespace, until=until, tasks=tasks, after=after, limit=limit)
+        page = await super().due_schedules(
+            namespace, partitions=partitions, until=until, tasks=tasks, after=after, limit=limit
+        )
         await asyncio.sleep(0)  # a write runs here
         now = await self.get_schedules(namespace, [r.id for r in page])
         return [r for r in now if r is not None]
@@ -352,10 +367,13 @@ class DueIgnoresTasksBackend(MemoryBackend):
         *,
         until: int,
         tasks: Sequence[str] | None = None,
+        partitions: Sequence[int] | None = None,
         after: tuple[int, str] | None = None,
         limit: int,
     ) -> list[ScheduleRecord]:
-        return await super().due_schedules(namespace, until=until, after=after, limit=limit)
+        return await super().due_schedules(
+            namespace, partitions=partitions, until=until, after=after, limit=limit
+        )
 
 
 class DueTaskByTaskBackend(MemoryBackend):
@@ -367,14 +385,58 @@ class DueTaskByTaskBackend(MemoryBackend):
         *,
         until: int,
         tasks: Sequence[str] | None = None,
+        partitions: Sequence[int] | None = None,
         after: tuple[int, str] | None = None,
         limit: int,
     ) -> list[ScheduleRecord]:
         if tasks is None:
-            return await super().due_schedules(namespace, until=until, after=after, limit=limit)
+            return await super().due_schedules(
+                namespace, partitions=partitions, until=until, after=after, limit=limit
+            )
         out: list[ScheduleRecord] = []
         for task in dict.fromkeys(tasks):
-            out += await super().due_schedules(namespace, until=until, tasks=[task], after=after, limit=limit)
+            out += await super().due_schedules(
+                namespace, partitions=partitions, until=until, tasks=[task], after=after, limit=limit
+            )
+        return out[:limit]
+
+
+class DueIgnoresPartitionsBackend(MemoryBackend):
+    """Reads the due schedules of every partition, whatever `partitions` asks for."""
+
+    async def due_schedules(
+        self,
+        namespace: str,
+        *,
+        until: int,
+        tasks: Sequence[str] | None = None,
+        partitions: Sequence[int] | None = None,
+        after: tuple[int, str] | None = None,
+        limit: int,
+    ) -> list[ScheduleRecord]:
+        return await super().due_schedules(namespace, until=until, tasks=tasks, after=after, limit=limit)
+
+
+class DuePartitionByPartitionBackend(MemoryBackend):
+    """Reads the partitions asked one after another, each in (next_due, id) order, not merged."""
+
+    async def due_schedules(
+        self,
+        namespace: str,
+        *,
+        until: int,
+        tasks: Sequence[str] | None = None,
+        partitions: Sequence[int] | None = None,
+        after: tuple[int, str] | None = None,
+        limit: int,
+    ) -> list[ScheduleRecord]:
+        if partitions is None:
+            return await super().due_schedules(namespace, until=until, tasks=tasks, after=after, limit=limit)
+        out: list[ScheduleRecord] = []
+        for part in dict.fromkeys(partitions):
+            out += await super().due_schedules(
+                namespace, until=until, tasks=tasks, partitions=[part], after=after, limit=limit
+            )
         return out[:limit]
 
 
@@ -546,6 +608,18 @@ BROKEN_SCHEDULES = [
         "due_task_by_task",
         DueTaskByTaskBackend,
         "test_the_due_index_reads_only_the_tasks_asked",
+        "ordered by (next_due, id) across them",
+    ),
+    BrokenSchedules(
+        "due_ignores_partitions",
+        DueIgnoresPartitionsBackend,
+        "test_the_due_index_reads_only_the_partitions_asked",
+        "of those partitions only",
+    ),
+    BrokenSchedules(
+        "due_partition_by_partition",
+        DuePartitionByPartitionBackend,
+        "test_the_due_index_reads_only_the_partitions_asked",
         "ordered by (next_due, id) across them",
     ),
     BrokenSchedules(

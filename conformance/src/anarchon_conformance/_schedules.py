@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from anarchon.backends import (
+    SCHEDULE_PARTITIONS,
     SCHEDULES_CHANGED,
     Capability,
     MemoryBackend,
@@ -26,6 +27,7 @@ from anarchon.backends import (
     ScheduleRecord,
     ScheduleWrite,
     ScheduleWriteResult,
+    schedule_partition,
 )
 
 from ._contract import ODD_NAMES, tier
@@ -172,9 +174,12 @@ class Schedules:
             after = page[-1].id
 
     async def due(self, until: int, after: tuple[int, str] | None = None, limit: int = 1000, *,
-                  tasks: Sequence[str] | None = None) -> list[ScheduleRecord]:
-        """`due_schedules`, checked (`tasks` passed only when given)."""
-        more = {} if tasks is None else {"tasks": list(tasks)}
+                  tasks: Sequence[str] | None = None, partitions: Sequence[int] | None = None
+                  ) -> list[ScheduleRecord]:
+        """`due_schedules`, checked (`tasks` and `partitions` passed only when given)."""
+        more: dict[str, list[Any]] = {} if tasks is None else {"tasks": list(tasks)}
+        if partitions is not None:
+            more["partitions"] = list(partitions)
         page: object = await self.backend.due_schedules(self.namespace, until=until, after=after, limit=limit,
                                                         **more)
         assert isinstance(page, list), f"due_schedules returned {page!r}, not a list"
@@ -608,6 +613,42 @@ class TestScheduleContract:
                     f"due_schedules(tasks={tasks}) is the due index of those tasks, ordered by (next_due, "
                     f"id) across them, at most until, paged from any cursor (limit {limit}): expected "
                     f"{expected}, got {got}")
+
+    async def test_the_due_index_reads_only_the_partitions_asked(self, anarchon_kit: Kit) -> None:
+        s = on(anarchon_kit)
+        ids = [f"p{i}" for i in range(160)] + COLLATION_IDS
+        keys: dict[tuple[str, int], list[tuple[int, str]]] = {}
+        for i, schedule_id in enumerate(ids):
+            task, due = ("t1", "t2")[i % 2], DUE + (i % 5) * 1000
+            await s.add(sw(schedule_id, task, next_due=due))
+            keys.setdefault((task, schedule_partition(schedule_id)), []).append((due, schedule_id))
+        present = sorted({part for _, part in keys})
+        assert len(present) > SCHEDULE_PARTITIONS // 2, "the ids spread over the partitions"
+        cases: list[tuple[list[str] | None, list[int]]] = [
+            (None, present[:1]), (None, present[::3]), (["t1"], present[1::2]), (["t2", "t1"], present[:5]),
+            (None, list(range(SCHEDULE_PARTITIONS))), (["t1"], []), (None, [SCHEDULE_PARTITIONS, -1]),
+        ]
+        for tasks, parts in cases:
+            expected = sorted(k for (t, part), ks in keys.items() for k in ks
+                              if part in parts and (tasks is None or t in tasks) and k[0] <= DUE + 3_000)
+            for limit in (1, 7, 1000):
+                got: list[tuple[int, str]] = []
+                after: tuple[int, str] | None = None
+                while True:
+                    page = await s.due(DUE + 3_000, after, limit, tasks=tasks, partitions=parts)
+                    wrong = [(r.id, schedule_partition(r.id)) for r in page
+                             if schedule_partition(r.id) not in parts]
+                    assert not wrong, (
+                        f"due_schedules(partitions={parts}) reads the schedules of those partitions only "
+                        f"(schedule_partition of each id): {wrong}")
+                    got += [(r.next_due or 0, r.id) for r in page]
+                    if len(page) < limit:
+                        break
+                    after = got[-1]
+                assert got == expected, (
+                    f"due_schedules(tasks={tasks}, partitions={parts}) is the due index of those partitions, "
+                    f"ordered by (next_due, id) across them, at most until, paged from any cursor "
+                    f"(limit {limit}): expected {expected}, got {got}")
 
     # -- advance_schedules ----------------------------------------------------------------------
 
@@ -1062,14 +1103,17 @@ def _list(after: str, prefix: str, task: str | None, limit: int) -> _Step:
     return _Step("list", (after, prefix, task, limit))
 
 
-def _due(until: int, tasks: list[str] | None, after: tuple[int, str] | None, limit: int) -> _Step:
-    return _Step("due", (until, tasks, after, limit))
+def _due(until: int, tasks: list[str] | None, partitions: list[int] | None, after: tuple[int, str] | None,
+         limit: int) -> _Step:
+    return _Step("due", (until, tasks, partitions, after, limit))
 
 
 def _get(ids: list[str]) -> _Step:
     return _Step("get", (ids,))
 
 
+_PARTITION_SETS = [sorted({schedule_partition(i) for i in _IDS[::2]}), [schedule_partition(_IDS[0])], []]
+"""Partitions asked of the due index: those of half the model's ids, one id's, none."""
 _VERSIONS = st.sampled_from(cast(list[Version], ["current", "current", "previous"]))
 _STEPS = st.one_of(
     st.builds(_put, st.sampled_from(_IDS), st.sampled_from(["t1", "t2"]), _DUES,
@@ -1080,6 +1124,7 @@ _STEPS = st.one_of(
               st.sampled_from([None, "t1"]), st.integers(0, 4)),
     st.builds(_due, st.integers(DUE - 6, DUE + 6),
               st.one_of(st.none(), st.sampled_from([["t1"], ["t2", "t1"]])),
+              st.one_of(st.none(), st.sampled_from(_PARTITION_SETS)),
               st.one_of(st.none(), st.tuples(st.integers(DUE - 5, DUE + 5), st.sampled_from(_IDS))),
               st.integers(1, 4)),
     st.builds(_get, st.lists(st.sampled_from(_IDS), max_size=3)),
@@ -1145,8 +1190,10 @@ class _Side:
             after, prefix, task, limit = step.args
             return await backend.list_schedules(ns, after=after, limit=limit, task=task, prefix=prefix)
         if step.kind == "due":
-            until, tasks, after, limit = step.args
+            until, tasks, partitions, after, limit = step.args
             more = {} if tasks is None else {"tasks": tasks}
+            if partitions is not None:
+                more["partitions"] = partitions
             return await backend.due_schedules(ns, until=until, after=after, limit=limit, **more)
         return await backend.get_schedules(ns, step.args[0])
 

@@ -18,6 +18,7 @@ from ._protocols import (
     CONTROLS_CHANGED,
     DEFAULT_HISTORY,
     ERROR_LIMIT,
+    SCHEDULE_PARTITIONS,
     SCHEDULES_CHANGED,
     AnnounceBackend,
     Capability,
@@ -45,6 +46,7 @@ from ._protocols import (
     ScheduleWrite,
     ScheduleWriteResult,
     WinsCallback,
+    schedule_partition,
 )
 
 del _speed  # imported for its effect: the result types above get their cheaper `__init__` there
@@ -82,6 +84,7 @@ __all__ = [
     "ReleaseOutcome",
     "RenewDecision",
     "RunRecord",
+    "SCHEDULE_PARTITIONS",
     "SCHEDULES_CHANGED",
     "ScheduleBackend",
     "ScheduleRecord",
@@ -97,6 +100,7 @@ __all__ = [
     "lazy_exports",
     "read_wins",
     "redact_url",
+    "schedule_partition",
     "wins_text",
 ]
 

@@ -39,6 +39,7 @@ from ._protocols import (
     ScheduleWrite,
     ScheduleWriteResult,
     WinsCallback,
+    schedule_partition,
 )
 
 __all__ = ["MemoryBackend", "MemoryClaimBackend", "MemoryStore"]
@@ -424,15 +425,18 @@ class MemoryBackend(LeaseBackendBase):
             return [kept[r] for r in page]
 
     async def due_schedules(self, namespace: str, *, until: int, tasks: Sequence[str] | None = None,
-                            after: tuple[int, str] | None = None, limit: int) -> list[ScheduleRecord]:
+                            partitions: Sequence[int] | None = None, after: tuple[int, str] | None = None,
+                            limit: int) -> list[ScheduleRecord]:
         """A page of the due index (see `ScheduleBackend.due_schedules`)."""
         with self.store.lock:
             self.store.calls += 1
             kept = self.store.schedules.get(namespace, {})
             wanted = None if tasks is None else set(tasks)
+            parts = None if partitions is None else set(partitions)
             due = sorted((r.next_due, r.id) for r in kept.values()
                          if r.next_due is not None and r.next_due <= until
-                         and (wanted is None or r.task in wanted))
+                         and (wanted is None or r.task in wanted)
+                         and (parts is None or schedule_partition(r.id) in parts))
             page = [key for key in due if after is None or key > after][:max(limit, 0)]
             return [kept[schedule_id] for _, schedule_id in page]
 

@@ -9,6 +9,7 @@ published in docs/lease-contract.md; the docstrings below state them method by m
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Final, Literal, Protocol, runtime_checkable
@@ -37,11 +38,13 @@ __all__ = [
     "ReleaseCallback",
     "ReleaseOutcome",
     "RunRecord",
+    "SCHEDULE_PARTITIONS",
     "SCHEDULES_CHANGED",
     "ScheduleBackend",
     "ScheduleRecord",
     "ScheduleWrite",
     "ScheduleWriteResult",
+    "schedule_partition",
     "WinsCallback",
 ]
 
@@ -588,6 +591,20 @@ class ForgetBackend(Protocol):
         ...
 
 
+SCHEDULE_PARTITIONS = 64
+"""How many partitions the due index of a namespace is cut into (`schedule_partition`)."""
+
+
+def schedule_partition(schedule_id: str) -> int:
+    """The partition of the due index that holds schedule `schedule_id`, in `range(SCHEDULE_PARTITIONS)`.
+
+    The first byte of the MD5 digest of the id's UTF-8 bytes, modulo `SCHEDULE_PARTITIONS`: the same in
+    every process and every store (PostgreSQL computes it as
+    `get_byte(decode(md5(id), 'hex'), 0) % 64`), so a store can keep it beside the schedule and index it.
+    """
+    return hashlib.md5(schedule_id.encode(), usedforsecurity=False).digest()[0] % SCHEDULE_PARTITIONS
+
+
 @dataclass(frozen=True, slots=True)
 class ScheduleWrite:
     """A stored schedule as a client writes it: everything but what the store sets."""
@@ -710,11 +727,16 @@ class ScheduleBackend(LeaseBackend, Protocol):
         ...
 
     async def due_schedules(self, namespace: str, *, until: int, tasks: Sequence[str] | None = None,
-                            after: tuple[int, str] | None = None, limit: int) -> list[ScheduleRecord]:
-        """A page of the due index: schedules whose `next_due` is set and at most `until` (and whose
-        task is one of `tasks`, when given), ordered by (`next_due`, id), greater than `after`, at most
-        `limit`. It reads only those rows (an index on task and next due), never every schedule, nor
-        the due schedules of other tasks."""
+                            partitions: Sequence[int] | None = None, after: tuple[int, str] | None = None,
+                            limit: int) -> list[ScheduleRecord]:
+        """A page of the due index: schedules whose `next_due` is set and at most `until` (whose task is
+        one of `tasks`, and whose `schedule_partition` is one of `partitions`, when given), ordered by
+        (`next_due`, id), greater than `after`, at most `limit`.
+
+        It reads only those rows (an index on task, partition and next due), never every schedule, nor
+        the due schedules of other tasks or other partitions: replicas that share the partitions out
+        read disjoint rows. A partition outside `range(SCHEDULE_PARTITIONS)` matches nothing.
+        """
         ...
 
     async def advance_schedules(self, namespace: str, moves: Sequence[tuple[str, int, int | None]]) -> None:

@@ -398,11 +398,12 @@ class FaultyBackend:
                                                                       task=task, prefix=prefix)
 
     async def due_schedules(self, namespace: str, *, until: int, tasks: Sequence[str] | None = None,
-                            after: tuple[int, str] | None = None, limit: int) -> list[ScheduleRecord]:
+                            partitions: Sequence[int] | None = None, after: tuple[int, str] | None = None,
+                            limit: int) -> list[ScheduleRecord]:
         """Read the due index, unless crashed or frozen."""
         await self._gate()
-        return await cast(ScheduleBackend, self.inner).due_schedules(namespace, until=until, tasks=tasks,
-                                                                     after=after, limit=limit)
+        return await cast(ScheduleBackend, self.inner).due_schedules(
+            namespace, until=until, tasks=tasks, partitions=partitions, after=after, limit=limit)
 
     async def advance_schedules(self, namespace: str, moves: Sequence[tuple[str, int, int | None]]) -> None:
         """Move the due index on, unless crashed or frozen."""
