@@ -28,6 +28,8 @@ from anarchon import (
     Schedules,
     to_ms,
 )
+from anarchon._sweeper import shares
+from anarchon.backends import SCHEDULE_PARTITIONS
 from anarchon.testing import FaultyBackend, VirtualClock
 
 START = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
@@ -498,7 +500,7 @@ def test_replicas_share_the_due_schedules_so_each_slot_is_claimed_once(clock: Vi
     assert len(shares) == 3 and min(shares.values()) >= 60 * len(settled) // 6, shares
 
 
-def test_a_dead_replicas_share_runs_late_by_at_most_two_heartbeats_and_a_sweep(clock: VirtualClock) -> None:
+def test_a_dead_replicas_share_runs_late_by_less_than_a_heartbeat(clock: VirtualClock) -> None:
     from anarchon.testing import crash
 
     r = Replicas(clock, faulty=True)
@@ -522,6 +524,57 @@ def test_a_dead_replicas_share_runs_late_by_at_most_two_heartbeats_and_a_sweep(c
         expected = [T0 + 30_000 + 10_000 * k for k in range(4)]
         assert [s for s in slots if s >= T0 + 30_000] == expected, (n, slots)
     lateness = [at - slot for _, slot, at in began if slot >= T0 + 30_000]
-    # The dead replica's share: claimed by a sweep after two heartbeats (1 s each), plus the jitter.
-    assert max(lateness) <= 2_000 + 1_000 + 100, max(lateness)
-    assert max(lateness) >= 2_000, "the dead replica's share was not its own (no lateness seen)"
+    # The dead replica's share: overdue by backup_ms (half the 1 s heartbeat), found by a backup read
+    # (one every backup_ms), claimed within the jitter.
+    backup_ms = 500
+    assert max(lateness) <= 2 * backup_ms + 100, max(lateness)
+    assert max(lateness) >= backup_ms, "the dead replica's share was not its own (no lateness seen)"
+
+
+def test_each_replica_reads_the_due_window_of_its_own_partitions_only(clock: VirtualClock) -> None:
+    r = Replicas(clock)
+    reads: list[tuple[str, int, int, tuple[int, ...] | None]] = []
+    for s in r.schedulers:
+        backend = s.backend
+        read = backend.due_schedules
+        me = s.instance_id
+
+        async def due(namespace: str, *, until: int, read: Any = read, me: str = me, **kw: Any) -> Any:
+            parts = kw.get("partitions")
+            reads.append((me, clock.now_ms(), until, None if parts is None else tuple(parts)))
+            return await read(namespace, until=until, **kw)
+
+        backend.due_schedules = due
+
+    async def main() -> None:
+        await r.start()
+        await r.admin.add_many(NewSchedule(f"cust-{n:03d}", "report", Every.parse("10s")) for n in range(60))
+        await asyncio.sleep(30)
+        await r.stop()
+
+    clock.run(main())
+    window = {me: parts for me, at, until, parts in reads if at >= T0 + 10_000 and until > at}
+    assert set(window) == {"i0", "i1", "i2"} and all(p is not None for p in window.values()), window
+    owned = [set(p or ()) for p in window.values()]
+    assert sum(len(o) for o in owned) == SCHEDULE_PARTITIONS and set().union(*owned) == set(
+        range(SCHEDULE_PARTITIONS)), "the window reads split the partitions between the replicas"
+    assert min(len(o) for o in owned) >= SCHEDULE_PARTITIONS // 6, [len(o) for o in owned]
+    # The others' partitions are read only for what is overdue.
+    for me, at, until, parts in reads:
+        if at >= T0 + 10_000 and parts is not None and set(parts) & set(window[me] or ()) == set():
+            assert until <= at - 500, (me, at, until)
+
+
+def test_a_replica_that_joins_or_leaves_moves_only_its_own_partitions() -> None:
+    three = {"report": ("i0", "i1", "i2")}
+    four = {"report": ("i0", "i1", "i2", "i3")}
+    for me in ("i0", "i1", "i2"):
+        [before] = shares(three, me)
+        [after] = shares(four, me)
+        assert before.mine is not None and after.mine is not None
+        assert set(after.mine) <= set(before.mine), (me, before.mine, after.mine)
+        assert set(before.mine) | set(before.others) == set(range(SCHEDULE_PARTITIONS))
+    assert [s.mine for s in shares({"report": ("i0",)}, "i0")] == [None], "alone: every partition"
+    # Tasks that different replicas have are read apart, each split among its own replicas.
+    split = shares({"a": ("i0", "i1"), "b": ("i0", "i1"), "c": ("i0", "i2")}, "i0")
+    assert sorted(s.tasks for s in split) == [("a", "b"), ("c",)]

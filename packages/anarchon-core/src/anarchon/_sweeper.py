@@ -12,14 +12,20 @@ answered done, stale, exhausted or skipped for good (`settled`). A slot whose ru
 whose runner crashed, stays in the index, so whichever replica sweeps next (one that started after the
 crash included) claims it again as a takeover, as it would a code job's slot.
 
-The replicas share the stored schedules without a leader. Each reads which replicas have each task
-(the job catalogue's task entries, read every `MEMBERS_EVERY_MS`) and plans only its own share of the
-due schedules: those whose id it ranks first among them (rendezvous hashing), and any other that is
-overdue by `backup_ms` (two heartbeats: its owner died, or has not settled the slot yet). So each slot
-is claimed by one replica in the normal case, and by all of them only once it is late. The views of
-the replicas may differ for a while (a replica started or died): a slot is then claimed twice (the
-store still picks one winner) or late by up to `backup_ms` and a heartbeat, never lost. Without a
-catalogue (`history=0`, or a store that keeps none) every replica plans every due schedule.
+The replicas share the stored schedules without a leader, by partition of the due index
+(`schedule_partition`). Each reads which replicas have each task (the job catalogue's task entries,
+read every `MEMBERS_EVERY_MS`), and each partition goes to the replica that ranks it first among them
+(rendezvous hashing: one that joins or leaves moves only its own share). A sweep reads the due window
+of this replica's partitions only; every `backup_ms` (half a heartbeat, at most a second) it also
+reads the other partitions' schedules overdue by `backup_ms` (their owner died, or has not settled the
+slot yet) and plans those too. So the replicas read disjoint rows, each slot is claimed by one replica
+in the normal case, and a dead replica's slots start late by at most two `backup_ms`, within a
+heartbeat. The views of the replicas may differ for a while (a replica started or died): a slot is
+then claimed twice (the store still picks one winner) or late, never lost. Without a catalogue
+(`history=0`, or a store that keeps none) every replica plans every due schedule.
+
+A settled slot's move of the due index is written within `MIN_GAP_S`, not at the next sweep, so that
+the other replicas' backup reads do not find it overdue.
 
 Writes reach every replica within a heartbeat: the namespace's change counter is read at each sweep,
 and when it moved, the schedules planned here are read again (only those pushed as changed, where the
@@ -48,9 +54,10 @@ from ._schedules import At, Cron, Every
 from ._settings import Settings
 from ._stored import decode_spec, resolve_stored
 from ._wakeup import Wakeup
-from .backends import Capability, HistoryBackend, ScheduleBackend, ScheduleRecord
+from .backends import SCHEDULE_PARTITIONS, Capability, HistoryBackend, ScheduleBackend, ScheduleRecord
 
-__all__ = ["MEMBERS_EVERY_MS", "MIN_GAP_S", "PAGE", "Sweeper", "Task", "owner", "task_call"]
+__all__ = ["MEMBERS_EVERY_MS", "MIN_GAP_S", "PAGE", "Share", "Sweeper", "Task", "owner", "shares",
+           "task_call"]
 
 DEFAULT_CATCH_UP_MS = 300_000
 """Catch-up of a schedule no replica here can run (its own option is not known here)."""
@@ -63,15 +70,41 @@ MIN_GAP_S = 0.2
 """The shortest time between two sweeps, however many writes are pushed meanwhile."""
 MEMBERS_EVERY_MS = 30_000
 """How often a replica reads which replicas have each task (the catalogue's task entries)."""
-BACKUP_HEARTBEATS = 2
-"""How long after its due time another replica's schedule is planned here too, in heartbeats."""
+BACKUP_MAX_MS = 1000
+"""The longest `backup_ms`: how long after its due time another replica's schedule is planned here too."""
 
 
-def owner(schedule_id: str, members: tuple[str, ...]) -> str:
-    """The replica among `members` that claims `schedule_id` first: the one that ranks it highest
-    (rendezvous hashing: a replica that joins or leaves moves only its own share)."""
-    key = b"\x00" + schedule_id.encode()
-    return max(members, key=lambda member: zlib.crc32(member.encode() + key))
+def owner(key: str, members: tuple[str, ...]) -> str:
+    """The replica among `members` that sweeps `key` (a partition's number) first: the one that ranks
+    it highest (rendezvous hashing: a replica that joins or leaves moves only its own share)."""
+    salt = b"\x00" + key.encode()
+    return max(members, key=lambda member: zlib.crc32(member.encode() + salt))
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """What one sweep reads for some tasks: their due window in `mine` (None: every partition), and
+    what is overdue in `others`."""
+
+    tasks: tuple[str, ...]
+    mine: tuple[int, ...] | None
+    others: tuple[int, ...]
+
+
+def shares(members: Mapping[str, tuple[str, ...]], me: str) -> list[Share]:
+    """This replica's share of the due index, per group of tasks that the same replicas have."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for task, ids in sorted(members.items()):
+        groups.setdefault(ids, []).append(task)
+    out = []
+    for ids, tasks in groups.items():
+        if len(ids) < 2:
+            out.append(Share(tuple(tasks), None, ()))
+            continue
+        ranked = [owner(str(p), ids) == me for p in range(SCHEDULE_PARTITIONS)]
+        out.append(Share(tuple(tasks), tuple(p for p, mine in enumerate(ranked) if mine),
+                         tuple(p for p, mine in enumerate(ranked) if not mine)))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,14 +206,16 @@ class Sweeper:
         self._pushed: set[str] = set()
         """Schedules the store pushed as written since the last sweep."""
         self._moves: dict[str, tuple[str, int, int | None]] = {}
-        """Moves of the due index for slots settled since the last sweep, by schedule id."""
+        """Moves of the due index for slots settled since they were last written, by schedule id."""
         self._failing = False
-        self.backup_ms = BACKUP_HEARTBEATS * settings.heartbeat_ms
-        """How overdue another replica's schedule must be before this replica plans it too."""
+        self._poked = False
+        self.backup_ms = min(settings.heartbeat_ms // 2, BACKUP_MAX_MS)
+        """How overdue another replica's schedule must be before this replica plans it too, and how
+        often it looks for those."""
         self._catalogue = (cast(HistoryBackend, backend)
                            if settings.history > 0 and Capability.HISTORY in backend.capabilities else None)
-        self._members: dict[str, tuple[str, ...]] = {}
-        """Per task, the replicas that have it (this one included), sorted; empty: no view yet."""
+        self._shares = [Share(tuple(sorted(tasks)), None, ())]
+        """What a sweep reads (every partition until the replicas are known)."""
         self._members_due: int | None = None
         """When the members are read next (the clock's ms); None: at the next sweep."""
         self.sweeps = 0
@@ -203,6 +238,7 @@ class Sweeper:
         """The store pushed a write (of `schedule_id`): sweep now, not at the next heartbeat."""
         if schedule_id is not None:
             self._pushed.add(schedule_id)
+        self._poked = True
         self._wake.set()
 
     def settled(self, name: str, slot: int) -> None:
@@ -216,18 +252,34 @@ class Sweeper:
         if known is None or known[1] != planned.version or (known[2] is not None and (
                 nxt is None or nxt > known[2])):
             self._moves[name] = (name, planned.version, nxt)
+            self._wake.set()  # written within MIN_GAP_S (see `run`)
 
     async def run(self) -> None:
         """Sweep once a heartbeat, and when poked (a burst of pushed writes makes one sweep, at most
-        one per `MIN_GAP_S`); a store error is logged, never raised. (The engine sweeps once before.)"""
-        heartbeat_s = self._settings.heartbeat_ms / 1000
-        gap_s = min(MIN_GAP_S, heartbeat_s / 2)
+        one per `MIN_GAP_S`); between sweeps, look at the others' overdue schedules every `backup_ms`
+        and write the settled slots' moves within `MIN_GAP_S`. A store error is logged, never
+        raised. (The engine sweeps once before.)"""
+        clock = self._settings.clock
+        heartbeat_ms = self._settings.heartbeat_ms
+        gap_s = min(MIN_GAP_S, heartbeat_ms / 2000)
+        sweep_at = clock.now_ms() + heartbeat_ms
+        backup_at = clock.now_ms() + self.backup_ms
         while True:
             await asyncio.sleep(gap_s)
-            await self._wake.wait(heartbeat_s - gap_s)
+            now = clock.now_ms()
+            await self._wake.wait(max(0, min(sweep_at, backup_at) - now) / 1000)
             self._wake.clear()
+            now = clock.now_ms()
             try:
-                await self.sweep()
+                if self._poked or now >= sweep_at:
+                    self._poked = False
+                    sweep_at, backup_at = now + heartbeat_ms, now + self.backup_ms
+                    await self.sweep()
+                elif now >= backup_at:
+                    backup_at = now + self.backup_ms
+                    await self.backups(now)
+                else:
+                    await self._write_moves()
             except Exception as exc:  # the store is away: the claims say so too; once here
                 self._log.log(logging.DEBUG if self._failing else logging.WARNING,
                               "sweeping the stored schedules of namespace %r failed: %s",
@@ -260,24 +312,12 @@ class Sweeper:
         until = now + self.window_ms
         seen: set[str] = set()
         moves: dict[str, tuple[str, int, int | None]] = {}
-        after: tuple[int, str] | None = None
-        tasks = sorted(self._tasks)
-        while True:
-            page = await backend.due_schedules(ns, until=until, tasks=tasks, after=after, limit=PAGE)
-            for record in page:
-                if not self._mine(record, now):
-                    # Another replica's share, not overdue: not planned here. (One planned before this
-                    # replica knew of that one is not extended: it drains within the window.)
-                    continue
-                seen.add(record.id)
-                move = self._consider(record, now, until)
-                if move is not None:
-                    moves[record.id] = move
-            if len(page) < PAGE:
-                break
-            last = page[-1]
-            assert last.next_due is not None
-            after = (last.next_due, last.id)
+        for share in self._shares:
+            # This replica's partitions: the due window. (A schedule of another's, planned here before
+            # this replica knew of that one, is not extended: it drains within the window.)
+            await self._read(share.tasks, share.mine, until, now, until, seen, moves)
+            if share.others:
+                await self._read(share.tasks, share.others, now - self.backup_ms, now, until, seen, moves)
         if now >= self._peek_at or version != self._peeked:
             # After a write, and once a minute, a look at the due schedules of every task: those of a
             # task this replica lacks (a rolling deploy) are said once; they are never read at each sweep.
@@ -302,6 +342,45 @@ class Sweeper:
                 self._unplan(schedule_id)
         self.sweeps += 1
 
+    async def backups(self, now: int) -> None:
+        """Plan the schedules of the others' partitions overdue by `backup_ms`, and write the settled
+        slots' moves: between two sweeps."""
+        seen: set[str] = set()
+        moves: dict[str, tuple[str, int, int | None]] = {}
+        until = now + self.window_ms
+        for share in self._shares:
+            if share.others:
+                await self._read(share.tasks, share.others, now - self.backup_ms, now, until, seen, moves)
+        self._moves.update(moves)
+        await self._write_moves()
+
+    async def _write_moves(self) -> None:
+        """Move the due index past the slots settled here since the last write."""
+        moves, self._moves = self._moves, {}
+        if moves:
+            await self._backend.advance_schedules(self._settings.namespace, list(moves.values()))
+
+    async def _read(self, tasks: tuple[str, ...], partitions: tuple[int, ...] | None, due_by: int, now: int,
+                    until: int, seen: set[str], moves: dict[str, tuple[str, int, int | None]]) -> None:
+        """Plan each schedule of `tasks` in `partitions` due by `due_by`, page by page, until `until`;
+        add its id to `seen`, and the due index's move for it, if any, to `moves`."""
+        backend, ns = self._backend, self._settings.namespace
+        after: tuple[int, str] | None = None
+        parts = None if partitions is None else list(partitions)
+        while True:
+            page = await backend.due_schedules(ns, until=due_by, tasks=list(tasks), partitions=parts,
+                                               after=after, limit=PAGE)
+            for record in page:
+                seen.add(record.id)
+                move = self._consider(record, now, until)
+                if move is not None:
+                    moves[record.id] = move
+            if len(page) < PAGE:
+                return
+            last = page[-1]
+            assert last.next_due is not None
+            after = (last.next_due, last.id)
+
     async def _read_members(self, now: int) -> None:
         """Read which replicas have each of this replica's tasks; on a failure, keep the last view."""
         assert self._catalogue is not None
@@ -319,14 +398,7 @@ class Sweeper:
         for entry in entries:
             if entry.kind == "task" and entry.job in found:
                 found[entry.job].add(entry.instance)
-        self._members = {task: tuple(sorted(ids)) for task, ids in found.items()}
-
-    def _mine(self, record: ScheduleRecord, now: int) -> bool:
-        """True when this replica plans `record` now: its own share, or one overdue by `backup_ms`."""
-        members = self._members.get(record.task)
-        if members is None or len(members) < 2 or (record.next_due or 0) <= now - self.backup_ms:
-            return True
-        return owner(record.id, members) == self._settings.instance_id
+        self._shares = shares({task: tuple(sorted(ids)) for task, ids in found.items()}, me)
 
     def _unplan(self, schedule_id: str) -> None:
         self._planned.pop(schedule_id, None)
