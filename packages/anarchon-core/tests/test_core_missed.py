@@ -138,3 +138,52 @@ def test_counting_a_gap() -> None:
     daily = Cron("0 8 * * *")
     count, newest = count_missed(daily, T0, T0 + 3 * 86_400_000, 2)
     assert count == 3 and newest[0] - newest[1] == 86_400_000
+
+
+def stored_replica(store: MemoryStore, clock: VirtualClock, name: str, missed: list[Event],
+                   ran: list[tuple[str, int]]) -> Scheduler[MemoryBackend]:
+    s = Scheduler(MemoryBackend(store), instance_id=name, clock=clock, lease="6s", heartbeat="1s")
+
+    @s.task("report")
+    async def report(ctx: JobContext) -> None:
+        ran.append((ctx.instance_id, ctx.slot))
+
+    s.on("missed", missed.append)
+    return s
+
+
+def test_a_stored_schedules_slots_that_no_replica_ran_are_counted_once(
+        clock: VirtualClock, caplog: pytest.LogCaptureFixture) -> None:
+    store = MemoryStore(clock)
+    missed: list[Event] = []
+    ran: list[tuple[str, int]] = []
+    caplog.set_level(logging.WARNING, "anarchon")
+
+    async def main() -> None:
+        first = stored_replica(store, clock, "a", missed, ran)
+        await first.start()
+        await first.schedules.add("cust-1", "report", every="10s", catch_up="5m")
+        await asyncio.sleep(25)  # +10 s and +20 s run
+        await first.stop()
+        await asyncio.sleep(60)  # nobody runs +30 ... +80
+        later = [stored_replica(store, clock, name, missed, ran) for name in ("b", "c", "d")]
+        for s in later:
+            await s.start()  # at +85 s: +80 is caught up, +30 ... +70 were missed
+        await asyncio.sleep(30)  # +90 ... +110 run on time: nothing more is missed
+        for s in later:
+            await s.stop()
+
+    clock.run(main())
+    assert sorted(slot for _, slot in ran) == [T0 + k * 10_000 for k in (1, 2, 8, 9, 10, 11)], ran
+    assert len(missed) == 1, f"replicas started together: the winner of +80 reports the gap, once: {missed}"
+    event = missed[0]
+    assert (event.job, event.task, event.count, event.slot, event.outcome) == (
+        "cust-1", "report", 5, T0 + 70_000, "missed")
+    assert "cust-1: 5 slot(s) missed from 2026-12-01T10:00:30Z to 2026-12-01T10:01:10Z" in caplog.text
+
+    async def read() -> None:
+        async with Inspector(MemoryBackend(store)) as jobs:
+            view = (await jobs.overview()).job("cust-1")
+            assert view is not None and view.missed == 5, view
+
+    clock.run(read())

@@ -19,7 +19,7 @@ from ._history import HistoryWriter
 from ._job import Job
 from ._keeper import Keeper, Sibling, open_keeper
 from ._logs import SkipSummary, fields, fmt_slot, short
-from ._missed import MissedSlots
+from ._missed import MissedSlots, StoredGaps
 from ._outcomes import Claim, Facts, Step, late_by, react_taken, verdict
 from ._planner import Due, Planner
 from ._runs import Hook, Runs
@@ -148,6 +148,8 @@ class Engine:
         """The slots no replica ran before this start, each job's reported by its first won claim."""
         self.sweeper: Sweeper | None = None
         """Plans the stored schedules due soon (a store with `schedules`, a scheduler with tasks)."""
+        self._gaps: StoredGaps | None = None
+        """The stored schedules planned overdue, each reported by its first won claim here."""
 
     @classmethod
     async def start(cls, backend: ClaimBackend, config: Settings, jobs: Iterable[Job], *, hook: Hook,
@@ -198,10 +200,13 @@ class Engine:
         return engine
 
     def _start_sweeper(self, tasks: Mapping[str, Task]) -> Sweeper:
+        c = self._config
+        gaps = self._gaps = StoredGaps(namespace=c.namespace, instance_id=c.instance_id, log=c.log,
+                                       hook=self._hook, history=self.history)
         sweeper = self.sweeper = Sweeper(
             cast(ScheduleBackend, self._backend), self._config, self.planner, tasks=tasks,
             code_jobs=self._jobs, running=self.runs.running_job, skips=self._skips,
-            forget=self._forget_job)
+            forget=self._forget_job, overdue=gaps.overdue)
         if self.history is not None:
             self.history.tasks = lambda: tasks.keys()
         return sweeper
@@ -340,6 +345,8 @@ class Engine:
     def _forget_job(self, name: str) -> None:
         """A stored schedule's job is planned no more: forget what was kept of it."""
         self._not_run.pop(name, None)
+        if self._gaps is not None:
+            self._gaps.forget(name)
 
     def _settled(self, job: Job, slot: int) -> None:
         """A run of `job`'s `slot` ended done or failed: a stored schedule's due index moves past it,
@@ -450,6 +457,8 @@ class Engine:
         job = plan.job
         if self._missed is not None:
             self._settle_missed(job, result)
+        if self._gaps is not None and job.task is not None:
+            self._gaps.settle(job, result)
         # (A stored schedule's changes are its own: only a code job's fingerprint is compared.)
         if result.fingerprint and result.fingerprint != plan.fingerprint and plan.until is None:
             self._check_fingerprint(plan.fingerprint, job, result)

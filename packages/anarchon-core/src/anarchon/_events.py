@@ -102,7 +102,7 @@ def _from_hook(name: EventName, kwargs: dict[str, Any]) -> Event:
     if name == "missed":
         slots: list[int] = kwargs["slots"]
         return Event(name, kwargs["job"], slots[0], kwargs["namespace"], kwargs["instance"],
-                     outcome="missed", count=kwargs["count"])
+                     outcome="missed", count=kwargs["count"], task=kwargs.get("task"))
     request: ClaimRequest = kwargs["request"]
     result: ClaimResult = kwargs["result"]
     attempt = result.lease.attempt if result.lease is not None else result.attempt

@@ -11,6 +11,11 @@ store reports it) reports the gap, so replicas that start together count it once
 delivers the `anarchon_slots_missed` hook (metrics), and records the newest missed slots in the history,
 outcome `missed` (attempt 0, so a replay of the same slot replaces its entry). A job paused at start is
 not judged: its slots were skipped on purpose.
+
+A stored schedule is judged when a replica plans it overdue (`StoredGaps`): its first slot that no run
+settled is in the due index. The replica that then wins its first slot (attempt 1) reports the slots
+from that one up to the slot it won, less those that the store's record shows were claimed since, the
+same way: slots no replica claimed, beyond what catch-up ran.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from ._runs import Hook
 from ._schedules import Every, Schedule
 from .backends import ClaimResult, InspectBackend, JobStatus
 
-__all__ = ["MAX_COUNTED", "Gap", "MissedSlots", "count_missed"]
+__all__ = ["MAX_COUNTED", "Gap", "MissedSlots", "StoredGaps", "count_missed"]
 
 MAX_COUNTED = 100_000
 """The most slots of a schedule other than `every` walked to count one gap (the count stops there)."""
@@ -113,17 +118,59 @@ class MissedSlots:
             return
         if result.record_slot is not None and result.record_slot != gap.slot:
             return  # another replica claimed a slot since the read: it ran, or reports, the gap
-        keep = self._history.keep if self._history is not None else 1
-        count, slots = count_missed(job.schedule, max(gap.slot, gap.ended), lease.slot, max(keep, 1))
-        if not count:
+        report(job, max(gap.slot, gap.ended), lease.slot,
+               f"found at start; the store's newest slot was {fmt_slot(gap.slot)}", namespace=self._namespace,
+               instance_id=self._instance_id, log=self._log, hook=self._hook, history=self._history)
+
+
+class StoredGaps:
+    """The stored schedules planned here overdue, each judged by its first claim result here."""
+
+    def __init__(self, *, namespace: str, instance_id: str, log: logging.Logger, hook: Hook,
+                 history: HistoryWriter | None) -> None:
+        self._gaps: dict[str, int] = {}
+        self._namespace = namespace
+        self._instance_id = instance_id
+        self._log = log
+        self._hook = hook
+        self._history = history
+
+    def overdue(self, name: str, first: int) -> None:
+        """Stored schedule `name` is planned here with `first`, a slot already due, as its first slot
+        not settled."""
+        self._gaps.setdefault(name, first)
+
+    def forget(self, name: str) -> None:
+        """`name` is planned here no more."""
+        self._gaps.pop(name, None)
+
+    def settle(self, job: Job, result: ClaimResult) -> None:
+        """`job`'s first claim result since it was planned overdue: report the slots before the slot
+        won that no replica claimed, if this replica won it."""
+        if not self._gaps:
             return
-        span = (f"from {fmt_slot(slots[-1])} to {fmt_slot(slots[0])}" if count == len(slots)
-                else f"up to {fmt_slot(slots[0])}")
-        text = (f"{count} slot(s) missed {span}: no replica ran them (found at start; the store's newest "
-                f"slot was {fmt_slot(gap.slot)})")
-        self._log.warning("%s: %s", job.name, text,
-                          extra=fields(job.name, slots[0], self._instance_id, outcome="missed"))
-        self._hook.emit("anarchon_slots_missed", namespace=self._namespace, job=job.name, count=count,
-                        slots=slots, instance=self._instance_id)
-        if self._history is not None:
-            self._history.record_missed(job.name, slots, text)
+        first = self._gaps.pop(job.name, None)
+        lease = result.lease
+        if first is None or lease is None or lease.attempt != 1 or result.reissued or lease.slot <= first:
+            return
+        after = first - 1 if result.record_slot is None else max(first - 1, result.record_slot)
+        found = f"found in the due index; its first slot not settled was {fmt_slot(first)}"
+        report(job, after, lease.slot, found, namespace=self._namespace, instance_id=self._instance_id,
+               log=self._log, hook=self._hook, history=self._history)
+
+
+def report(job: Job, after: int, before: int, found: str, *, namespace: str, instance_id: str,
+           log: logging.Logger, hook: Hook, history: HistoryWriter | None) -> None:
+    """Say, count and record the slots of `job` strictly between `after` and `before`, if any."""
+    keep = history.keep if history is not None else 1
+    count, slots = count_missed(job.schedule, after, before, max(keep, 1))
+    if not count:
+        return
+    span = (f"from {fmt_slot(slots[-1])} to {fmt_slot(slots[0])}" if count == len(slots)
+            else f"up to {fmt_slot(slots[0])}")
+    text = f"{count} slot(s) missed {span}: no replica ran them ({found})"
+    log.warning("%s: %s", job.name, text, extra=fields(job.name, slots[0], instance_id, outcome="missed"))
+    hook.emit("anarchon_slots_missed", namespace=namespace, job=job.name, count=count, slots=slots,
+              instance=instance_id, task=job.task)
+    if history is not None:
+        history.record_missed(job.name, slots, text)

@@ -177,9 +177,11 @@ class Sweeper:
 
     def __init__(self, backend: ScheduleBackend, settings: Settings, planner: Planner, *,
                  tasks: Mapping[str, Task], code_jobs: Mapping[str, Job], running: Callable[[str], bool],
-                 skips: SkipSummary, forget: Callable[[str], None] = lambda name: None) -> None:
+                 skips: SkipSummary, forget: Callable[[str], None] = lambda name: None,
+                 overdue: Callable[[str, int], None] = lambda name, first: None) -> None:
         """`running(name)`: whether a run of job `name` is in progress here; `forget(name)`: a job is
-        planned no more (the engine drops what it kept of it)."""
+        planned no more (the engine drops what it kept of it); `overdue(name, first)`: a schedule is
+        planned with `first`, a slot already due, as its first slot not settled (missed slots)."""
         self._backend = backend
         self._settings = settings
         self._log: logging.Logger = settings.log
@@ -188,6 +190,7 @@ class Sweeper:
         self._code = code_jobs
         self._running = running
         self._forget = forget
+        self._overdue = overdue
         self._skips = skips
         self.window_ms = max(2 * settings.heartbeat_ms, 2000)
         """How far ahead a sweep reads the due index: two heartbeats (at least 2 s), so a slot is
@@ -446,6 +449,10 @@ class Sweeper:
             if job is None:
                 return self._far_behind(record, now)
             planned = self._planned[schedule_id] = _Planned(record.version, job)
+            # Slots due since the last write and not settled (an earlier one was never meant to run).
+            first = next_due if next_due > record.updated_at else job.schedule.next_slot(record.updated_at)
+            if first is not None and first < now:
+                self._overdue(schedule_id, first)
             self._planner.add(job, until=until, not_before=record.updated_at)
         if planned.retired:
             return None

@@ -93,6 +93,8 @@ def anarchon_slot_skipped(request: ClaimRequest, result: ClaimResult, task: str 
 
 
 @hookspec
-def anarchon_slots_missed(namespace: str, job: str, count: int, slots: list[int], instance: str) -> None:
-    """Observe slots of `job` that no replica ran, found by `instance` when it started and won the job's
-    next slot: `count` of them, `slots` the newest (epoch ms, newest first). Reported once per gap."""
+def anarchon_slots_missed(namespace: str, job: str, count: int, slots: list[int], instance: str,
+                          task: str | None) -> None:
+    """Observe slots of `job` that no replica ran, found by `instance` when it started (or planned a
+    stored schedule overdue) and won the job's next slot: `count` of them, `slots` the newest (epoch
+    ms, newest first). Reported once per gap; `task` as for `anarchon_takeover`."""

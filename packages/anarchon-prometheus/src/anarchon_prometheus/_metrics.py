@@ -149,7 +149,7 @@ class Metrics:
         m.child(m.slots_skipped, request.namespace, task or request.job).inc()
 
     @hookimpl
-    def anarchon_slots_missed(self, namespace: str, job: str, count: int) -> None:
+    def anarchon_slots_missed(self, namespace: str, job: str, count: int, task: str | None) -> None:
         """Count the slots no replica ran."""
         m = self._metrics()
-        m.child(m.slots_missed, namespace, job).inc(count)
+        m.child(m.slots_missed, namespace, task or job).inc(count)
