@@ -141,10 +141,10 @@ def test_counting_a_gap() -> None:
 
 
 def stored_replica(store: MemoryStore, clock: VirtualClock, name: str, missed: list[Event],
-                   ran: list[tuple[str, int]]) -> Scheduler[MemoryBackend]:
+                   ran: list[tuple[str, int]], *, task: str = "report") -> Scheduler[MemoryBackend]:
     s = Scheduler(MemoryBackend(store), instance_id=name, clock=clock, lease="6s", heartbeat="1s")
 
-    @s.task("report")
+    @s.task(task)
     async def report(ctx: JobContext) -> None:
         ran.append((ctx.instance_id, ctx.slot))
 
@@ -187,3 +187,27 @@ def test_a_stored_schedules_slots_that_no_replica_ran_are_counted_once(
             assert view is not None and view.missed == 5, view
 
     clock.run(read())
+
+
+def test_a_stored_schedules_slots_are_counted_once_a_replica_with_its_task_is_up(clock: VirtualClock) -> None:
+    store = MemoryStore(clock)
+    missed: list[Event] = []
+    ran: list[tuple[str, int]] = []
+
+    async def main() -> None:
+        old = stored_replica(store, clock, "old", missed, ran, task="cleanup")  # a version without the task
+        await old.start()
+        await old.schedules.add("cust-1", "report", every="1m", catch_up="30s")
+        await asyncio.sleep(640)  # ten minutes and more with no replica that can run it
+        new = stored_replica(store, clock, "new", missed, ran)
+        await new.start()
+        await asyncio.sleep(60)
+        await new.stop()
+        await old.stop()
+
+    clock.run(main())
+    # Added at +0: +1m ... +10m were due with no replica able to run them; at +10m40s catch-up (30 s)
+    # runs none of them, and the first run is +11m.
+    assert sorted(slot for _, slot in ran) == [T0 + 11 * 60_000], ran
+    assert [(e.job, e.task, e.count, e.slot, e.instance) for e in missed] == [
+        ("cust-1", "report", 10, T0 + 10 * 60_000, "new")], missed

@@ -345,8 +345,6 @@ class Engine:
     def _forget_job(self, name: str) -> None:
         """A stored schedule's job is planned no more: forget what was kept of it."""
         self._not_run.pop(name, None)
-        if self._gaps is not None:
-            self._gaps.forget(name)
 
     def _settled(self, job: Job, slot: int) -> None:
         """A run of `job`'s `slot` ended done or failed: a stored schedule's due index moves past it,

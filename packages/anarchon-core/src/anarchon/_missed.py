@@ -32,10 +32,12 @@ from ._runs import Hook
 from ._schedules import Every, Schedule
 from .backends import ClaimResult, InspectBackend, JobStatus
 
-__all__ = ["MAX_COUNTED", "Gap", "MissedSlots", "StoredGaps", "count_missed"]
+__all__ = ["MAX_COUNTED", "MAX_GAPS", "Gap", "MissedSlots", "StoredGaps", "count_missed"]
 
 MAX_COUNTED = 100_000
 """The most slots of a schedule other than `every` walked to count one gap (the count stops there)."""
+MAX_GAPS = 100_000
+"""The most overdue stored schedules a replica keeps waiting for their next claim."""
 
 
 
@@ -128,30 +130,41 @@ class StoredGaps:
 
     def __init__(self, *, namespace: str, instance_id: str, log: logging.Logger, hook: Hook,
                  history: HistoryWriter | None) -> None:
-        self._gaps: dict[str, int] = {}
+        self._gaps: dict[str, tuple[int, int]] = {}
+        """Per stored schedule planned overdue: (its first slot not settled, its version)."""
         self._namespace = namespace
         self._instance_id = instance_id
         self._log = log
         self._hook = hook
         self._history = history
 
-    def overdue(self, name: str, first: int) -> None:
-        """Stored schedule `name` is planned here with `first`, a slot already due, as its first slot
-        not settled."""
-        self._gaps.setdefault(name, first)
+    def overdue(self, name: str, version: int, first: int | None) -> None:
+        """Version `version` of stored schedule `name` is planned here with `first`, a slot already
+        due, as its first slot not settled; None: it is planned due later.
 
-    def forget(self, name: str) -> None:
-        """`name` is planned here no more."""
-        self._gaps.pop(name, None)
+        A gap is kept while its schedule is planned no more (the sweep may move the due index past a
+        long gap, and plan the schedule again when its next slot is near), until a write of it."""
+        kept = self._gaps.get(name)
+        if kept is not None and kept[1] == version:
+            return
+        if first is None:
+            self._gaps.pop(name, None)
+            return
+        if len(self._gaps) >= MAX_GAPS:
+            self._gaps.clear()  # (gaps whose next slots went to other replicas; theirs are counted there)
+        self._gaps[name] = (first, version)
 
     def settle(self, job: Job, result: ClaimResult) -> None:
         """`job`'s first claim result since it was planned overdue: report the slots before the slot
         won that no replica claimed, if this replica won it."""
         if not self._gaps:
             return
-        first = self._gaps.pop(job.name, None)
+        kept = self._gaps.pop(job.name, None)
         lease = result.lease
-        if first is None or lease is None or lease.attempt != 1 or result.reissued or lease.slot <= first:
+        if kept is None:
+            return
+        first = kept[0]
+        if lease is None or lease.attempt != 1 or result.reissued or lease.slot <= first:
             return
         after = first - 1 if result.record_slot is None else max(first - 1, result.record_slot)
         found = f"found in the due index; its first slot not settled was {fmt_slot(first)}"

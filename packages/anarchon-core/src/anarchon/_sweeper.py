@@ -178,10 +178,11 @@ class Sweeper:
     def __init__(self, backend: ScheduleBackend, settings: Settings, planner: Planner, *,
                  tasks: Mapping[str, Task], code_jobs: Mapping[str, Job], running: Callable[[str], bool],
                  skips: SkipSummary, forget: Callable[[str], None] = lambda name: None,
-                 overdue: Callable[[str, int], None] = lambda name, first: None) -> None:
+                 overdue: Callable[[str, int, int | None], None] = lambda name, version, first: None
+                 ) -> None:
         """`running(name)`: whether a run of job `name` is in progress here; `forget(name)`: a job is
-        planned no more (the engine drops what it kept of it); `overdue(name, first)`: a schedule is
-        planned with `first`, a slot already due, as its first slot not settled (missed slots)."""
+        planned no more (the engine drops what it kept of it); `overdue(name, version, first)`: a
+        schedule is planned, `first` its first slot not settled if already due (missed slots)."""
         self._backend = backend
         self._settings = settings
         self._log: logging.Logger = settings.log
@@ -443,6 +444,7 @@ class Sweeper:
             return None
         planned = self._planned.get(schedule_id)
         if planned is not None and planned.version != record.version:
+            self._overdue(schedule_id, record.version, None)
             self._changed(record, planned)
         elif planned is None:
             job = self._runnable(record)
@@ -451,8 +453,7 @@ class Sweeper:
             planned = self._planned[schedule_id] = _Planned(record.version, job)
             # Slots due since the last write and not settled (an earlier one was never meant to run).
             first = next_due if next_due > record.updated_at else job.schedule.next_slot(record.updated_at)
-            if first is not None and first < now:
-                self._overdue(schedule_id, first)
+            self._overdue(schedule_id, record.version, first if first is not None and first < now else None)
             self._planner.add(job, until=until, not_before=record.updated_at)
         if planned.retired:
             return None
