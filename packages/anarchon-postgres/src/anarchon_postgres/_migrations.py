@@ -6,7 +6,7 @@ import asyncpg
 
 from anarchon import SchemaMismatch
 
-from ._sql import NOW_MS, Statements, quote_ident
+from ._sql import NOW_MS, Statements, partition_of, quote_ident
 
 __all__ = ["FILLFACTOR", "SCHEMA_VERSION", "migrate"]
 
@@ -139,7 +139,22 @@ def _v5(s: Statements) -> list[str]:
     ]
 
 
-MIGRATIONS = [_v1, _v2, _v3, _v4, _v5]
+def _v6(s: Statements) -> list[str]:
+    # Each schedule's partition of the due index (`schedule_partition`), so that replicas sharing the
+    # partitions out read only theirs: the task index gains it before next_due. The index on
+    # (namespace, next_due, id) stays for the read of every task's due schedules.
+    st = s.schedules_table
+    return [
+        f"ALTER TABLE {st} ADD COLUMN partition smallint",
+        f"UPDATE {st} SET partition = {partition_of('id')}",
+        f"ALTER TABLE {st} ALTER COLUMN partition SET NOT NULL",
+        f"DROP INDEX {quote_ident(s.schema)}.{quote_ident(s.table + '_sched_task_due')}",
+        f"CREATE INDEX {quote_ident(s.table + '_sched_part_due')} ON {st} "
+        "(namespace, task, partition, next_due, id) WHERE next_due IS NOT NULL",
+    ]
+
+
+MIGRATIONS = [_v1, _v2, _v3, _v4, _v5, _v6]
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema version this release creates and expects."""
 
