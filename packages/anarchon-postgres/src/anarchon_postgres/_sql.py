@@ -930,7 +930,10 @@ w AS (
         cursor = "AND (next_due, id) > ($4::bigint, $5::text) " if after else ""
         first = 6 if after else 4
         if not tasks:
-            parts = f"AND partition = ANY (${first}::text::smallint[]) " if partitions else ""
+            # (The array read once, by a subquery: a cast of the parameter in the filter would parse it
+            # again for every row.)
+            asked = f"(SELECT ${first}::text::smallint[])::smallint[]"
+            parts = f"AND partition = ANY ({asked}) " if partitions else ""
             return (f"SELECT {_SCHEDULE} FROM {self.schedules_table} "
                     f"WHERE namespace = $1 AND next_due IS NOT NULL AND next_due <= $2 {cursor}{parts}"
                     "ORDER BY next_due, id LIMIT $3")
