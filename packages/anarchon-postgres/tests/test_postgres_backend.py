@@ -36,9 +36,9 @@ from anarchon import (
     backend_for_url,
 )
 from anarchon._context import TRIGGER_SUFFIX
-from anarchon.backends import ScheduleWrite
+from anarchon.backends import SCHEDULE_PARTITIONS, ScheduleWrite, schedule_partition
 from anarchon_postgres import PostgresBackend
-from anarchon_postgres._migrations import FILLFACTOR, SCHEMA_VERSION
+from anarchon_postgres._migrations import FILLFACTOR, MIGRATIONS, SCHEMA_VERSION
 from anarchon_postgres._sql import CLAIM_COLUMNS, Statements, array_literal, numbers_literal
 
 URL = os.environ.get("ANARCHON_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -433,14 +433,23 @@ async def test_jobs_sorted_like_memory(pg: PostgresBackend) -> None:
 _ADDED_BY = {2: ("jobs_controls",), 3: ("jobs_history", "jobs_catalogue"), 4: ("jobs_history_count",),
              5: ("jobs_schedules", "jobs_sched_version")}
 """The tables each schema version adds to table `jobs`."""
+_ALTERED_BY = {6: 5}
+"""The version whose tables each later schema version changes."""
 
 
 async def _leave_at(backend: PostgresBackend, schema: str, version: int) -> None:
-    """Make table `jobs` as the release with schema `version` left it: later versions' tables go."""
+    """Make table `jobs` as the release with schema `version` left it: later versions' tables go, and
+    the tables a later version changed are made again (empty) by their own version's migration."""
     for later, tables in _ADDED_BY.items():
         if later > version:
             for table in tables:
                 await backend.pool.execute(f'DROP TABLE "{schema}"."{table}"')
+    for later, changed in _ALTERED_BY.items():
+        if later > version >= changed:
+            for table in _ADDED_BY[changed]:
+                await backend.pool.execute(f'DROP TABLE "{schema}"."{table}"')
+            for statement in MIGRATIONS[changed - 1](backend.sql):
+                await backend.pool.execute(statement)
     await backend.pool.execute(f'DELETE FROM "{schema}"."jobs_schema" WHERE version > $1', version)
 
 
@@ -515,9 +524,50 @@ async def test_a_version_4_table_keeps_everything_and_gains_the_schedules(schema
         indexes = {r["indexname"] for r in await upgraded.pool.fetch(
             "SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'jobs_schedules'",
             schema)}
-        assert indexes == {"jobs_schedules_pkey", "jobs_sched_due", "jobs_sched_task_due", "jobs_sched_task"}
+        assert indexes == {"jobs_schedules_pkey", "jobs_sched_due", "jobs_sched_part_due", "jobs_sched_task"}
         versions = await upgraded.pool.fetch(f'SELECT version FROM "{schema}"."jobs_schema" ORDER BY 1')
-        assert [v["version"] for v in versions] == [1, 2, 3, 4, 5]
+        assert [v["version"] for v in versions] == list(range(1, SCHEMA_VERSION + 1))
+
+
+async def test_a_version_5_table_keeps_its_schedules_and_reads_them_by_partition(schema: str) -> None:
+    ids = [f"s{i}" for i in range(300)] + ["é", "Z", "a\u00e9", "日本", "\U0001f600", "a b", 'q"\'']
+    async with _jobs_table(schema) as first:  # with schedules written as schema version 5 wrote them
+        await _leave_at(first, schema, 5)
+        columns = {r["column_name"] for r in await first.pool.fetch(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = $1 "
+            "AND table_name = 'jobs_schedules'", schema)}
+        assert "partition" not in columns, "the table as schema version 5 left it"
+        await first.pool.executemany(
+            f'INSERT INTO "{schema}".jobs_schedules (namespace, id, task, spec, args, options, paused, '
+            "next_due, version, created_at, updated_at) VALUES ('ns', $1, $2, '{}', '{}', '{}', false, $3, "
+            "$4, 0, 0)",
+            [(i, ("t1", "t2")[n % 2], None if n % 9 == 0 else 1_000 + n % 50, n + 1)
+             for n, i in enumerate(ids)])
+        await first.pool.execute(
+            f"INSERT INTO \"{schema}\".jobs_sched_version (namespace, version) VALUES ('ns', {len(ids)})")
+    async with _jobs_table(schema) as upgraded:
+        stored = {r["id"]: r["partition"] for r in await upgraded.pool.fetch(
+            f'SELECT id, partition FROM "{schema}".jobs_schedules')}
+        assert stored == {i: schedule_partition(i) for i in ids}, "each row is filled with its partition"
+        every = await upgraded.due_schedules("ns", until=1_040, limit=1_000)
+        assert len(every) > 200
+        for tasks in (None, ["t1"], ["t2", "t1"]):
+            for parts in ([schedule_partition("é")], list(range(0, SCHEDULE_PARTITIONS, 3)), [63, 64]):
+                due = await upgraded.due_schedules("ns", until=1_040, tasks=tasks, partitions=parts,
+                                                   limit=1_000)
+                assert due == [r for r in every if schedule_partition(r.id) in parts
+                               and (tasks is None or r.task in tasks)], (tasks, parts)
+        write = ScheduleWrite("日本", "t1", '{"every": 60000, "offset": 0}', "{}", "{}", False, 1_001)
+        replaced = await upgraded.put_schedule("ns", write, expect="any")
+        assert replaced.record is not None and replaced.record.version == len(ids) + 1
+        assert replaced.record in await upgraded.due_schedules(
+            "ns", until=1_001, tasks=["t1"], partitions=[schedule_partition("日本")], limit=1_000)
+        indexes = {r["indexname"] for r in await upgraded.pool.fetch(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'jobs_schedules'",
+            schema)}
+        assert indexes == {"jobs_schedules_pkey", "jobs_sched_due", "jobs_sched_part_due", "jobs_sched_task"}
+        versions = await upgraded.pool.fetch(f'SELECT version FROM "{schema}"."jobs_schema" ORDER BY 1')
+        assert [v["version"] for v in versions] == list(range(1, SCHEMA_VERSION + 1))
 
 
 def run_of(job: str, slot: int, attempt: int = 1, outcome: str = "done") -> RunRecord:

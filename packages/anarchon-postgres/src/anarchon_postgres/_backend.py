@@ -27,6 +27,7 @@ from anarchon import (
 )
 from anarchon.backends import (
     ERROR_LIMIT,
+    SCHEDULE_PARTITIONS,
     CatalogueEntry,
     JobControl,
     LeaseBackendBase,
@@ -741,14 +742,21 @@ class PostgresBackend(LeaseBackendBase):
         return [_schedule(row) for row in await self._fetch("list_schedules", sql, *args)]
 
     async def due_schedules(self, namespace: str, *, until: int, tasks: Sequence[str] | None = None,
-                            after: tuple[int, str] | None = None, limit: int) -> list[ScheduleRecord]:
+                            partitions: Sequence[int] | None = None, after: tuple[int, str] | None = None,
+                            limit: int) -> list[ScheduleRecord]:
         """A page of the due index, read from its index on (namespace, next_due, id), or on (namespace,
-        task, next_due, id) for each task asked, in one statement."""
+        task, partition, next_due, id) for each task and partition asked, in one statement."""
         wanted = None if tasks is None else list(dict.fromkeys(tasks))
-        if limit <= 0 or wanted == []:
+        parts = None if partitions is None else sorted(
+            {p for p in partitions if 0 <= p < SCHEDULE_PARTITIONS})  # (the others match nothing)
+        if limit <= 0 or wanted == [] or parts == []:
             return []
-        sql = self.sql.due_schedules(after=after is not None, tasks=wanted is not None)
-        args = [namespace, until, limit, *(after or ()), *([] if wanted is None else [texts(wanted)])]
+        if wanted is not None and parts is None:
+            parts = list(range(SCHEDULE_PARTITIONS))  # the tasks' index is by partition
+        sql = self.sql.due_schedules(after=after is not None, tasks=wanted is not None,
+                                     partitions=parts is not None)
+        args = [namespace, until, limit, *(after or ()), *([] if wanted is None else [texts(wanted)]),
+                *([] if parts is None else [numbers(parts)])]
         return [_schedule(row) for row in await self._fetch("due_schedules", sql, *args)]
 
     async def advance_schedules(self, namespace: str, moves: Sequence[tuple[str, int, int | None]]) -> None:

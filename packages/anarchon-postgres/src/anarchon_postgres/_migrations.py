@@ -6,7 +6,7 @@ import asyncpg
 
 from anarchon import SchemaMismatch
 
-from ._sql import NOW_MS, Statements, quote_ident
+from ._sql import NOW_MS, Statements, partition_of, quote_ident
 
 __all__ = ["FILLFACTOR", "SCHEMA_VERSION", "migrate"]
 
@@ -139,7 +139,25 @@ def _v5(s: Statements) -> list[str]:
     ]
 
 
-MIGRATIONS = [_v1, _v2, _v3, _v4, _v5]
+def _v6(s: Statements) -> list[str]:
+    # Each schedule's partition of the due index (`schedule_partition`), so that replicas sharing the
+    # partitions out read only theirs: the task index gains it before next_due. The index on
+    # (namespace, next_due, id) stays for the read of every task's due schedules. The rows are filled
+    # by rewriting the table once (a change of type computed from the id), its indexes rebuilt in bulk:
+    # an UPDATE would add an entry to every index for every row (51 s at a million rows, against 11).
+    # No default: a write that leaves the partition out (an earlier release still running) fails.
+    st = s.schedules_table
+    return [
+        f"DROP INDEX {quote_ident(s.schema)}.{quote_ident(s.table + '_sched_task_due')}",
+        f"ALTER TABLE {st} ADD COLUMN partition smallint",
+        f"ALTER TABLE {st} ALTER COLUMN partition TYPE smallint USING {partition_of('id')}, "
+        "ALTER COLUMN partition SET NOT NULL",
+        f"CREATE INDEX {quote_ident(s.table + '_sched_part_due')} ON {st} "
+        "(namespace, task, partition, next_due, id) WHERE next_due IS NOT NULL",
+    ]
+
+
+MIGRATIONS = [_v1, _v2, _v3, _v4, _v5, _v6]
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema version this release creates and expects."""
 

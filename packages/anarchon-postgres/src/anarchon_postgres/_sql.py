@@ -11,12 +11,15 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from anarchon.backends import SCHEDULE_PARTITIONS
+
 __all__ = [
     "ANNOUNCE_CHUNK_BYTES",
     "NOW_MS",
     "Statements",
     "array_literal",
     "numbers_literal",
+    "partition_of",
     "quote_ident",
     "validate_identifier",
 ]
@@ -59,6 +62,12 @@ def numbers_literal(values: Iterable[int | None]) -> str:
     if None not in values:  # the usual case: every element converted in C
         return "{" + ",".join(map(str, values)) + "}"
     return "{" + ",".join(["NULL" if v is None else str(v) for v in values]) + "}"
+
+
+def partition_of(schedule_id: str) -> str:
+    """`schedule_partition` of the text expression `schedule_id`, in SQL: the first byte of the MD5 of
+    its UTF-8 bytes (whatever the database's encoding), modulo `SCHEDULE_PARTITIONS`."""
+    return f"(get_byte(decode(md5(convert_to({schedule_id}, 'UTF8')), 'hex'), 0) % {SCHEDULE_PARTITIONS})"
 
 
 def quote_ident(value: str) -> str:
@@ -773,14 +782,15 @@ LEFT JOIN (
     @property
     def add_schedule(self) -> str:
         """Insert schedule $2 of namespace $1 unless one has its id ($3..$8: task, spec, args, options,
-        paused, next_due; $9: the channel), at the counter's next value, with the server's clock; else
-        answer the current record as this statement's snapshot sees it (none, when an add committed
-        after the snapshot, before the lock: the caller asks again)."""
+        paused, next_due; $9: the channel), in its partition of the due index (`partition_of` the id),
+        at the counter's next value, with the server's clock; else answer the current record as this
+        statement's snapshot sees it (none, when an add committed after the snapshot, before the lock:
+        the caller asks again)."""
         st = self.schedules_table
         return self._schedule_locked() + f""",
 w AS (
-    INSERT INTO {st} AS t (namespace, {_SCHEDULE})
-    SELECT {_VALUES}, k.version + 1, n.now, n.now FROM k CROSS JOIN n
+    INSERT INTO {st} AS t (namespace, {_SCHEDULE}, partition)
+    SELECT {_VALUES}, k.version + 1, n.now, n.now, {partition_of("$2::text")} FROM k CROSS JOIN n
     ON CONFLICT (namespace, id) DO NOTHING
     RETURNING {_SCHEDULE}
 ),
@@ -793,8 +803,8 @@ c AS (SELECT {_SCHEDULE} FROM {st} WHERE namespace = $1 AND id = $2)""" + self._
         st = self.schedules_table
         return self._schedule_locked() + f""",
 w AS (
-    INSERT INTO {st} AS t (namespace, {_SCHEDULE})
-    SELECT {_VALUES}, k.version + 1, n.now, n.now FROM k CROSS JOIN n
+    INSERT INTO {st} AS t (namespace, {_SCHEDULE}, partition)
+    SELECT {_VALUES}, k.version + 1, n.now, n.now, {partition_of("$2::text")} FROM k CROSS JOIN n
     ON CONFLICT (namespace, id) DO UPDATE SET
         task = excluded.task, spec = excluded.spec, args = excluded.args, options = excluded.options,
         paused = excluded.paused, next_due = excluded.next_due, version = excluded.version,
@@ -833,8 +843,9 @@ i AS MATERIALIZED (
 ),
 c AS MATERIALIZED ({current}),
 w AS (
-    INSERT INTO {st} AS t (namespace, {_SCHEDULE})
-    SELECT $1, i.id, i.task, i.spec, i.args, i.options, i.paused, i.next_due, k.version + i.ord, n.now, n.now
+    INSERT INTO {st} AS t (namespace, {_SCHEDULE}, partition)
+    SELECT $1, i.id, i.task, i.spec, i.args, i.options, i.paused, i.next_due, k.version + i.ord, n.now, n.now,
+           {partition_of("i.id")}
     FROM i CROSS JOIN k CROSS JOIN n
     WHERE NOT EXISTS (SELECT 1 FROM c WHERE c.ord = i.ord)
     ORDER BY i.id COLLATE "C"
@@ -908,25 +919,34 @@ w AS (
         return (f"SELECT {_SCHEDULE} FROM {self.schedules_table} WHERE {' AND '.join(where)} "
                 "ORDER BY id LIMIT $3")
 
-    def due_schedules(self, *, after: bool, tasks: bool = False) -> str:
+    def due_schedules(self, *, after: bool, tasks: bool = False, partitions: bool = False) -> str:
         """A page of namespace $1's due index: next_due set and at most $2, after ($4, $5) when `after`,
-        by (next_due, id), limit $3; with `tasks`, only the tasks of the array literal $6 (or $4).
+        by (next_due, id), limit $3; then, as asked and numbered on, only the tasks of an array literal
+        (`tasks`) and the partitions of another (`partitions`, required with `tasks`).
 
-        Read from the partial index on (namespace, next_due, id), or, for each task asked, from the one
-        on (namespace, task, next_due, id): a range scan from the cursor that stops after $3 rows, the
-        tasks' pages merged."""
+        Read from the partial index on (namespace, next_due, id) (the partitions asked, if any, a
+        filter), or, for each (task, partition) asked, from the one on (namespace, task, partition,
+        next_due, id): a range scan from the cursor that stops after $3 rows, the pages merged."""
         cursor = "AND (next_due, id) > ($4::bigint, $5::text) " if after else ""
+        first = 6 if after else 4
         if not tasks:
+            # (The array read once, by a subquery: a cast of the parameter in the filter would parse it
+            # again for every row.)
+            asked = f"(SELECT ${first}::text::smallint[])::smallint[]"
+            parts = f"AND partition = ANY ({asked}) " if partitions else ""
             return (f"SELECT {_SCHEDULE} FROM {self.schedules_table} "
-                    f"WHERE namespace = $1 AND next_due IS NOT NULL AND next_due <= $2 {cursor}"
+                    f"WHERE namespace = $1 AND next_due IS NOT NULL AND next_due <= $2 {cursor}{parts}"
                     "ORDER BY next_due, id LIMIT $3")
+        assert partitions, "the index on tasks is read partition by partition"
         cols = ", ".join(f"s.{col}" for col in _SCHEDULE.split(", "))
         return f"""
 SELECT {", ".join(f"x.{col}" for col in _SCHEDULE.split(", "))}
-FROM unnest(${6 if after else 4}::text::text[]) AS q(task)
+FROM unnest(${first}::text::text[]) AS q(task)
+CROSS JOIN unnest(${first + 1}::text::smallint[]) AS r(partition)
 CROSS JOIN LATERAL (
     SELECT {cols} FROM {self.schedules_table} AS s
-    WHERE s.namespace = $1 AND s.task = q.task AND s.next_due IS NOT NULL AND s.next_due <= $2
+    WHERE s.namespace = $1 AND s.task = q.task AND s.partition = r.partition
+      AND s.next_due IS NOT NULL AND s.next_due <= $2
       {cursor.replace("next_due, id", "s.next_due, s.id")}
     ORDER BY s.next_due, s.id LIMIT $3
 ) AS x
