@@ -22,6 +22,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from anarchon import BackendError, BackendUnavailable, Duration, parse_duration
 from anarchon.backends import (
     ERROR_LIMIT,
+    SCHEDULE_PARTITIONS,
     Capability,
     CatalogueEntry,
     ClaimRequest,
@@ -42,6 +43,7 @@ from anarchon.backends import (
     decide,
     decide_release,
     decide_renew,
+    schedule_partition,
 )
 
 from ._schema import (
@@ -52,6 +54,7 @@ from ._schema import (
     ensure_history,
     ensure_schedules,
     ensure_schema,
+    fill_partitions,
     history_table,
     schedule_versions_table,
     schedules_table,
@@ -80,6 +83,10 @@ _PUT_CHUNK = 1_000
 """Writes per transaction of `put_schedules`: a few milliseconds of the database's one write lock."""
 _GET_CHUNK = 500
 """Ids per statement of `get_schedules` (SQLite binds at most 32,766 parameters a statement)."""
+_FILL_CHUNK = 1_000
+"""Rows of an older release given their partition per transaction, at open."""
+_ARMS = 250
+"""Ranges of the due index per statement of a read by partitions (a compound SELECT has at most 500)."""
 
 
 def _schedule(row: Sequence[Any]) -> ScheduleRecord:
@@ -310,10 +317,10 @@ class SqliteBackend(LeaseBackendBase):
                                 f"SELECT namespace FROM {cat} "
                                 f"WHERE expires_at > {NOW_MS} ORDER BY 1")
         self._sql_schedule = f"SELECT {_SCHEDULE} FROM {st} WHERE namespace = ? AND id = ?"
-        self._sql_schedule_insert = (f"INSERT INTO {st} (namespace, {_SCHEDULE}) "
-                                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        self._sql_schedule_insert = (f'INSERT INTO {st} (namespace, {_SCHEDULE}, "partition") '
+                                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
         self._sql_schedule_update = (f"UPDATE {st} SET task = ?, spec = ?, args = ?, options = ?, "
-                                     "paused = ?, next_due = ?, version = ?, updated_at = ? "
+                                     'paused = ?, next_due = ?, version = ?, updated_at = ?, "partition" = ? '
                                      "WHERE namespace = ? AND id = ?")
         self._sql_schedule_delete = f"DELETE FROM {st} WHERE namespace = ? AND id = ?"
         self._sql_schedule_bump = (f"INSERT INTO {sv} (namespace, version) VALUES (?, 1) "
@@ -325,6 +332,21 @@ class SqliteBackend(LeaseBackendBase):
         self._sql_schedules_due = (f"SELECT {_SCHEDULE} FROM {st} WHERE namespace = ? {{task}} "
                                    "AND next_due IS NOT NULL AND next_due <= ? {after} "
                                    "ORDER BY next_due, id LIMIT ?")
+        # One range of (namespace, task, partition, next_due, id) per arm ({part}: `= ?` or `IS NULL`);
+        # the arms of a compound SELECT ordered as the index is are merged lazily, none of them sorted.
+        # (Named: without statistics the planner reads an IS NULL arm through the task's index, every
+        # due row of the task.)
+        self._sql_schedules_due_arm = (f'SELECT {_SCHEDULE}, "partition" FROM {st} '
+                                       f'INDEXED BY "{self.table}_sched_part_due" '
+                                       'WHERE namespace = ? AND task = ? AND "partition" {part} '
+                                       "AND next_due IS NOT NULL AND next_due <= ? {after}")
+        # The tasks that have a due schedule: one seek of that index per task (a loose index scan).
+        self._sql_schedules_due_tasks = (
+            f"WITH RECURSIVE due(task) AS (SELECT min(task) FROM {st} "
+            "WHERE namespace = ?1 AND next_due IS NOT NULL UNION ALL "
+            f"SELECT (SELECT min(task) FROM {st} WHERE namespace = ?1 AND next_due IS NOT NULL "
+            "AND task > due.task) FROM due WHERE due.task IS NOT NULL) "
+            "SELECT task FROM due WHERE task IS NOT NULL")
         self._sql_schedules_get = f"SELECT {_SCHEDULE} FROM {st} WHERE namespace = ? AND id IN ({{marks}})"
         self._sql_schedule_advance = (f"UPDATE {st} SET next_due = ?1 WHERE namespace = ?2 AND id = ?3 "
                                       "AND version = ?4 AND next_due IS NOT NULL "
@@ -431,6 +453,10 @@ class SqliteBackend(LeaseBackendBase):
             ensure_schedules(c, self.table)
 
         _transaction(schema)(conn)
+        # The partitions of an older release's rows, a chunk per transaction: other processes wait
+        # for the write lock no longer than a chunk.
+        while _transaction(lambda c: fill_partitions(c, self.table, _FILL_CHUNK))(conn):
+            pass
 
     # -- running one operation -----------------------------------------------------------------
 
@@ -733,12 +759,13 @@ class SqliteBackend(LeaseBackendBase):
         version = int(conn.execute(self._sql_schedule_bump, (namespace,)).fetchone()[0])
         record = ScheduleRecord(w.id, w.task, w.spec, w.args, w.options, w.paused, w.next_due, version,
                                 now if current is None else current.created_at, now)
+        part = schedule_partition(w.id)
         if current is None:
             conn.execute(self._sql_schedule_insert, (namespace, w.id, w.task, w.spec, w.args, w.options,
-                                                     int(w.paused), w.next_due, version, now, now))
+                                                     int(w.paused), w.next_due, version, now, now, part))
         else:
             conn.execute(self._sql_schedule_update, (w.task, w.spec, w.args, w.options, int(w.paused),
-                                                     w.next_due, version, now, namespace, w.id))
+                                                     w.next_due, version, now, part, namespace, w.id))
         return ScheduleWriteResult(True, record)
 
     async def remove_schedule(self, namespace: str, schedule_id: str, *, expect: int | None = None
@@ -801,13 +828,21 @@ class SqliteBackend(LeaseBackendBase):
         return await self._call("list_schedules", read)
 
     async def due_schedules(self, namespace: str, *, until: int, tasks: Sequence[str] | None = None,
-                            after: tuple[int, str] | None = None, limit: int) -> list[ScheduleRecord]:
-        """A page of the due index: the index on (namespace, next_due, id), or for each task asked the one
-        on (namespace, task, next_due, id), each read in order from the cursor for at most `limit` rows
-        and merged, in one snapshot."""
+                            partitions: Sequence[int] | None = None, after: tuple[int, str] | None = None,
+                            limit: int) -> list[ScheduleRecord]:
+        """A page of the due index, in one snapshot: the index on (namespace, next_due, id), or for each
+        task asked the one on (namespace, task, next_due, id), each read in order from the cursor for at
+        most `limit` rows and merged; for partitions, a range of (namespace, task, partition, next_due, id)
+        per task and partition (see `_due_by_partitions`)."""
         wanted = None if tasks is None else list(dict.fromkeys(tasks))
         if limit <= 0 or wanted == []:
             return []
+        if partitions is not None:
+            parts = sorted({p for p in partitions if 0 <= p < SCHEDULE_PARTITIONS})
+            if not parts:
+                return []
+            return await self._call("due_schedules", _snapshot(
+                lambda conn: self._due_by_partitions(conn, namespace, until, wanted, parts, after, limit)))
         cursor = "" if after is None else "AND (next_due, id) > (?, ?)"
         sql = self._sql_schedules_due.format(task="" if wanted is None else "AND task = ?", after=cursor)
         tail = (until, *(after or ()), limit)
@@ -820,6 +855,50 @@ class SqliteBackend(LeaseBackendBase):
             return [_schedule(r) for r in itertools.islice(merged, limit)]
 
         return await self._call("due_schedules", _snapshot(read))
+
+    def _due_by_partitions(self, conn: Conn, namespace: str, until: int, tasks: list[str] | None,
+                           parts: list[int], after: tuple[int, str] | None, limit: int
+                           ) -> list[ScheduleRecord]:
+        """The due page of `parts`: a range of (namespace, task, partition, next_due, id) per task (every
+        task that has a due schedule, when none is given) and partition, merged in (next_due, id) order
+        by SQLite, `_ARMS` ranges a statement. Each task's range of NULL partitions (rows of an older
+        release) is read too, and its rows of other partitions are dropped here, reading on until the
+        page is full or the index ends."""
+        if tasks is None:
+            tasks = [str(r[0]) for r in conn.execute(self._sql_schedules_due_tasks, (namespace,)).fetchall()]
+        arms = [(task, part) for task in tasks for part in (*parts, None)]
+        wanted = set(parts)
+        page: list[Sequence[Any]] = []
+        while True:
+            rows = self._due_arms(conn, namespace, arms, until, after, limit)
+            page += [r for r in rows if (schedule_partition(r[0]) if r[10] is None else r[10]) in wanted]
+            if len(rows) < limit or len(page) >= limit:
+                return [_schedule(r[:10]) for r in page[:limit]]
+            after = (rows[-1][6], rows[-1][0])
+
+    def _sql_due_arms(self, parts: Sequence[int | None], after: bool) -> str:
+        """The statement of `_due_arms`: one range per partition (None: the rows that have none), each
+        bound to (namespace, task, [partition,] until, [after]), then the limit."""
+        cursor = "AND (next_due, id) > (?, ?)" if after else ""
+        return " UNION ALL ".join(
+            self._sql_schedules_due_arm.format(part="IS NULL" if part is None else "= ?", after=cursor)
+            for part in parts) + " ORDER BY next_due, id LIMIT ?"
+
+    def _due_arms(self, conn: Conn, namespace: str, arms: Sequence[tuple[str, int | None]], until: int,
+                  after: tuple[int, str] | None, limit: int) -> list[Sequence[Any]]:
+        """The first `limit` rows, by (next_due, id), of the union of these (task, partition) ranges of
+        the due index (partition None: the rows that have none)."""
+        pages: list[list[Sequence[Any]]] = []
+        for start in range(0, len(arms), _ARMS):
+            chunk = arms[start:start + _ARMS]
+            sql = self._sql_due_arms([part for _task, part in chunk], after is not None)
+            args: list[Any] = []
+            for task, part in chunk:
+                args += [namespace, task, *(() if part is None else (part,)), until, *(after or ())]
+            pages.append(conn.execute(sql, (*args, limit)).fetchall())
+        if len(pages) == 1:
+            return pages[0]
+        return list(itertools.islice(heapq.merge(*pages, key=lambda r: (r[6], r[0])), limit))
 
     async def advance_schedules(self, namespace: str, moves: Sequence[tuple[str, int, int | None]]) -> None:
         """Move schedules forward in the due index, each only while it has the version given, in one

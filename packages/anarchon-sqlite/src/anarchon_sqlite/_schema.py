@@ -5,10 +5,11 @@ from __future__ import annotations
 import sqlite3
 
 from anarchon import SchemaMismatch
+from anarchon.backends import schedule_partition
 
 __all__ = ["COLUMNS", "META_TABLE", "SCHEMA_VERSION", "catalogue_table", "controls_table", "ensure_controls",
-           "ensure_history", "ensure_schedules", "ensure_schema", "history_table", "schedule_versions_table",
-           "schedules_table"]
+           "ensure_history", "ensure_schedules", "ensure_schema", "fill_partitions", "history_table",
+           "schedule_versions_table", "schedules_table"]
 
 SCHEMA_VERSION = 1
 """Bump this, and add a step to `_MIGRATIONS`, whenever the table's shape changes."""
@@ -193,37 +194,66 @@ def schedule_versions_table(table: str) -> str:
 
 
 def ensure_schedules(conn: sqlite3.Connection, table: str) -> None:
-    """Create the schedules tables of `table` when they are missing (capability `schedules`).
+    """Create the schedules tables of `table` when they are missing (capability `schedules`), and add
+    the partition column and its indexes to a schedules table of an older release.
 
     New tables beside the records, as the history's are: a file made by an older anarchon-sqlite
     gains them at its first open by this one, keeps everything it had, and still opens in the older
     release, which never reads them. Ids and tasks compare as BINARY (UTF-8 bytes: code point order);
     the due index reads `(namespace, next_due, id)` in order, or `(namespace, task, next_due, id)` for
-    each task asked, and only the rows that have a next due.
+    each task asked, or `(namespace, task, partition, next_due, id)` for each task and partition asked,
+    and only the rows that have a next due.
+
+    `partition` is `schedule_partition(id)`, written by this release with every schedule (SQLite has no
+    MD5). It is NULL in the rows of an older release: in those it had before its first open by this one
+    (until `fill_partitions` reaches them), and in those an older replica still writes. The due read
+    by partitions reads the NULL ones too, through the same index, and keeps those of its partitions.
     """
     st, sv = schedules_table(table), schedule_versions_table(table)
     conn.execute(f"""
         CREATE TABLE IF NOT EXISTS "{st}" (
-            namespace  TEXT    NOT NULL,
-            id         TEXT    NOT NULL,
-            task       TEXT    NOT NULL,
-            spec       TEXT    NOT NULL,   -- JSON text, kept as written
-            args       TEXT    NOT NULL,   -- JSON text, kept as written
-            options    TEXT    NOT NULL,   -- JSON text, kept as written
-            paused     INTEGER NOT NULL,   -- 1 while paused
-            next_due   INTEGER,            -- epoch ms; NULL when the schedule has no slot left
-            version    INTEGER NOT NULL,   -- the namespace's change counter at the write that made it
-            created_at INTEGER NOT NULL,   -- store time, epoch ms
-            updated_at INTEGER NOT NULL,   -- store time, epoch ms
+            namespace   TEXT    NOT NULL,
+            id          TEXT    NOT NULL,
+            task        TEXT    NOT NULL,
+            spec        TEXT    NOT NULL,   -- JSON text, kept as written
+            args        TEXT    NOT NULL,   -- JSON text, kept as written
+            options     TEXT    NOT NULL,   -- JSON text, kept as written
+            paused      INTEGER NOT NULL,   -- 1 while paused
+            next_due    INTEGER,            -- epoch ms; NULL when the schedule has no slot left
+            version     INTEGER NOT NULL,   -- the namespace's change counter at the write that made it
+            created_at  INTEGER NOT NULL,   -- store time, epoch ms
+            updated_at  INTEGER NOT NULL,   -- store time, epoch ms
+            "partition" INTEGER,            -- schedule_partition(id); NULL: written by an older release
             PRIMARY KEY (namespace, id)
         ) WITHOUT ROWID""")
+    if "partition" not in {str(r[1]) for r in conn.execute(f'PRAGMA table_info("{st}")').fetchall()}:
+        # A table of an older release; nullable, so that its INSERTs (which do not name it) still work.
+        conn.execute(f'ALTER TABLE "{st}" ADD COLUMN "partition" INTEGER')
     conn.execute(f'CREATE INDEX IF NOT EXISTS "{table}_sched_due" ON "{st}" (namespace, next_due, id) '
                  "WHERE next_due IS NOT NULL")
     conn.execute(f'CREATE INDEX IF NOT EXISTS "{table}_sched_task_due" ON "{st}" '
                  "(namespace, task, next_due, id) WHERE next_due IS NOT NULL")
+    conn.execute(f'CREATE INDEX IF NOT EXISTS "{table}_sched_part_due" ON "{st}" '
+                 '(namespace, task, "partition", next_due, id) WHERE next_due IS NOT NULL')
+    # Empty once every row has its partition: it costs this release's writes nothing.
+    conn.execute(f'CREATE INDEX IF NOT EXISTS "{table}_sched_unparted" ON "{st}" (namespace, id) '
+                 'WHERE "partition" IS NULL')
     conn.execute(f'CREATE INDEX IF NOT EXISTS "{table}_sched_task" ON "{st}" (namespace, task, id)')
     conn.execute(f"""
         CREATE TABLE IF NOT EXISTS "{sv}" (
             namespace TEXT    NOT NULL PRIMARY KEY,
             version   INTEGER NOT NULL   -- grows with every write and removal of a schedule
         ) WITHOUT ROWID""")
+
+
+def fill_partitions(conn: sqlite3.Connection, table: str, limit: int) -> int:
+    """Write the partition of at most `limit` schedules that have none (rows of an older release), in
+    the caller's transaction; the number written (0: none is left)."""
+    st = schedules_table(table)
+    rows = conn.execute(f'SELECT namespace, id FROM "{st}" WHERE "partition" IS NULL LIMIT ?',
+                        (limit,)).fetchall()
+    for namespace, schedule_id in rows:
+        part = schedule_partition(str(schedule_id))
+        conn.execute(f'UPDATE "{st}" SET "partition" = ? WHERE namespace = ? AND id = ? '
+                     'AND "partition" IS NULL', (part, namespace, schedule_id))
+    return len(rows)
