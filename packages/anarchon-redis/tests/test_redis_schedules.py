@@ -11,7 +11,7 @@ import redis.asyncio
 from redis.crc import key_slot
 
 from anarchon.backends import ScheduleWrite, schedule_partition
-from anarchon_redis import RedisBackend
+from anarchon_redis import RedisBackend, _lease
 from anarchon_redis._keys import Keys
 from anarchon_redis._lease import due_key
 
@@ -103,7 +103,8 @@ async def _write_by_hand(raw: redis.asyncio.Redis, writes: list[tuple[str, dict[
 
 
 async def test_a_due_index_of_the_previous_release_is_moved_at_the_first_read(
-        redis_url: str, prefix: str, raw: redis.asyncio.Redis) -> None:
+        redis_url: str, prefix: str, raw: redis.asyncio.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_lease, "_MOVE_CHUNK", 7)  # moved in many chunks
     keys = Keys(prefix).schedules("ns")
     rows: dict[str, tuple[str, int | None]] = {
         f"s{i}": (("t1", "t2")[i % 2], None if i % 7 == 0 else 1_000 + (i % 4) * 10) for i in range(300)}

@@ -307,7 +307,7 @@ _DUE_BIAS = 1 << 63
 _INDEX_IDS, _INDEX_TASKS, _INDEX_OLD_DUE, _INDEX_PDUE, _INDEX_PTASKDUE = 4, 5, 3, 8, 9
 """The places of the ids and tasks lists, the previous release's due index and the due indexes by
 partition and by task in `Keys.schedules`."""
-_MOVE_CHUNK = 2_000
+_MOVE_CHUNK = 1_000
 """Entries of the previous release's due index moved per script: a few milliseconds each."""
 
 
@@ -922,12 +922,15 @@ class RedisBackend(RedisStore, LeaseBackendBase):
 
     async def _move_due_index(self, namespace: str) -> None:
         """Move the entries of the previous release's due index (unpartitioned: `due`, `taskdue`) into
-        the partitioned ones, a chunk per script; each chunk is atomic, and moving one twice (two
-        replicas at once) puts the same entries."""
+        the partitioned ones, a chunk per script. Each chunk is atomic, and moving one twice puts the
+        same entries; replicas moving at once mostly take different chunks (one at random)."""
         keys = self.keys.schedules(namespace)
+        old = keys[_INDEX_OLD_DUE - 1]
         while True:
             async with self._op("reading the previous due index"):
-                members: list[Any] = await self.client.zrange(keys[_INDEX_OLD_DUE - 1], 0, _MOVE_CHUNK - 1)
+                left = int(await self.client.zcard(old))
+                start = random.randrange(max(left // _MOVE_CHUNK, 1)) * _MOVE_CHUNK
+                members: list[Any] = await self.client.zrange(old, start, start + _MOVE_CHUNK - 1)
             args: list[Any] = []
             for member in members:
                 raw = member if isinstance(member, bytes) else str(member).encode()

@@ -645,21 +645,40 @@ return {1, ids, metas, bodies}
 
 MOVE_DUE = _SCHEDULE_COMMON + r"""
 -- ARGV: (member of the previous release's `due`, its id's partition) per entry. Each schedule is put in
--- the due indexes (by its meta, the truth) and taken out of the previous ones, its `due` member too.
--- Once `due` is empty, `taskdue` (the same schedules by task) goes. Reply: the entries left in `due`.
-for i = 1, #ARGV, 2 do
-  local member, part = ARGV[i], ARGV[i + 1]
-  local id = string.sub(member, 17)
-  redis.call('ZREM', KEYS[3], member)
-  local cur = redis.call('HGET', KEYS[1], id)
-  if cur then
-    local v, c, u, key, task = string.match(cur, PARSE)
-    unindex(id, task, key, part)
-    index(id, task, key, part)
+-- the due indexes (by its meta, the truth) and its `due` member taken out. Once `due` is empty,
+-- `taskdue` (the same schedules by task, which nothing reads any more) goes at once, freed by the
+-- server in the background. Reply: the entries left in `due`.
+-- (Every command takes the whole chunk's members at once: a few commands, not a few per schedule.)
+local function bulk(command, key, args, width)
+  for i = 1, #args, 1000 * width do
+    redis.call(command, key, unpack(args, i, math.min(i + 1000 * width - 1, #args)))
   end
 end
+local gone, ids, parts = {}, {}, {}
+for i = 1, #ARGV, 2 do
+  gone[#gone + 1], parts[#parts + 1] = ARGV[i], ARGV[i + 1]
+  ids[#ids + 1] = string.sub(ARGV[i], 17)
+end
+local pdue, ptaskdue = {}, {}
+for i = 1, #ids, 1000 do
+  local metas = redis.call('HMGET', KEYS[1], unpack(ids, i, math.min(i + 999, #ids)))
+  for j = 1, #metas do
+    if metas[j] then
+      local id, part = ids[i + j - 1], parts[i + j - 1]
+      local v, c, u, key, task = string.match(metas[j], PARSE)
+      if key ~= '-' then
+        local n = #pdue
+        pdue[n + 1], pdue[n + 2] = 0, part .. key .. id
+        ptaskdue[n + 1], ptaskdue[n + 2] = 0, task .. '\0' .. part .. key .. id
+      end
+    end
+  end
+end
+bulk('ZREM', KEYS[3], gone, 1)
+bulk('ZADD', KEYS[8], pdue, 2)
+bulk('ZADD', KEYS[9], ptaskdue, 2)
 local left = redis.call('ZCARD', KEYS[3])
-if left == 0 then redis.call('DEL', KEYS[7]) end
+if left == 0 then redis.call('UNLINK', KEYS[7]) end
 return left
 """
 
