@@ -48,11 +48,14 @@ class Keys:
 
     def schedules(self, namespace: str) -> list[str]:
         """The keys of the namespace's stored schedules (capability `schedules`), in one hash slot:
-        `meta` and `body` (hashes by id), the indexes `due`, `ids`, `tasks` and `taskdue` (sorted sets
-        read by lex range) and the change counter `version`. The tag is the namespace's, so no job key
-        (whose tag goes on with `:` and the job's name) can ever be one of them."""
+        `meta` and `body` (hashes by id), the lists `ids` and `tasks` and the due indexes `pdue` and
+        `ptaskdue` (by partition, then by task and partition: sorted sets read by lex range), the change
+        counter `version`, and `due` and `taskdue`, the previous release's unpartitioned due index, kept
+        only until its entries are moved. The tag is the namespace's, so no job key (whose tag goes on
+        with `:` and the job's name) can ever be one of them."""
         start = f"{{{self.prefix}:{_escape(namespace)}}}:sched:"
-        return [start + part for part in ("meta", "body", "due", "ids", "tasks", "version", "taskdue")]
+        return [start + part for part in ("meta", "body", "due", "ids", "tasks", "version", "taskdue", "pdue",
+                                          "ptaskdue")]
 
     def job_prefix(self, namespace: str) -> str:
         """What every job key of `namespace` starts with (the job's name and `}` follow)."""

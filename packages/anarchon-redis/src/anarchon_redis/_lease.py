@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal
 from anarchon import BackendError, BackendUnavailable, Duration, parse_duration
 from anarchon.backends import (
     ERROR_LIMIT,
+    SCHEDULE_PARTITIONS,
     BackendBase,
     Capability,
     CatalogueEntry,
@@ -40,6 +41,7 @@ from anarchon.backends import (
     check_schedule_batch,
     deliver_wins,
     redact_url,
+    schedule_partition,
 )
 
 from . import _scripts
@@ -294,15 +296,19 @@ _CATALOGUE = Script(_scripts.CATALOGUE)
 _PUT_SCHEDULE, _REMOVE_SCHEDULE = Script(_scripts.PUT_SCHEDULE), Script(_scripts.REMOVE_SCHEDULE)
 _PUT_SCHEDULES = Script(_scripts.PUT_SCHEDULES)
 _GET_SCHEDULES, _READ_SCHEDULES = Script(_scripts.GET_SCHEDULES), Script(_scripts.READ_SCHEDULES)
-_DUE_BY_TASKS, _ADVANCE_SCHEDULES = Script(_scripts.DUE_BY_TASKS), Script(_scripts.ADVANCE_SCHEDULES)
+_DUE_SCHEDULES, _ADVANCE_SCHEDULES = Script(_scripts.DUE_SCHEDULES), Script(_scripts.ADVANCE_SCHEDULES)
+_MOVE_DUE = Script(_scripts.MOVE_DUE)
 _SCHEDULE_SCRIPTS = (_PUT_SCHEDULE, _PUT_SCHEDULES, _REMOVE_SCHEDULE, _GET_SCHEDULES, _READ_SCHEDULES,
-                     _DUE_BY_TASKS, _ADVANCE_SCHEDULES)
+                     _DUE_SCHEDULES, _ADVANCE_SCHEDULES, _MOVE_DUE)
 _PUT_CHUNK = 1_000
 """Schedules per script of `put_schedules`: a few milliseconds of the server's one thread."""
 _DUE_BIAS = 1 << 63
 """Added to a next due before it is written as 16 hex digits: every int64 is a key of the same width."""
-_INDEX_DUE, _INDEX_IDS, _INDEX_TASKS = 3, 4, 5
-"""The places of the due, ids and tasks indexes in `Keys.schedules`."""
+_INDEX_IDS, _INDEX_TASKS, _INDEX_OLD_DUE, _INDEX_PDUE, _INDEX_PTASKDUE = 4, 5, 3, 8, 9
+"""The places of the ids and tasks lists, the previous release's due index and the due indexes by
+partition and by task in `Keys.schedules`."""
+_MOVE_CHUNK = 1_000
+"""Entries of the previous release's due index moved per script: a few milliseconds each."""
 
 
 def due_key(next_due: int | None) -> str:
@@ -312,6 +318,11 @@ def due_key(next_due: int | None) -> str:
     if not -_DUE_BIAS <= next_due < _DUE_BIAS:
         raise ValueError(f"invalid next_due {next_due!r}: use epoch milliseconds that fit in 64 bits")
     return f"{next_due + _DUE_BIAS:016x}"
+
+
+def _part(schedule_id: str) -> str:
+    """A schedule's partition as the due index keeps it: 2 hex digits."""
+    return f"{schedule_partition(schedule_id):02x}"
 
 
 def _schedule_of(schedule_id: str, meta: Any, body: Any) -> ScheduleRecord:
@@ -812,7 +823,8 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         body = json.dumps([w.spec, w.args, w.options, int(w.paused)], ensure_ascii=False,
                           separators=(",", ":"))
         call = (self.keys.schedules(namespace),
-                [w.id, w.task, body, due_key(w.next_due), str(expect), self.keys.channel(namespace)])
+                [w.id, w.task, body, due_key(w.next_due), _part(w.id), str(expect),
+                 self.keys.channel(namespace)])
         [reply] = await self._eval_many(_PUT_SCHEDULE, [call], "writing a schedule")
         return self._write_result(w.id, reply)
 
@@ -830,7 +842,7 @@ class RedisBackend(RedisStore, LeaseBackendBase):
             for w in writes[start:start + _PUT_CHUNK]:
                 body = json.dumps([w.spec, w.args, w.options, int(w.paused)], ensure_ascii=False,
                                   separators=(",", ":"))
-                args += [w.id, w.task, body, due_key(w.next_due)]
+                args += [w.id, w.task, body, due_key(w.next_due), _part(w.id)]
             calls.append((keys, args))
         replies = await self._eval_many(_PUT_SCHEDULES, calls, "writing schedules")
         out: list[ScheduleWriteResult] = []
@@ -844,7 +856,8 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         """Remove a schedule (if its version is `expect`, when given), bump the change counter and push
         the change, in one script (see `ScheduleBackend.remove_schedule`)."""
         call = (self.keys.schedules(namespace),
-                [schedule_id, "" if expect is None else str(expect), self.keys.channel(namespace)])
+                [schedule_id, _part(schedule_id), "" if expect is None else str(expect),
+                 self.keys.channel(namespace)])
         [reply] = await self._eval_many(_REMOVE_SCHEDULE, [call], "removing a schedule")
         return self._write_result(schedule_id, reply)
 
@@ -883,20 +896,48 @@ class RedisBackend(RedisStore, LeaseBackendBase):
         return await self._read(namespace, index, low, high, limit, len(base), "listing schedules")
 
     async def due_schedules(self, namespace: str, *, until: int, tasks: Sequence[str] | None = None,
-                            after: tuple[int, str] | None = None, limit: int) -> list[ScheduleRecord]:
-        """A page of the due index: one ZRANGEBYLEX from the cursor up to `until` (one per task asked,
-        merged), in one script."""
+                            partitions: Sequence[int] | None = None, after: tuple[int, str] | None = None,
+                            limit: int) -> list[ScheduleRecord]:
+        """A page of the due index: one ZRANGEBYLEX from the cursor up to `until` per partition asked
+        (per task and partition, with `tasks`), merged, in one script (see
+        `ScheduleBackend.due_schedules`)."""
         wanted = None if tasks is None else list(dict.fromkeys(tasks))
-        if limit <= 0 or until < -_DUE_BIAS or wanted == []:
+        parts = range(SCHEDULE_PARTITIONS) if partitions is None else sorted(
+            {p for p in partitions if 0 <= p < SCHEDULE_PARTITIONS})
+        if limit <= 0 or until < -_DUE_BIAS or wanted == [] or not parts:
             return []
         cursor = b"" if after is None else due_key(max(after[0], -_DUE_BIAS)).encode() + after[1].encode()
         above = b"" if until >= _DUE_BIAS - 1 else due_key(until + 1).encode()
         if wanted is None:
-            return await self._read(namespace, _INDEX_DUE, b"(" + cursor if cursor else b"-",
-                                    b"(" + above if above else b"+", limit, 16, "reading the due schedules")
-        call = (self.keys.schedules(namespace), [limit, cursor, above, *wanted])
-        [reply] = await self._eval_many(_DUE_BY_TASKS, [call], "reading the due schedules")
-        return [r for r in _records(reply) if r is not None]
+            index, ranges = _INDEX_PDUE, [f"{p:02x}".encode() for p in parts]
+        else:
+            index = _INDEX_PTASKDUE
+            ranges = [t.encode() + f"\0{p:02x}".encode() for t in wanted for p in parts]
+        call = (self.keys.schedules(namespace), [index, limit, cursor, above, *ranges])
+        while True:
+            [reply] = await self._eval_many(_DUE_SCHEDULES, [call], "reading the due schedules")
+            if int(reply[0]):
+                return [r for r in _records(reply[1:]) if r is not None]
+            await self._move_due_index(namespace)
+
+    async def _move_due_index(self, namespace: str) -> None:
+        """Move the entries of the previous release's due index (unpartitioned: `due`, `taskdue`) into
+        the partitioned ones, a chunk per script. Each chunk is atomic, and moving one twice puts the
+        same entries; replicas moving at once mostly take different chunks (one at random)."""
+        keys = self.keys.schedules(namespace)
+        old = keys[_INDEX_OLD_DUE - 1]
+        while True:
+            async with self._op("reading the previous due index"):
+                left = int(await self.client.zcard(old))
+                start = random.randrange(max(left // _MOVE_CHUNK, 1)) * _MOVE_CHUNK
+                members: list[Any] = await self.client.zrange(old, start, start + _MOVE_CHUNK - 1)
+            args: list[Any] = []
+            for member in members:
+                raw = member if isinstance(member, bytes) else str(member).encode()
+                args += [raw, _part(raw[16:].decode())]
+            [left] = await self._eval_many(_MOVE_DUE, [(keys, args)], "moving the previous due index")
+            if not int(left):
+                return
 
     async def advance_schedules(self, namespace: str, moves: Sequence[tuple[str, int, int | None]]) -> None:
         """Move schedules forward in the due index, each only while it has the version given, in one
@@ -905,7 +946,7 @@ class RedisBackend(RedisStore, LeaseBackendBase):
             return
         args: list[Any] = []
         for schedule_id, version, next_due in moves:
-            args += [schedule_id, version, due_key(next_due)]
+            args += [schedule_id, version, due_key(next_due), _part(schedule_id)]
         await self._eval_many(_ADVANCE_SCHEDULES, [(self.keys.schedules(namespace), args)],
                               "advancing schedules")
 

@@ -12,10 +12,10 @@ Time is the server's: `TIME` is read once, at the top of each script.
 
 from __future__ import annotations
 
-__all__ = ["ADVANCE_SCHEDULES", "CATALOGUE", "CLAIM", "CLAIM_BATCH", "DUE_BY_TASKS", "GET_SCHEDULES",
-           "INSPECT", "PUBLISH_CATALOGUE", "PUT_SCHEDULE", "PUT_SCHEDULES", "READ_SCHEDULES", "RECORD_RUNS",
-           "RECORD_RUNS_BATCH", "RELEASE", "RELEASE_BATCH", "REMOVE_SCHEDULE", "RENEW", "RENEW_BATCH",
-           "SET_CONTROL", "STREAM_CLAIM"]
+__all__ = ["ADVANCE_SCHEDULES", "CATALOGUE", "CLAIM", "CLAIM_BATCH", "DUE_SCHEDULES", "GET_SCHEDULES",
+           "INSPECT", "MOVE_DUE", "PUBLISH_CATALOGUE", "PUT_SCHEDULE", "PUT_SCHEDULES", "READ_SCHEDULES",
+           "RECORD_RUNS", "RECORD_RUNS_BATCH", "RELEASE", "RELEASE_BATCH", "REMOVE_SCHEDULE", "RENEW",
+           "RENEW_BATCH", "SET_CONTROL", "STREAM_CLAIM"]
 
 _NOW = r"""local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -389,18 +389,22 @@ CATALOGUE = r"""
 
 # -- schedules as data ----------------------------------------------------------------------------
 #
-# A namespace's schedules live in seven keys of one hash slot (`Keys.schedules`), always given in this
-# order as KEYS[1..7]:
+# A namespace's schedules live in the keys of one hash slot (`Keys.schedules`), always given in this
+# order as KEYS[1..9]:
 # - meta: a hash, id -> "version created_at updated_at due_key task" (the version is the change
 #   counter's value at the write; store times in epoch ms; the due key, or '-' when there is no next
 #   due; the task last, as it may hold spaces);
 # - body: a hash, id -> the JSON text [spec, args, options, paused] the client wrote;
-# - due: the due index, a sorted set of score 0 whose members are due_key .. id, where due_key is
-#   next_due + 2^63 as 16 hex digits: ZRANGEBYLEX reads it in (next_due, id) order, ids byte-wise
-#   (UTF-8, so code point order), from any cursor, a page at a time;
+# - due (3) and taskdue (7): the previous release's due index, members due_key .. id and task .. NUL ..
+#   due_key .. id. Nothing adds to them any more: a write takes its schedule out of them, MOVE_DUE moves
+#   the rest, and a read of the due index waits until they are gone;
 # - ids and tasks: sorted sets of score 0, members id and task .. NUL .. id, for lists by id;
 # - version: the change counter;
-# - taskdue: the due index by task, members task .. NUL .. due_key .. id.
+# - pdue (8): the due index, a sorted set of score 0 whose members are part .. due_key .. id, where part
+#   is the id's partition (`schedule_partition`, which the client computes: Lua has no MD5) as 2 hex
+#   digits and due_key is next_due + 2^63 as 16 hex digits: ZRANGEBYLEX reads one partition in
+#   (next_due, id) order, ids byte-wise (UTF-8, so code point order), from any cursor, a page at a time;
+# - ptaskdue (9): the due index by task, members task .. NUL .. part .. due_key .. id.
 
 _SCHEDULE_COMMON = _NOW + r"""local PARSE = '^(%d+) (%d+) (%d+) (%S+) (.*)$'
 
@@ -419,17 +423,22 @@ local function records(ids)
   return {ids, metas, bodies}
 end
 
--- Take a schedule out of the indexes of next due, or put it in (its due key, or '-' for none).
-local function unindex(id, task, key)
+-- Take a schedule out of the due indexes, or put it in (its due key, or '-' for none; its partition).
+local OLD = redis.call('EXISTS', KEYS[3], KEYS[7]) > 0
+local function unindex(id, task, key, part)
   if key ~= '-' then
-    redis.call('ZREM', KEYS[3], key .. id)
-    redis.call('ZREM', KEYS[7], task .. '\0' .. key .. id)
+    redis.call('ZREM', KEYS[8], part .. key .. id)
+    redis.call('ZREM', KEYS[9], task .. '\0' .. part .. key .. id)
+    if OLD then
+      redis.call('ZREM', KEYS[3], key .. id)
+      redis.call('ZREM', KEYS[7], task .. '\0' .. key .. id)
+    end
   end
 end
-local function index(id, task, key)
+local function index(id, task, key, part)
   if key ~= '-' then
-    redis.call('ZADD', KEYS[3], 0, key .. id)
-    redis.call('ZADD', KEYS[7], 0, task .. '\0' .. key .. id)
+    redis.call('ZADD', KEYS[8], 0, part .. key .. id)
+    redis.call('ZADD', KEYS[9], 0, task .. '\0' .. part .. key .. id)
   end
 end
 """
@@ -440,9 +449,10 @@ redis.call('PUBLISH', channel, '-2:' .. id)
 """
 
 _PUT = r"""
--- Write schedule `id` by `expect` ('absent', 'any' or a version); `body`: its JSON text, `key`: its due key.
--- Reply: {1, meta, body} written; {0, meta, body} refused by the current schedule; {0} refused, none.
-local function put(id, task, body, key, expect)
+-- Write schedule `id` by `expect` ('absent', 'any' or a version); `body`: its JSON text, `key`: its due
+-- key, `part`: its partition. Reply: {1, meta, body} written; {0, meta, body} refused by the current
+-- schedule; {0} refused, none.
+local function put(id, task, body, key, part, expect)
   local cur = redis.call('HGET', KEYS[1], id)
   local version, created, old_key, old_task
   if cur then
@@ -455,7 +465,7 @@ local function put(id, task, body, key, expect)
     return {0, cur, redis.call('HGET', KEYS[2], id)}
   end
   if cur then
-    unindex(id, old_task, old_key)
+    unindex(id, old_task, old_key, part)
     redis.call('ZREM', KEYS[5], old_task .. '\0' .. id)
   else
     created = string.format('%d', now)
@@ -466,16 +476,16 @@ local function put(id, task, body, key, expect)
     .. string.format('%d', now) .. ' ' .. key .. ' ' .. task
   redis.call('HSET', KEYS[1], id, meta)
   redis.call('HSET', KEYS[2], id, body)
-  index(id, task, key)
+  index(id, task, key, part)
   redis.call('ZADD', KEYS[5], 0, task .. '\0' .. id)
   return {1, meta, body}
 end
 """
 
 PUT_SCHEDULE = _SCHEDULE_COMMON + _PUT + r"""
--- ARGV: id task body due_key expect ('absent', 'any' or a version) channel. Reply as `put`'s.
-local id, channel = ARGV[1], ARGV[6]
-local reply = put(ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+-- ARGV: id task body due_key partition expect ('absent', 'any' or a version) channel. Reply as `put`'s.
+local id, channel = ARGV[1], ARGV[7]
+local reply = put(ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
 if reply[1] == 1 then
 """ + _SCHEDULE_PUSH + r"""
 end
@@ -483,12 +493,12 @@ return reply
 """
 
 PUT_SCHEDULES = _SCHEDULE_COMMON + _PUT + r"""
--- ARGV: expect ('absent' or 'any'), channel, then id task body due_key per schedule. Reply: `put`'s
--- reply per schedule, in order; one push for the batch, naming its first schedule written.
+-- ARGV: expect ('absent' or 'any'), channel, then id task body due_key partition per schedule. Reply:
+-- `put`'s reply per schedule, in order; one push for the batch, naming its first schedule written.
 local expect, channel = ARGV[1], ARGV[2]
 local out, id = {}, nil
-for i = 3, #ARGV, 4 do
-  local reply = put(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], expect)
+for i = 3, #ARGV, 5 do
+  local reply = put(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], expect)
   if reply[1] == 1 and not id then id = ARGV[i] end
   out[#out + 1] = reply
 end
@@ -499,8 +509,9 @@ return out
 """
 
 REMOVE_SCHEDULE = _SCHEDULE_COMMON + r"""
--- ARGV: id expect (a version, or '' for any) channel. Reply as PUT_SCHEDULE's (the removed schedule).
-local id, expect, channel = ARGV[1], ARGV[2], ARGV[3]
+-- ARGV: id partition expect (a version, or '' for any) channel. Reply as PUT_SCHEDULE's (the removed
+-- schedule).
+local id, part, expect, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local cur = redis.call('HGET', KEYS[1], id)
 if not cur then return {0} end
 local v, c, u, key, task = string.match(cur, PARSE)
@@ -508,7 +519,7 @@ local body = redis.call('HGET', KEYS[2], id)
 if expect ~= '' and tonumber(v) ~= tonumber(expect) then return {0, cur, body} end
 redis.call('HDEL', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
-unindex(id, task, key)
+unindex(id, task, key, part)
 redis.call('ZREM', KEYS[4], id)
 redis.call('ZREM', KEYS[5], task .. '\0' .. id)
 redis.call('INCR', KEYS[6])
@@ -522,8 +533,8 @@ return records(ARGV)
 """
 
 READ_SCHEDULES = _SCHEDULE_COMMON + r"""
--- ARGV: which index (3: due, 4: ids, 5: tasks), its lex range min and max, the page's limit, and how
--- many bytes before each member's id (16 for a due key; the task and its NUL). Reply as GET_SCHEDULES'.
+-- ARGV: which index (4: ids, 5: tasks), its lex range min and max, the page's limit, and how many bytes
+-- before each member's id (the task and its NUL). Reply as GET_SCHEDULES'.
 local members = redis.call('ZRANGEBYLEX', KEYS[tonumber(ARGV[1])], ARGV[2], ARGV[3], 'LIMIT', 0, ARGV[4])
 local skip = tonumber(ARGV[5])
 local ids = {}
@@ -531,62 +542,163 @@ for i = 1, #members do ids[i] = string.sub(members[i], skip + 1) end
 return records(ids)
 """
 
-DUE_BY_TASKS = _SCHEDULE_COMMON + r"""
--- ARGV: the page's limit, the cursor (due_key .. id; '' for the start), the due key above `until`
--- ('' for none), then the tasks. Each task's range of `taskdue` is read from the cursor for at most a
--- page, and the pages are merged in (due_key, id) order, byte-wise (Lua's own string order is the
--- server's locale's). Reply as GET_SCHEDULES'.
-local limit, after, above = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+DUE_SCHEDULES = _SCHEDULE_COMMON + r"""
+-- ARGV: which index (8: pdue, 9: ptaskdue), the page's limit, the cursor (due_key .. id; '' for the
+-- start), the due key above `until` ('' for none), then the ranges to read, each named by what its
+-- members begin with: a partition, or a task .. NUL .. partition.
+-- Each range is read from the cursor a few members at a time, as the merge of all of them in
+-- (due_key, id) order (a heap) takes its members, so a page reads about `limit` members however many
+-- ranges there are. A member that its schedule's meta contradicts (left by a writer of the previous
+-- release, which knows only `due` and `taskdue`) is dropped and skipped.
+-- Reply: {0} while the previous release's index holds entries (MOVE_DUE them first); else
+-- {1, ids, metas, bodies}.
+if OLD then return {0} end
+local index, limit, after, above = KEYS[tonumber(ARGV[1])], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local chunk = math.max(4, math.ceil(limit / math.max(#ARGV - 4, 1)) + 1)
+
+-- Byte-wise order of ids (Lua's own string order is the server's locale's).
 local function before(a, b)
-  if a == b then return false end
   local i = 1
-  while string.sub(a, i, i + 7) == string.sub(b, i, i + 7) do i = i + 8 end
+  while string.sub(a, i, i + 7) == string.sub(b, i, i + 7) and i <= #a do i = i + 8 end
   for j = i, math.min(#a, #b) do
     local x, y = string.byte(a, j), string.byte(b, j)
     if x ~= y then return x < y end
   end
   return #a < #b
 end
-local pages, at = {}, {}
-for t = 4, #ARGV do
-  local base = ARGV[t] .. '\0'
-  local low = after == '' and '[' .. base or '(' .. base .. after
-  local high = above == '' and '(' .. ARGV[t] .. '\1' or '(' .. base .. above
-  local members = redis.call('ZRANGEBYLEX', KEYS[7], low, high, 'LIMIT', 0, limit)
-  for i = 1, #members do members[i] = string.sub(members[i], #base + 1) end
-  pages[#pages + 1], at[#at + 1] = members, 1
-end
-local ids = {}
-while #ids < limit do
-  local best
-  for p = 1, #pages do
-    local m = pages[p][at[p]]
-    if m and (not best or before(m, pages[best][at[best]])) then best = p end
+-- Range r's next member: r.member, its due key as two numbers r.k1 r.k2, and r.id; false at the end.
+local function step(r)
+  if r.at > #r.members then
+    if not r.more then return false end
+    r.members = redis.call('ZRANGEBYLEX', index, r.low, r.high, 'LIMIT', 0, chunk)
+    r.more, r.at = #r.members == chunk, 1
+    if #r.members == 0 then return false end
+    r.low = '(' .. r.members[#r.members]
   end
-  if not best then break end
-  ids[#ids + 1] = string.sub(pages[best][at[best]], 17)
-  at[best] = at[best] + 1
+  local m = r.members[r.at]
+  r.at = r.at + 1
+  r.member = m
+  r.k1 = tonumber(string.sub(m, r.skip + 1, r.skip + 8), 16)
+  r.k2 = tonumber(string.sub(m, r.skip + 9, r.skip + 16), 16)
+  r.id = string.sub(m, r.skip + 17)
+  return true
 end
-return records(ids)
+local function less(a, b)
+  if a.k1 ~= b.k1 then return a.k1 < b.k1 end
+  if a.k2 ~= b.k2 then return a.k2 < b.k2 end
+  return before(a.id, b.id)
+end
+local heap = {}
+local function down(i)
+  local n = #heap
+  while true do
+    local l, least = 2 * i, i
+    if l <= n and less(heap[l], heap[least]) then least = l end
+    if l + 1 <= n and less(heap[l + 1], heap[least]) then least = l + 1 end
+    if least == i then return end
+    heap[i], heap[least] = heap[least], heap[i]
+    i = least
+  end
+end
+
+local by_task = ARGV[1] == '9'
+for p = 5, #ARGV do
+  local base = ARGV[p]
+  local r = {skip = #base, members = {}, at = 1, more = true,
+             low = after == '' and '[' .. base or '(' .. base .. after,
+             high = '(' .. base .. (above == '' and '\255' or above),
+             task = by_task and string.sub(base, 1, #base - 3) or nil}
+  if step(r) then heap[#heap + 1] = r end
+end
+for i = math.floor(#heap / 2), 1, -1 do down(i) end
+
+local ids, metas, bodies = {}, {}, {}
+while #ids < limit and #heap > 0 do
+  local taken = {}
+  while #ids + #taken < limit and #heap > 0 do
+    local r = heap[1]
+    taken[#taken + 1] = {r.member, r.id, string.sub(r.member, r.skip + 1, r.skip + 16), r.task}
+    if not step(r) then
+      heap[1] = heap[#heap]
+      heap[#heap] = nil
+    end
+    down(1)
+  end
+  local want = {}
+  for i = 1, #taken do want[i] = taken[i][2] end
+  local found = records(want)
+  for i = 1, #taken do
+    local meta, ok = found[2][i], false
+    if meta then
+      local v, c, u, key, task = string.match(meta, PARSE)
+      ok = key == taken[i][3] and (not taken[i][4] or task == taken[i][4])
+    end
+    if ok then
+      ids[#ids + 1], metas[#metas + 1], bodies[#bodies + 1] = taken[i][2], meta, found[3][i]
+    else
+      redis.call('ZREM', index, taken[i][1])
+    end
+  end
+end
+return {1, ids, metas, bodies}
+"""
+
+MOVE_DUE = _SCHEDULE_COMMON + r"""
+-- ARGV: (member of the previous release's `due`, its id's partition) per entry. Each schedule is put in
+-- the due indexes (by its meta, the truth) and its `due` member taken out. Once `due` is empty,
+-- `taskdue` (the same schedules by task, which nothing reads any more) goes at once, freed by the
+-- server in the background. Reply: the entries left in `due`.
+-- (Every command takes the whole chunk's members at once: a few commands, not a few per schedule.)
+local function bulk(command, key, args, width)
+  for i = 1, #args, 1000 * width do
+    redis.call(command, key, unpack(args, i, math.min(i + 1000 * width - 1, #args)))
+  end
+end
+local gone, ids, parts = {}, {}, {}
+for i = 1, #ARGV, 2 do
+  gone[#gone + 1], parts[#parts + 1] = ARGV[i], ARGV[i + 1]
+  ids[#ids + 1] = string.sub(ARGV[i], 17)
+end
+local pdue, ptaskdue = {}, {}
+for i = 1, #ids, 1000 do
+  local metas = redis.call('HMGET', KEYS[1], unpack(ids, i, math.min(i + 999, #ids)))
+  for j = 1, #metas do
+    if metas[j] then
+      local id, part = ids[i + j - 1], parts[i + j - 1]
+      local v, c, u, key, task = string.match(metas[j], PARSE)
+      if key ~= '-' then
+        local n = #pdue
+        pdue[n + 1], pdue[n + 2] = 0, part .. key .. id
+        ptaskdue[n + 1], ptaskdue[n + 2] = 0, task .. '\0' .. part .. key .. id
+      end
+    end
+  end
+end
+bulk('ZREM', KEYS[3], gone, 1)
+bulk('ZADD', KEYS[8], pdue, 2)
+bulk('ZADD', KEYS[9], ptaskdue, 2)
+local left = redis.call('ZCARD', KEYS[3])
+if left == 0 then redis.call('UNLINK', KEYS[7]) end
+return left
 """
 
 ADVANCE_SCHEDULES = _SCHEDULE_COMMON + r"""
--- ARGV: (id, version, due_key or '-') per move. Each moves only while the schedule has that version,
--- and only forward: '-' (no slot left) replaces any due key; a due key only a smaller one.
+-- ARGV: (id, version, due_key or '-', partition) per move. Each moves only while the schedule has that
+-- version, and only forward: '-' (no slot left) replaces any due key; a due key only a smaller one.
 -- (Due keys are compared as two numbers of 8 hex digits: Lua's string order is the server's locale's.)
 local function later(a, b)
   local a1, b1 = tonumber(string.sub(a, 1, 8), 16), tonumber(string.sub(b, 1, 8), 16)
   if a1 ~= b1 then return a1 > b1 end
   return tonumber(string.sub(a, 9, 16), 16) > tonumber(string.sub(b, 9, 16), 16)
 end
-for i = 1, #ARGV, 3 do
-  local id, new = ARGV[i], ARGV[i + 2]
+for i = 1, #ARGV, 4 do
+  local id, new, part = ARGV[i], ARGV[i + 2], ARGV[i + 3]
   local cur = redis.call('HGET', KEYS[1], id)
   if cur then
     local v, c, u, key, task = string.match(cur, PARSE)
     if tonumber(v) == tonumber(ARGV[i + 1]) and key ~= '-' and (new == '-' or later(new, key)) then
-      unindex(id, task, key)
-      index(id, task, new)
+      unindex(id, task, key, part)
+      index(id, task, new, part)
       redis.call('HSET', KEYS[1], id, v .. ' ' .. c .. ' ' .. u .. ' ' .. new .. ' ' .. task)
     end
   end
