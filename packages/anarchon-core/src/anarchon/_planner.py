@@ -168,6 +168,8 @@ class Planner:
         `until` (a stored schedule's), no boundary later than that slot is planned until `extend`;
         with `not_before`, no slot before that one is caught up (a schedule written after it)."""
         jitter = job.options.jitter_ms
+        if jitter is None and until is not None:
+            jitter = 0  # a stored schedule's slot has one claimer, its partition's sweeper: no race to spread
         if jitter is None:
             jitter = self._default_jitter_ms
         interval = job.schedule.min_interval_ms
@@ -461,6 +463,10 @@ class Planner:
             leader = None if self._self_id is None else self._leader(slot, plan.group)
             drawn = self._slot_draws[key] = (self._rng.random(), leader)
         draw, leader = drawn
+        if plan.until is not None:
+            # A stored schedule's (with a jitter of its own): its partition's sweeper is its one
+            # claimer, so no group leads and none follows.
+            return int(draw * jitter)
         if leader is None:
             # Only the leader claims within the jitter: as early, on average, as the first of all
             # the replicas' draws would be.
