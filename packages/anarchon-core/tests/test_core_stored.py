@@ -578,3 +578,22 @@ def test_a_replica_that_joins_or_leaves_moves_only_its_own_partitions() -> None:
     # Tasks that different replicas have are read apart, each split among its own replicas.
     split = shares({"a": ("i0", "i1"), "b": ("i0", "i1"), "c": ("i0", "i2")}, "i0")
     assert sorted(s.tasks for s in split) == [("a", "b"), ("c",)]
+
+
+def test_a_stored_schedule_is_claimed_at_its_slot_unless_it_sets_a_jitter(clock: VirtualClock) -> None:
+    r = Replicas(clock)
+    began: dict[str, list[int]] = {}
+    for s in r.schedulers:
+        s.on("started", lambda e: began.setdefault(e.job, []).append(clock.now_ms() - e.slot))
+
+    async def main() -> None:
+        await r.start()
+        await r.admin.add_many(NewSchedule(f"cust-{n:03d}", "report", Every.parse("10s")) for n in range(30))
+        await r.admin.add("spread", "report", every="10s", jitter="2s")
+        await asyncio.sleep(65)
+        await r.stop()
+
+    clock.run(main())
+    plain = [late for job, lates in began.items() if job != "spread" for late in lates]
+    assert len(plain) >= 30 * 5 and set(plain) == {0}, sorted(set(plain))
+    assert 0 < max(began["spread"]) <= 2000, began["spread"]
