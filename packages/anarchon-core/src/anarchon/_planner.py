@@ -386,6 +386,10 @@ class Planner:
                 plan.decided = slot
                 plan.decided_by = owner
 
+    def heard(self, instance: str) -> int | None:
+        """When a win of `instance` was last pushed (the clock's ms); None: not lately, or never."""
+        return self._seen.get(instance)
+
     def won(self, plan: Plan, slot: int, owner: str, now: int | None = None) -> None:
         """`owner` (this instance) won `slot` of the job (see `_won`), as known at `now` (the clock's
         time when not given)."""

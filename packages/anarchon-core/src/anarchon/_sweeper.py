@@ -16,11 +16,12 @@ The replicas share the stored schedules without a leader, by partition of the du
 (`schedule_partition`). Each reads which replicas have each task (the job catalogue's task entries,
 read every `MEMBERS_EVERY_MS`), and each partition goes to the replica that ranks it first among them
 (rendezvous hashing: one that joins or leaves moves only its own share). A sweep reads the due window
-of this replica's partitions only; every `backup_ms` (half a heartbeat, at most a second) it also
-reads the other partitions' schedules overdue by `backup_ms` (their owner died, or has not settled the
-slot yet) and plans those too. So the replicas read disjoint rows, each slot is claimed by one replica
-in the normal case, and a dead replica's slots start late by at most two `backup_ms`, within a
-heartbeat. The views of the replicas may differ for a while (a replica started or died): a slot is
+of this replica's partitions only; every `backup_ms` (a third of a heartbeat, at most a second) it
+also reads the schedules overdue by `backup_ms` in the partitions of the replicas gone silent (no win
+of theirs pushed in two `backup_ms`; every other replica where the store pushes no wins), and plans
+those too. So the replicas read disjoint rows, each slot is claimed by one replica in the normal case
+(a replica busy with a herd is not helped into claiming its slots twice), and a dead replica's slots
+start late by at most three `backup_ms`, within a heartbeat. The views of the replicas may differ for a while (a replica started or died): a slot is
 then claimed twice (the store still picks one winner) or late, never lost. Without a catalogue
 (`history=0`, or a store that keeps none) every replica plans every due schedule.
 
@@ -84,11 +85,21 @@ def owner(key: str, members: tuple[str, ...]) -> str:
 @dataclass(frozen=True, slots=True)
 class Share:
     """What one sweep reads for some tasks: their due window in `mine` (None: every partition), and
-    what is overdue in `others`."""
+    what is overdue in `others`: each other replica's partitions."""
 
     tasks: tuple[str, ...]
     mine: tuple[int, ...] | None
-    others: tuple[int, ...]
+    others: tuple[tuple[str, tuple[int, ...]], ...]
+
+    def silent(self, heard: Callable[[str], int | None], since: int) -> list[int]:
+        """The partitions of the other replicas that no win was heard from after `since` (the
+        clock's ms), or ever."""
+        out: list[int] = []
+        for member, parts in self.others:
+            at = heard(member)
+            if at is None or at < since:
+                out += parts
+        return out
 
 
 def shares(members: Mapping[str, tuple[str, ...]], me: str) -> list[Share]:
@@ -101,9 +112,11 @@ def shares(members: Mapping[str, tuple[str, ...]], me: str) -> list[Share]:
         if len(ids) < 2:
             out.append(Share(tuple(tasks), None, ()))
             continue
-        ranked = [owner(str(p), ids) == me for p in range(SCHEDULE_PARTITIONS)]
-        out.append(Share(tuple(tasks), tuple(p for p, mine in enumerate(ranked) if mine),
-                         tuple(p for p, mine in enumerate(ranked) if not mine)))
+        owners = [owner(str(p), ids) for p in range(SCHEDULE_PARTITIONS)]
+        others = tuple((member, tuple(p for p, o in enumerate(owners) if o == member))
+                       for member in ids if member != me)
+        out.append(Share(tuple(tasks), tuple(p for p, o in enumerate(owners) if o == me),
+                         tuple((member, parts) for member, parts in others if parts)))
     return out
 
 
@@ -178,10 +191,12 @@ class Sweeper:
     def __init__(self, backend: ScheduleBackend, settings: Settings, planner: Planner, *,
                  tasks: Mapping[str, Task], code_jobs: Mapping[str, Job], running: Callable[[str], bool],
                  skips: SkipSummary, forget: Callable[[str], None] = lambda name: None,
+                 heard: Callable[[str], int | None] = lambda instance: None,
                  overdue: Callable[[str, int, int | None], None] = lambda name, version, first: None
                  ) -> None:
         """`running(name)`: whether a run of job `name` is in progress here; `forget(name)`: a job is
-        planned no more (the engine drops what it kept of it); `overdue(name, version, first)`: a
+        planned no more (the engine drops what it kept of it); `heard(instance)`: when a win of that
+        replica was last pushed (None: never, or the store pushes none); `overdue(name, version, first)`: a
         schedule is planned, `first` its first slot not settled if already due (missed slots)."""
         self._backend = backend
         self._settings = settings
@@ -192,6 +207,7 @@ class Sweeper:
         self._running = running
         self._forget = forget
         self._overdue = overdue
+        self._heard = heard
         self._skips = skips
         self.window_ms = max(2 * settings.heartbeat_ms, 2000)
         """How far ahead a sweep reads the due index: two heartbeats (at least 2 s), so a slot is
@@ -213,7 +229,7 @@ class Sweeper:
         """Moves of the due index for slots settled since they were last written, by schedule id."""
         self._failing = False
         self._poked = False
-        self.backup_ms = min(settings.heartbeat_ms // 2, BACKUP_MAX_MS)
+        self.backup_ms = min(settings.heartbeat_ms // 3, BACKUP_MAX_MS)
         """How overdue another replica's schedule must be before this replica plans it too, and how
         often it looks for those."""
         self._catalogue = (cast(HistoryBackend, backend)
@@ -320,8 +336,7 @@ class Sweeper:
             # This replica's partitions: the due window. (A schedule of another's, planned here before
             # this replica knew of that one, is not extended: it drains within the window.)
             await self._read(share.tasks, share.mine, until, now, until, seen, moves)
-            if share.others:
-                await self._read(share.tasks, share.others, now - self.backup_ms, now, until, seen, moves)
+            await self._backup(share, now, until, seen, moves)
         if now >= self._peek_at or version != self._peeked:
             # After a write, and once a minute, a look at the due schedules of every task: those of a
             # task this replica lacks (a rolling deploy) are said once; they are never read at each sweep.
@@ -353,10 +368,17 @@ class Sweeper:
         moves: dict[str, tuple[str, int, int | None]] = {}
         until = now + self.window_ms
         for share in self._shares:
-            if share.others:
-                await self._read(share.tasks, share.others, now - self.backup_ms, now, until, seen, moves)
+            await self._backup(share, now, until, seen, moves)
         self._moves.update(moves)
         await self._write_moves()
+
+    async def _backup(self, share: Share, now: int, until: int, seen: set[str],
+                      moves: dict[str, tuple[str, int, int | None]]) -> None:
+        """Plan what is overdue by `backup_ms` in the partitions of the replicas gone silent: no win
+        of theirs heard in two `backup_ms` (all of them, where the store pushes no wins)."""
+        silent = share.silent(self._heard, now - 2 * self.backup_ms)
+        if silent:
+            await self._read(share.tasks, tuple(silent), now - self.backup_ms, now, until, seen, moves)
 
     async def _write_moves(self) -> None:
         """Move the due index past the slots settled here since the last write."""
