@@ -48,7 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stored_herd import _clean, _replicas
+from stored_herd import _clean, _replicas, history_settings
 from stored_spread import HOUR_S, _due_between, _offset_ms
 
 HOUR_MS = HOUR_S * 1000
@@ -315,7 +315,7 @@ def _run(url: str, args: argparse.Namespace) -> dict[str, Any]:
     namespace = f"churn-{uuid.uuid4().hex[:8]}"
     work = Path(tempfile.mkdtemp(prefix="anarchon-churn-"))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    settings = {"heartbeat": f"{args.heartbeat}s", **({"history": 0} if args.no_history else {})}
+    settings = {"heartbeat": f"{args.heartbeat}s", **history_settings(args.history)}
     try:
         spread = str(Path(__file__).resolve().parent / "stored_spread.py")
         done = subprocess.run([sys.executable, spread, "--populate", url, namespace, str(args.count)],
@@ -342,7 +342,7 @@ def _run(url: str, args: argparse.Namespace) -> dict[str, Any]:
     verdict = judge(args.count, changes, _read_starts(work), int(start * 1000), int((end - 5) * 1000),
                     int(args.heartbeat * 1000))
     return {"url": url, "count": args.count, "replicas": args.replicas, "populate_s": populate_s,
-            "history": not args.no_history, **wrote, **verdict,
+            "history": args.history, **wrote, **verdict,
             "cpu_pct": [r["cpu_s"] / args.seconds * 100 for r in results],
             "peak_mb": [r["peak_mb"] for r in results], "work": str(work)}
 
@@ -383,7 +383,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--warmup", type=float, default=15.0)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--heartbeat", type=float, default=5.0, help="the replicas' heartbeat, seconds")
-    ap.add_argument("--no-history", action="store_true", help="run the replicas with history=0")
+    ap.add_argument("--history", default="on", help="on, or off: run the replicas with history=0")
     ap.add_argument("--keep", action="store_true", help="leave the namespace in the store")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
