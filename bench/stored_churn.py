@@ -18,7 +18,9 @@ argument `n`, wall time).
 A change is in force from one heartbeat after its answer until the next change of that schedule is
 sent; in between, either definition may run. Judged over the slots due in the measured seconds (but
 the last 5 s):
-- lost: a slot of a definition in force that never started;
+- lost: a slot of a definition in force that never started, but those due less than `--grace` (1 s)
+  before the next change of their schedule: the change may drop such a slot when it comes before
+  the slot's claim (counted as raced);
 - duplicates: a (schedule, slot, attempt) started twice;
 - late after change: a start of a slot that no definition in force or in transition has (a removed
   schedule's, or an old time's, more than a heartbeat after the change), or with arguments that had
@@ -257,13 +259,18 @@ def read_changes(lines: Iterable[str]) -> list[Change]:
 
 
 def judge(count: int, changes: list[Change], starts: list[tuple[str, int, int, int, float]], lo: int, hi: int,
-          heartbeat_ms: int) -> dict[str, Any]:
+          heartbeat_ms: int, grace_ms: int = 1000) -> dict[str, Any]:
     """Lost, duplicate and late starts of the slots due in [lo, hi) ms, the N schedules (`s-<i>`, offset
-    `_offset_ms(i)`, n = i) changed as `changes` say; `starts`: (schedule, slot, attempt, n, wall s)."""
+    `_offset_ms(i)`, n = i) changed as `changes` say; `starts`: (schedule, slot, attempt, n, wall s).
+
+    A slot due less than `grace_ms` before the next change of its schedule was sent may be dropped by
+    that change (its claim raced the write): such a slot that did not start is counted as raced, not
+    lost."""
     by_id: dict[str, list[Change]] = {}
     for c in sorted(changes, key=lambda c: c.sent):
         by_id.setdefault(c.id, []).append(c)
     expected = {key for key in _due_between(count, lo, hi) if key[0] not in by_id}
+    raced: set[tuple[str, int]] = set()
     allowed: dict[tuple[str, int], set[int]] = {(name, slot): {int(name[2:])} for name, slot in expected}
     inf = 1 << 62
     for name, mine in by_id.items():
@@ -280,8 +287,10 @@ def judge(count: int, changes: list[Change], starts: list[tuple[str, int, int, i
             must_hi, may_hi = nxt[1], nxt[2]
             for slot in _slots(offset, max(lo, may_lo), min(hi, may_hi)):
                 allowed.setdefault((name, slot), set()).add(n)
-                if must_lo <= slot < must_hi:
+                if must_lo <= slot < must_hi - grace_ms:
                     expected.add((name, slot))
+                elif must_lo <= slot < must_hi:
+                    raced.add((name, slot))
     measured = [s for s in starts if lo <= s[1] < hi]
     keys = [(name, slot, attempt) for name, slot, attempt, _, _ in measured]
     late = stale_args = 0
@@ -296,8 +305,9 @@ def judge(count: int, changes: list[Change], starts: list[tuple[str, int, int, i
     def pct(p: float) -> float | None:
         return latencies[min(len(latencies) - 1, int(p * len(latencies)))] if latencies else None
 
+    started = {(name, slot) for name, slot, _ in keys}
     return {"due": len(expected), "starts": len(measured), "duplicates": len(keys) - len(set(keys)),
-            "lost": len(expected - {(name, slot) for name, slot, _ in keys}),
+            "lost": len(expected - started), "raced": len(raced - started),
             "late_after_change": late + stale_args, "late_removed_or_moved": late, "stale_args": stale_args,
             "p50_ms": pct(0.50), "p99_ms": pct(0.99)}
 
@@ -340,7 +350,7 @@ def _run(url: str, args: argparse.Namespace) -> dict[str, Any]:
             asyncio.run(_clean(url, namespace))
     changes = read_changes((work / "changes.jsonl").read_text().splitlines())
     verdict = judge(args.count, changes, _read_starts(work), int(start * 1000), int((end - 5) * 1000),
-                    int(args.heartbeat * 1000))
+                    int(args.heartbeat * 1000), int(args.grace * 1000))
     return {"url": url, "count": args.count, "replicas": args.replicas, "populate_s": populate_s,
             "history": args.history, **wrote, **verdict,
             "cpu_pct": [r["cpu_s"] / args.seconds * 100 for r in results],
@@ -350,13 +360,13 @@ def _run(url: str, args: argparse.Namespace) -> dict[str, Any]:
 def table(rows: list[dict[str, Any]]) -> str:
     """The printed table."""
     lines = [f"{'store':<40} {'count':>8} {'changes/s':>9} {'conflicts':>9} {'due':>6} {'dup':>4} "
-             f"{'lost':>5} {'late':>5} {'p50 ms':>7} {'p99 ms':>7} {'CPU % (min-max)':>16} "
+             f"{'lost':>5} {'raced':>5} {'late':>5} {'p50 ms':>7} {'p99 ms':>7} {'CPU % (min-max)':>16} "
              f"{'writer CPU %':>12}"]
     for r in rows:
         cpu = f"{min(r['cpu_pct']):.1f}-{max(r['cpu_pct']):.1f}"
         lines.append(
             f"{r['url'][:40]:<40} {r['count']:>8} {r['changes_per_s']:>9.0f} {r['conflicts']:>9} "
-            f"{r['due']:>6} {r['duplicates']:>4} {r['lost']:>5} {r['late_after_change']:>5} "
+            f"{r['due']:>6} {r['duplicates']:>4} {r['lost']:>5} {r['raced']:>5} {r['late_after_change']:>5} "
             f"{r['p50_ms'] or 0:>7.0f} {r['p99_ms'] or 0:>7.0f} {cpu:>16} "
             f"{r['cpu_s'] / r['seconds'] * 100:>12.0f}")
     return "\n".join(lines)
@@ -383,6 +393,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--warmup", type=float, default=15.0)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--heartbeat", type=float, default=5.0, help="the replicas' heartbeat, seconds")
+    ap.add_argument("--grace", type=float, default=1.0,
+                    help="seconds before a change in which a slot due may be dropped by it (its claim races)")
     ap.add_argument("--history", default="on", help="on, or off: run the replicas with history=0")
     ap.add_argument("--keep", action="store_true", help="leave the namespace in the store")
     ap.add_argument("--json", action="store_true")

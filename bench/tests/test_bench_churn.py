@@ -45,6 +45,21 @@ def test_a_removed_schedule_may_start_within_a_heartbeat_of_its_removal_and_not_
     assert (v["lost"], v["late_after_change"]) == (0, 0)
 
 
+def test_a_slot_due_just_before_a_change_may_be_dropped_by_it() -> None:
+    lo, hi = slot(0), slot(60)
+    changes = [Change("s-0000010", None, slot(10) + 500, slot(10) + 502),  # removed 0.5 s after its slot
+               Change("s-0000020", None, slot(20) + 1500, slot(20) + 1502),  # 1.5 s after
+               Change("s-0000030", (_offset_ms(50, COUNT), 30), slot(30) + 200, slot(30) + 202)]  # moved
+    starts = [(f"s-{i:07d}", slot(i), 1, i, slot(i) / 1000) for i in range(60) if i not in (10, 20, 30)]
+    starts.append(("s-0000030", slot(50), 1, 30, 0.0))
+    v = judge(COUNT, changes, starts, lo, hi, HB)
+    assert (v["lost"], v["raced"], v["late_after_change"]) == (1, 2, 0)
+    assert judge(COUNT, changes, starts, lo, hi, HB, grace_ms=2000)["lost"] == 0
+    ran = [*starts, ("s-0000010", slot(10), 1, 10, 0.0), ("s-0000030", slot(30), 1, 30, 0.0)]
+    v = judge(COUNT, changes, ran, lo, hi, HB)
+    assert (v["raced"], v["lost"]) == (0, 1)
+
+
 def test_an_update_is_honoured_from_a_heartbeat_after_its_answer() -> None:
     lo, hi = slot(0), slot(120)
     t = slot(10)
