@@ -6,14 +6,14 @@ schedules at a steady rate.
 
 For each URL: a process of its own writes N hourly schedules spread over the hour, as
 `stored_spread.py` does (about N / 3600 slots due a second); `--replicas` replica processes (default
-lease, heartbeat and jitter; `--heartbeat` to change it) start, and after `--warmup` seconds a writer
-process of its own makes `--rate` changes a second for `--seconds` through `Schedules`, a third of each
-kind: adds of new hourly schedules whose first slot is 2 to 30 s away; updates (compare-and-set on the
-version) of schedules due within 30 s, half moving the slot to 2 to 30 s from now, half changing the
-arguments only; removes of schedules due within 30 s. Half the updates and removes go to a schedule the
-writer added or changed before, half to one of the N. The writer logs each change with the time it
-was sent and the time it was answered; each replica logs each start (schedule, slot, attempt, the
-argument `n`, wall time).
+lease, heartbeat and jitter; `--heartbeat` to change it) start, and after `--warmup` seconds
+`--writers` writer processes of their own (2) make `--rate` changes a second between them for
+`--seconds` through `Schedules`, a third of each kind: adds of new hourly schedules whose first slot
+is 2 to 30 s away; updates (compare-and-set on the version) of schedules due within 30 s, half
+moving the slot to 2 to 30 s from now, half changing the arguments only; removes of schedules due
+within 30 s. Half the updates and removes go to a schedule the writer added or changed before, half
+to one of the N. A writer logs each change with the time it was sent and the time it was answered;
+each replica logs each start (schedule, slot, attempt, the argument `n`, wall time).
 
 A change is in force from one heartbeat after its answer until the next change of that schedule is
 sent; in between, either definition may run. Judged over the slots due in the measured seconds (but
@@ -90,12 +90,16 @@ class _Writer:
     """Makes the changes at a steady rate and logs each (one JSON line: id, kind, sent, done, the new
     offset and `n`, or the error)."""
 
-    def __init__(self, schedules: Any, count: int, rate: float, log: Any, seed: int = 1) -> None:
+    def __init__(self, schedules: Any, count: int, rate: float, log: Any, part: int = 0, parts: int = 1
+                 ) -> None:
+        """`part` of `parts`: this writer makes changes k = part (mod parts) and changes only the N
+        schedules whose i = part (mod parts), so that writers never change one schedule both."""
         self.schedules = schedules
         self.count = count
         self.rate = rate
         self.log = log
-        self.rng = random.Random(seed)
+        self.part, self.parts = part, parts
+        self.rng = random.Random(part + 1)
         self.known: dict[str, tuple[int, int, int]] = {}
         """The schedules this writer added or changed and that still exist: id -> (version, offset, n)."""
         self.mine: list[str] = []
@@ -113,7 +117,10 @@ class _Writer:
         those are touched already) any untouched one."""
         due_ms = int((time.time() + self.rng.uniform(2, 30)) * 1000) % HOUR_MS
         i = (due_ms * self.count + HOUR_MS - 1) // HOUR_MS
-        for j in [*range(i, i + 100), *(self.rng.randrange(self.count) for _ in range(100))]:
+        i += (self.part - i) % self.parts
+        picks = [*range(i, i + 100 * self.parts, self.parts),
+                 *(self.rng.randrange(self.count) // self.parts * self.parts + self.part for _ in range(100))]
+        for j in picks:
             name = f"s-{j % self.count:07d}"
             if name not in self.touched and name not in self.busy:
                 return name
@@ -196,7 +203,7 @@ class _Writer:
         """Make `rate` changes a second from `start` to `end`; return when the last one was answered."""
         await asyncio.sleep(max(0.0, start - time.time()))
         total = int(self.rate * (end - start))
-        counter = iter(range(total))
+        counter = iter(range(self.part, total, self.parts))
 
         async def worker() -> None:
             for k in counter:
@@ -208,19 +215,18 @@ class _Writer:
 
 
 async def _churn(url: str, namespace: str, count: int, start: float, end: float, rate: float,
-                 out: str) -> dict[str, Any]:
+                 out: str, part: int, parts: int) -> dict[str, Any]:
     from anarchon import Schedules
 
     with open(out, "w") as log:  # noqa: ASYNC230 - opened before the changes begin
         async with Schedules.from_url(url, namespace=namespace) as schedules:
-            writer = _Writer(schedules, count, rate, log)
+            writer = _Writer(schedules, count, rate, log, part, parts)
             usage = resource.getrusage(resource.RUSAGE_SELF)
             before = usage.ru_utime + usage.ru_stime
             last = await writer.run(start, end)
             usage = resource.getrusage(resource.RUSAGE_SELF)
     return {"changes": writer.done, "conflicts": writer.conflicts, "skipped": writer.skipped,
-            "changes_per_s": writer.done / (last - start),
-            "cpu_s": usage.ru_utime + usage.ru_stime - before}
+            "last": last, "cpu_s": usage.ru_utime + usage.ru_stime - before}
 
 
 # -- the judge -----------------------------------------------------------------------------------------
@@ -333,22 +339,27 @@ def _run(url: str, args: argparse.Namespace) -> dict[str, Any]:
         populate_s = float(done.stdout.strip().splitlines()[-1])
         start = time.time() + args.warmup
         end = start + args.seconds
-        writer = subprocess.Popen([sys.executable, __file__, "--churn", url, namespace, str(args.count),
-                                   str(start), str(end), str(args.rate), str(work / "changes.jsonl")],
-                                  stdout=subprocess.PIPE, text=True, env=env)
+        writers = [subprocess.Popen([sys.executable, __file__, "--churn", url, namespace, str(args.count),
+                                     str(start), str(end), str(args.rate), str(work / f"changes-{w}.jsonl"),
+                                     str(w), str(args.writers)], stdout=subprocess.PIPE, text=True, env=env)
+                   for w in range(args.writers)]
         try:
             results = _replicas([[__file__, "--replica", url, namespace, str(start), str(end),
                                   str(work / f"starts-{k}.txt"), json.dumps(settings)]
                                  for k in range(args.replicas)],
                                 timeout=args.warmup + args.seconds + 600, env=env)
-            out, _ = writer.communicate(timeout=120)
+            each = [json.loads(w.communicate(timeout=120)[0].strip().splitlines()[-1]) for w in writers]
         finally:
-            writer.kill()
-        wrote = json.loads(out.strip().splitlines()[-1])
+            for w in writers:
+                w.kill()
+        wrote = {key: sum(e[key] for e in each) for key in ("changes", "conflicts", "skipped", "cpu_s")}
+        wrote["changes_per_s"] = wrote["changes"] / (max(e["last"] for e in each) - start)
+        wrote["seconds"] = args.seconds
     finally:
         if not args.keep:
             asyncio.run(_clean(url, namespace))
-    changes = read_changes((work / "changes.jsonl").read_text().splitlines())
+    logs = work.glob("changes-*.jsonl")
+    changes = read_changes(line for path in logs for line in path.read_text().splitlines())
     verdict = judge(args.count, changes, _read_starts(work), int(start * 1000), int((end - 5) * 1000),
                     int(args.heartbeat * 1000), int(args.grace * 1000))
     return {"url": url, "count": args.count, "replicas": args.replicas, "populate_s": populate_s,
@@ -378,9 +389,9 @@ def main(argv: list[str]) -> int:
         import logging
 
         logging.getLogger("anarchon").setLevel(logging.ERROR)
-        url, namespace, count, start, end, rate, out = argv[1:8]
-        wrote = asyncio.run(_churn(url, namespace, int(count), float(start), float(end), float(rate), out))
-        print(json.dumps({**wrote, "seconds": float(end) - float(start)}))
+        url, namespace, count, start, end, rate, out, part, parts = argv[1:10]
+        print(json.dumps(asyncio.run(_churn(url, namespace, int(count), float(start), float(end), float(rate),
+                                            out, int(part), int(parts)))))
         return 0
     if argv and argv[0] == "--replica":
         _replica(argv[1], argv[2], float(argv[3]), float(argv[4]), argv[5], json.loads(argv[6]))
@@ -390,6 +401,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--count", type=int, default=1_000_000)
     ap.add_argument("--replicas", type=int, default=3)
     ap.add_argument("--rate", type=float, default=1000.0, help="changes a second")
+    ap.add_argument("--writers", type=int, default=2, help="writer processes that share the rate")
     ap.add_argument("--warmup", type=float, default=15.0)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--heartbeat", type=float, default=5.0, help="the replicas' heartbeat, seconds")

@@ -200,11 +200,11 @@ class StoreCpu:
         return None if last is None or self.first is None else last - self.first
 
 
-def _replicas(argvs: list[list[str]], *, timeout: float, env: dict[str, str] | None = None
-              ) -> list[dict[str, Any]]:
-    """Start a replica process per argument list (this interpreter), wait for each, and return the JSON
-    object each printed last; every one is killed if any fails."""
-    procs = [subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, text=True, env=env)
+def _replicas(argvs: list[list[str]], *, timeout: float, env: dict[str, str] | None = None,
+              python: str = sys.executable) -> list[dict[str, Any]]:
+    """Start a replica process per argument list (this interpreter, or `python`), wait for each, and
+    return the JSON object each printed last; every one is killed if any fails."""
+    procs = [subprocess.Popen([python, *argv], stdout=subprocess.PIPE, text=True, env=env)
              for argv in argvs]
     try:
         results = []
@@ -227,31 +227,55 @@ def _starts(work: Path) -> list[tuple[str, int, int, float]]:
     return starts
 
 
+APS4_DB = "bench_aps4_herd"
+"""The database an APScheduler 4 herd runs in (made afresh, dropped afterwards)."""
+
+
+def _psql(url: str, sql: str) -> None:
+    subprocess.run(["psql", url, "-q", "-v", "ON_ERROR_STOP=1", "-c", sql], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def _run(url: str, args: argparse.Namespace, history: str) -> dict[str, Any]:
     namespace = f"herd-{uuid.uuid4().hex[:8]}"
     due = float(int(time.time() + args.lead))
     work = Path(tempfile.mkdtemp(prefix="anarchon-herd-"))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    done = subprocess.run([sys.executable, __file__, "--populate", url, namespace, str(args.count), str(due)],
-                          capture_output=True, text=True, check=True, env=env)
-    populate_s = float(done.stdout.strip().splitlines()[-1])
-    if time.time() > due - 5:
-        raise SystemExit(f"writing {args.count} schedules took {populate_s:.0f} s: raise --lead")
-    settings = json.dumps(history_settings(history))
-    server = StoreCpu(url, due)
-    results = _replicas([[__file__, "--replica", url, namespace, str(due), str(args.quiet),
-                          str(work / f"starts-{k}.txt"), settings] for k in range(args.replicas)],
-                        timeout=args.lead + 600, env=env)
-    store_s = server.stop()
+    python = sys.executable
+    populate = [__file__, "--populate", url, namespace, str(args.count), str(due)]
+    replica = [__file__, "--replica", url, namespace, str(due), str(args.quiet)]
+    settings = [json.dumps(history_settings(history))]
+    if args.aps4:  # APScheduler 4 in its own venv and database, on the server of `url`
+        python = str(Path(__file__).resolve().parent / ".venv-aps4" / "bin" / "python")
+        script = str(Path(__file__).resolve().parent / "replicas" / "aps4_stored.py")
+        _psql(url, f"DROP DATABASE IF EXISTS {APS4_DB} WITH (FORCE)")
+        _psql(url, f"CREATE DATABASE {APS4_DB}")
+        aps_url = url.replace("postgresql://", "postgresql+asyncpg://", 1).rsplit("/", 1)[0] + f"/{APS4_DB}"
+        populate = [script, "populate", aps_url, str(args.count), str(due)]
+        replica, settings = [script, "replica", aps_url, str(due), str(args.quiet)], []
+    try:
+        done = subprocess.run([python, *populate], capture_output=True, text=True, check=True, env=env)
+        populate_s = float(done.stdout.strip().splitlines()[-1])
+        if time.time() > due - 5:
+            raise SystemExit(f"writing {args.count} schedules took {populate_s:.0f} s: raise --lead")
+        server = StoreCpu(url, due)
+        argvs = [[*replica, str(work / f"starts-{k}.txt"), *settings] for k in range(args.replicas)]
+        results = _replicas(argvs, timeout=args.lead + 1800, env=env, python=python)
+        store_s = server.stop()
+    finally:
+        if args.aps4:
+            _psql(url, f"DROP DATABASE IF EXISTS {APS4_DB} WITH (FORCE)")
+        else:
+            asyncio.run(_clean(url, namespace))
     starts = _starts(work)
-    asyncio.run(_clean(url, namespace))
     keys = [(n, s, a) for n, s, a, _ in starts]
     names = {n for n, _, _, _ in starts}
     times = sorted(t for *_, t in starts)
     cpu = sum(r["cpu_s"] for r in results)
     last = times[-1] - due if times else float("nan")
     rate = len(starts) / last if times and last > 0 else float("nan")
-    return {"url": url, "count": args.count, "replicas": args.replicas, "history": history,
+    return {"url": url, "scheduler": "apscheduler4" if args.aps4 else "anarchon", "count": args.count,
+            "replicas": args.replicas, "history": "-" if args.aps4 else history,
             "populate_s": populate_s, "starts": len(starts), "duplicates": len(keys) - len(set(keys)),
             "missed": args.count - len(names),
             "first_s": times[0] - due if times else None, "last_s": last, "fires_per_s": rate,
@@ -276,6 +300,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("urls", nargs="+")
     ap.add_argument("--count", type=int, default=100_000)
     ap.add_argument("--history", default="on", help="on, off (history=0) or on,off: a run of each")
+    ap.add_argument("--aps4", action="store_true",
+                    help="run APScheduler 4 (bench/.venv-aps4, `make bench-peers`) instead, in a database of "
+                         "its own on the PostgreSQL server of each URL")
     ap.add_argument("--replicas", type=int, default=3)
     ap.add_argument("--lead", type=float, default=90.0, help="seconds from now to the herd's second")
     ap.add_argument("--quiet", type=float, default=5.0, help="seconds with no start that end a replica")
@@ -293,7 +320,8 @@ def main(argv: list[str]) -> int:
     for r in rows:
         peak = f"{min(r['peak_mb']):.0f}-{max(r['peak_mb']):.0f}"
         store = "-" if r["store_us_per_fire"] is None else f"{r['store_us_per_fire']:.0f}"
-        print(f"{r['url'][:36]:<36} {r['history']:>7} {r['count']:>7} {r['starts']:>7} {r['duplicates']:>4} "
+        name = ("aps4 " if args.aps4 else "") + r["url"]
+        print(f"{name[:36]:<36} {r['history']:>7} {r['count']:>7} {r['starts']:>7} {r['duplicates']:>4} "
               f"{r['missed']:>6} {r['first_s'] or 0:>8.2f} {r['last_s']:>7.2f} {r['fires_per_s']:>8.0f} "
               f"{r['fires_per_cpu_s'] or 0:>11.0f} {store:>13} {peak:>10}")
     return 0
