@@ -158,8 +158,10 @@ STORED_TEXT = (
     "with `Schedules.add_many`, and run three replicas with the task and the default lease, heartbeat and "
     "jitter, the handler returning at once: M1 at rest (none due: memory, CPU, how soon a replica is "
     "ready), M2 hourly schedules spread over the hour, M3 a herd due at one second, M4 M2's schedules "
-    "while another process adds, updates and removes some (a change counts from one heartbeat after it is "
-    "answered). Each cell is min-max over the repeats, and over the three replicas where a number is "
+    "while two other processes add, update and remove some (a change counts from one heartbeat after it is "
+    "answered). APScheduler 4 runs M3 too: the schedules added with its data store's `add_schedule`, one "
+    "task with no limit on its running jobs, three scheduler processes on PostgreSQL. Each cell is "
+    "min-max over the repeats, and over the three replicas where a number is "
     "per replica; the store's CPU counts the whole server. How each is measured: "
     "[stored schedules](internals/benchmark-numbers.md#stored-schedules-at-a-million-m1).")
 

@@ -104,6 +104,9 @@ class Stored:
     quick_count: int
     quick_args: tuple[str, ...]
     on: tuple[str, ...] = ("anarchon-redis", "anarchon-postgresql")
+    peer_args: tuple[str, ...] = ()
+    """Appended for a peer (after `args`, so they win): e.g. a longer lead for a slower writer."""
+    quick_peer_args: tuple[str, ...] = ()
     timeout: float = 1800
 
 
@@ -113,8 +116,11 @@ STORED = {
                  10_000, ("--kinds", "stored", "--warmup", "5", "--seconds", "15")),
     "M2": Stored("M2", "{count} hourly stored schedules spread over the hour", "stored_spread.py", 1_000_000,
                  ("--warmup", "15", "--seconds", "90"), 36_000, ("--warmup", "10", "--seconds", "30")),
+    # APScheduler 4 beside anarchon: its schedules added one by one take minutes at 100,000.
     "M3": Stored("M3", "{count} stored schedules due at one second", "stored_herd.py", 100_000,
-                 ("--lead", "90"), 5_000, ("--lead", "20", "--quiet", "3")),
+                 ("--lead", "90"), 5_000, ("--lead", "20", "--quiet", "3"),
+                 on=("anarchon-redis", "anarchon-postgresql", "apscheduler4-postgresql"),
+                 peer_args=("--lead", "600", "--quiet", "10"), quick_peer_args=("--lead", "60")),
     "M4": Stored("M4", "{count} hourly stored schedules, changed at {rate} a second", "stored_churn.py",
                  1_000_000, ("--rate", "1000", "--warmup", "15", "--seconds", "60"),
                  36_000, ("--rate", "100", "--warmup", "10", "--seconds", "30")),
@@ -373,8 +379,11 @@ def stored_run(spec: Spec, sc: Stored, quick: bool, workdir: Path) -> list[dict[
     workdir.mkdir(parents=True, exist_ok=True)
     reset_store(spec)
     count, extra = (sc.quick_count, sc.quick_args) if quick else (sc.count, sc.args)
-    cmd = [str(PY[spec.venv]), str(spec.bench_dir / sc.script), spec.url, "--count", str(count), *extra,
-           "--json"]
+    python, url = str(PY[spec.venv]), spec.url
+    if spec.venv == "aps4":  # the bench runs in anarchon's venv; the peer's processes in their own
+        python, url = str(PY["anarchon"]), f"{PG}/test"
+        extra = (*extra, "--aps4", *(sc.quick_peer_args if quick else sc.peer_args))
+    cmd = [python, str(spec.bench_dir / sc.script), url, "--count", str(count), *extra, "--json"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=sc.timeout, cwd=ROOT)
     (workdir / "output.txt").write_text(f"$ {' '.join(cmd)}\n{done.stdout}\n{done.stderr}")
     start = done.stdout.find("\n[")  # the rows, printed last (M4 exits 1 on a lost or doubled start)

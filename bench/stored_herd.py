@@ -227,8 +227,6 @@ def _starts(work: Path) -> list[tuple[str, int, int, float]]:
     return starts
 
 
-APS4_DB = "bench_aps4_herd"
-"""The database an APScheduler 4 herd runs in (made afresh, dropped afterwards)."""
 
 
 def _psql(url: str, sql: str) -> None:
@@ -248,9 +246,9 @@ def _run(url: str, args: argparse.Namespace, history: str) -> dict[str, Any]:
     if args.aps4:  # APScheduler 4 in its own venv and database, on the server of `url`
         python = str(Path(__file__).resolve().parent / ".venv-aps4" / "bin" / "python")
         script = str(Path(__file__).resolve().parent / "replicas" / "aps4_stored.py")
-        _psql(url, f"DROP DATABASE IF EXISTS {APS4_DB} WITH (FORCE)")
-        _psql(url, f"CREATE DATABASE {APS4_DB}")
-        aps_url = url.replace("postgresql://", "postgresql+asyncpg://", 1).rsplit("/", 1)[0] + f"/{APS4_DB}"
+        database = f"bench_aps4_{namespace.replace('-', '_')}"  # (made for the run, dropped afterwards)
+        _psql(url, f"CREATE DATABASE {database}")
+        aps_url = url.replace("postgresql://", "postgresql+asyncpg://", 1).rsplit("/", 1)[0] + f"/{database}"
         populate = [script, "populate", aps_url, str(args.count), str(due)]
         replica, settings = [script, "replica", aps_url, str(due), str(args.quiet)], []
     try:
@@ -264,7 +262,7 @@ def _run(url: str, args: argparse.Namespace, history: str) -> dict[str, Any]:
         store_s = server.stop()
     finally:
         if args.aps4:
-            _psql(url, f"DROP DATABASE IF EXISTS {APS4_DB} WITH (FORCE)")
+            _psql(url, f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
         else:
             asyncio.run(_clean(url, namespace))
     starts = _starts(work)
