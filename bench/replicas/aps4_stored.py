@@ -31,15 +31,15 @@ from apscheduler.triggers.date import DateTrigger
 from sqlalchemy.ext.asyncio import create_async_engine
 
 
-def _scheduler(url: str) -> AsyncScheduler:
-    engine = create_async_engine(url, pool_size=20)
+def _scheduler(url: str, pool_size: int = 5) -> AsyncScheduler:
+    engine = create_async_engine(url, pool_size=pool_size)
     return AsyncScheduler(SQLAlchemyDataStore(engine), AsyncpgEventBroker.from_async_sqla_engine(engine))
 
 
 async def populate(url: str, count: int, due: float) -> float:
     """Add `count` schedules due at `due`; return the seconds it took."""
     started = time.monotonic()
-    async with _scheduler(url) as scheduler:
+    async with _scheduler(url, pool_size=16) as scheduler:
         task = await scheduler.configure_task("herd", func=aps4_tasks.herd, max_running_jobs=None)
         when = datetime.fromtimestamp(due, UTC)
         ids = iter(range(count))
