@@ -364,8 +364,9 @@ def _run(url: str, args: argparse.Namespace) -> dict[str, Any]:
                     int(args.heartbeat * 1000), int(args.grace * 1000))
     return {"url": url, "count": args.count, "replicas": args.replicas, "populate_s": populate_s,
             "history": args.history, **wrote, **verdict,
-            "cpu_pct": [r["cpu_s"] / args.seconds * 100 for r in results],
-            "peak_mb": [r["peak_mb"] for r in results], "work": str(work)}
+            "cpu_pct": [r["cpu_s"] / args.seconds * 100 for r in results if "cpu_s" in r],
+            "peak_mb": [r["peak_mb"] for r in results if "peak_mb" in r], "work": str(work),
+            "crashed": sum(1 for r in results if r.get("crashed"))}
 
 
 def table(rows: list[dict[str, Any]]) -> str:

@@ -203,14 +203,19 @@ class StoreCpu:
 def _replicas(argvs: list[list[str]], *, timeout: float, env: dict[str, str] | None = None,
               python: str = sys.executable) -> list[dict[str, Any]]:
     """Start a replica process per argument list (this interpreter, or `python`), wait for each, and
-    return the JSON object each printed last; every one is killed if any fails."""
+    return the JSON object each printed last (`{"crashed": true}` for one that printed none); every one
+    is killed on a timeout."""
     procs = [subprocess.Popen([python, *argv], stdout=subprocess.PIPE, text=True, env=env)
              for argv in argvs]
     try:
         results = []
         for proc in procs:
             out, _ = proc.communicate(timeout=timeout)
-            results.append(json.loads(out.strip().splitlines()[-1]))
+            lines = out.strip().splitlines()
+            try:
+                results.append(json.loads(lines[-1]))
+            except (IndexError, json.JSONDecodeError):
+                results.append({"crashed": True})
         return results
     finally:
         for proc in procs:
@@ -269,7 +274,7 @@ def _run(url: str, args: argparse.Namespace, history: str) -> dict[str, Any]:
     keys = [(n, s, a) for n, s, a, _ in starts]
     names = {n for n, _, _, _ in starts}
     times = sorted(t for *_, t in starts)
-    cpu = sum(r["cpu_s"] for r in results)
+    cpu = sum(r["cpu_s"] for r in results if "cpu_s" in r)
     last = times[-1] - due if times else float("nan")
     rate = len(starts) / last if times and last > 0 else float("nan")
     return {"url": url, "scheduler": "apscheduler4" if args.aps4 else "anarchon", "count": args.count,
@@ -279,7 +284,8 @@ def _run(url: str, args: argparse.Namespace, history: str) -> dict[str, Any]:
             "first_s": times[0] - due if times else None, "last_s": last, "fires_per_s": rate,
             "cpu_s": cpu, "fires_per_cpu_s": len(starts) / cpu if cpu else None, "store_cpu_s": store_s,
             "store_us_per_fire": store_s / len(starts) * 1e6 if store_s is not None and starts else None,
-            "peak_mb": [r["peak_mb"] for r in results]}
+            "peak_mb": [r["peak_mb"] for r in results if "peak_mb" in r],
+            "crashed": sum(1 for r in results if r.get("crashed"))}
 
 
 def main(argv: list[str]) -> int:
@@ -316,7 +322,8 @@ def main(argv: list[str]) -> int:
     print(f"{'store':<36} {'history':>7} {'count':>7} {'starts':>7} {'dup':>4} {'missed':>6} {'first s':>8} "
           f"{'last s':>7} {'fires/s':>8} {'fires/CPU s':>11} {'store µs/fire':>13} {'peak MB':>10}")
     for r in rows:
-        peak = f"{min(r['peak_mb']):.0f}-{max(r['peak_mb']):.0f}"
+        peak = (f"{min(r['peak_mb']):.0f}-{max(r['peak_mb']):.0f}" if r["peak_mb"]
+                else f"{r['crashed']} crashed")
         store = "-" if r["store_us_per_fire"] is None else f"{r['store_us_per_fire']:.0f}"
         name = ("aps4 " if args.aps4 else "") + r["url"]
         print(f"{name[:36]:<36} {r['history']:>7} {r['count']:>7} {r['starts']:>7} {r['duplicates']:>4} "

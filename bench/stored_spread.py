@@ -129,8 +129,9 @@ def _run(url: str, args: argparse.Namespace, history: str = "on") -> dict[str, A
             "missed": len(due - {(n, s) for n, s, _ in keys}),
             "fires_per_s": len(due) / (hi_ms - lo_ms) * 1000,
             "p50_ms": pct(0.50), "p99_ms": pct(0.99), "max_ms": latencies[-1] if latencies else None,
-            "cpu_pct": [r["cpu_s"] / args.seconds * 100 for r in results],
-            "peak_mb": [r["peak_mb"] for r in results]}
+            "cpu_pct": [r["cpu_s"] / args.seconds * 100 for r in results if "cpu_s" in r],
+            "peak_mb": [r["peak_mb"] for r in results if "peak_mb" in r],
+            "crashed": sum(1 for r in results if r.get("crashed"))}
 
 
 def main(argv: list[str]) -> int:
