@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import SCENARIOS, aggregate, every_text, fmt, tables
+from run import SCENARIOS, STORED, aggregate, every_text, fmt, stored_tables, tables
 
 BENCH = Path(__file__).resolve().parent
 DOCS = BENCH.parent / "docs"
@@ -153,6 +153,28 @@ def _ordered(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(runs, key=lambda r: (rank.get(r["scheduler"], len(ORDER)), r["scheduler"]))
 
 
+STORED_TEXT = (
+    "Scenarios {names} keep the schedules as data in the store, written first by a process of their own "
+    "with `Schedules.add_many`, and run three replicas with the task and the default lease, heartbeat and "
+    "jitter, the handler returning at once: M1 at rest (none due: memory, CPU, how soon a replica is "
+    "ready), M2 hourly schedules spread over the hour, M3 a herd due at one second, M4 M2's schedules "
+    "while two other processes add, update and remove some (a change counts from one heartbeat after it is "
+    "answered). APScheduler 4 runs M3 too: the schedules added with its data store's `add_schedule`, one "
+    "task with no limit on its running jobs, three scheduler processes on PostgreSQL. Each cell is "
+    "min-max over the repeats, and over the three replicas where a number is "
+    "per replica; the store's CPU counts the whole server. How each is measured: "
+    "[stored schedules](internals/benchmark-numbers.md#stored-schedules-at-a-million-m1).")
+
+
+def stored_section(data: dict[str, Any]) -> list[str]:
+    """The stored-schedule scenarios' tables (M1-M4), when the run has them."""
+    stored = _ordered(data.get("stored") or [])
+    if not stored:
+        return []
+    names = [n for n in STORED if any(r["scenario"] == n for r in stored)]
+    return [STORED_TEXT.replace("{names}", _names(names)), "", stored_tables(stored, heading="###")]
+
+
 def render(data: dict[str, Any]) -> str:
     """The whole page for one run's results.json."""
     meta = data["meta"]
@@ -172,7 +194,7 @@ def render(data: dict[str, Any]) -> str:
         every = every_text(sc)
         workload.append(
             f"| {name} | {sc.jobs:,} | {every} | {secs:.0f} s{who} | {fault} | {handler} |")
-    repeats = repeat_text(meta["repeats"], scenarios)
+    repeats = repeat_text(meta["repeats"], scenarios) if scenarios else "the stored-schedule scenarios only."
     out = [TEXT.read_text().replace("{workload}", "\n".join(workload)),
            "## Results", "",
            f"Measured on {meta['machine']}, every store on loopback, {repeats} "
@@ -187,6 +209,7 @@ def render(data: dict[str, Any]) -> str:
     for name in compared:
         sc = SCENARIOS[name]
         out += [f"### Scenario {name}: {sc.jobs:,} jobs", "", *summary(rows, name), ""]
+    out += stored_section(data)
     alone = [n for n in scenarios if n not in compared]
     out += [(f"Scenarios {_names(alone)} run anarchon alone. " if len(alone) > 1 else
              f"Scenario {alone[0]} runs anarchon alone. " if alone else "")
@@ -200,9 +223,11 @@ def render_numbers(data: dict[str, Any]) -> str:
     meta = data["meta"]
     rows = aggregate(_ordered(data["runs"]))
     scenarios = sorted({r["scenario"] for r in rows}, key=list(SCENARIOS).index)
+    repeats = repeat_text(meta["repeats"], scenarios) if scenarios else "the stored-schedule scenarios only."
     out = [NUMBERS_TEXT.read_text().rstrip(), "", "## Every number", "",
-           f"Measured on {meta['machine']}, every store on loopback, "
-           f"{repeat_text(meta['repeats'], scenarios)}", "", tables(rows, meta, heading="###")]
+           f"Measured on {meta['machine']}, every store on loopback, {repeats}", "",
+           tables(rows, meta, heading="###"),
+           stored_tables(_ordered(data.get("stored") or []), heading="###")]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -224,7 +249,7 @@ def publish(results: Path) -> None:
         if (results / "plot.png").exists():
             shutil.copy(results / "plot.png", ASSETS / "plot.png")
         runs = [{k: v for k, v in r.items() if k != "latencies"} for r in data["runs"]]
-        raw = json.dumps({"meta": data["meta"], "runs": runs}, indent=1)
+        raw = json.dumps({"meta": data["meta"], "runs": runs, "stored": data.get("stored") or []}, indent=1)
         (ASSETS / "results.json").write_text(raw + "\n")
     PAGE.write_text(render(data))
     NUMBERS.parent.mkdir(exist_ok=True)

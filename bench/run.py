@@ -1,11 +1,15 @@
 """The cluster benchmark: anarchon and its peers on one workload, in one run, on one machine.
 
-    python bench/run.py [--quick] [--repeats N] [--scenarios A,B,D,K,S,R,C,C5] [--only name,name]
-                        [--out DIR] [--baseline CHECKOUT]
+    python bench/run.py [--quick] [--repeats N] [--scenarios A,B,D,K,S,R,C,C5,M1,M2,M3,M4]
+                        [--only name,name] [--out DIR] [--baseline CHECKOUT]
 
 Each scheduler runs as 3 OS processes (replicas) registering the same J jobs, each every 1 s. Every
 replica appends one JSON line per handler start to a shared log; `analysis.py` turns the log into
 the metrics. Writes results.json, results.md and plot.png to --out (default bench/results/<time>).
+
+M1-M4 are the stored-schedule scenarios: each runs one of the stored_* benches (`--json`) per store,
+on the store the code jobs' scenarios use (emptied first), and keeps the rows it prints in
+results.json under "stored" (and stored.jsonl as they come); `--quick` runs them small.
 
 anarchon's replicas run in bench/.venv-anarchon, made on first use with the core and the drivers of
 this checkout (editable) and nothing else: what a user of one driver installs, without the metrics,
@@ -85,6 +89,43 @@ SCENARIOS = {
     # The target is 10,000 jobs on Redis but 5,000 on PostgreSQL: C5 measures the latter.
     "C5": Scenario("C5", 5_000, 60, None, 0.0, only=("anarchon-postgresql",)),
 }
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A stored-schedule scenario: one of the stored_* benches, run on each store of `on`."""
+
+    name: str
+    title: str
+    """What it measures, for the tables: "{count}" is filled in."""
+    script: str
+    count: int
+    args: tuple[str, ...]
+    quick_count: int
+    quick_args: tuple[str, ...]
+    on: tuple[str, ...] = ("anarchon-redis", "anarchon-postgresql")
+    peer_args: tuple[str, ...] = ()
+    """Appended for a peer (after `args`, so they win): e.g. a longer lead for a slower writer."""
+    quick_peer_args: tuple[str, ...] = ()
+    timeout: float = 1800
+
+
+STORED = {
+    "M1": Stored("M1", "{count} stored schedules at rest", "stored_rest.py", 1_000_000,
+                 ("--kinds", "stored", "--warmup", "10", "--seconds", "45"),
+                 10_000, ("--kinds", "stored", "--warmup", "5", "--seconds", "15")),
+    "M2": Stored("M2", "{count} hourly stored schedules spread over the hour", "stored_spread.py", 1_000_000,
+                 ("--warmup", "15", "--seconds", "90"), 36_000, ("--warmup", "10", "--seconds", "30")),
+    # APScheduler 4 beside anarchon: its schedules added one by one take minutes at 100,000.
+    "M3": Stored("M3", "{count} stored schedules due at one second", "stored_herd.py", 100_000,
+                 ("--lead", "90"), 5_000, ("--lead", "20", "--quiet", "3"),
+                 on=("anarchon-redis", "anarchon-postgresql", "apscheduler4-postgresql"),
+                 peer_args=("--lead", "600", "--quiet", "10"), quick_peer_args=("--lead", "60")),
+    "M4": Stored("M4", "{count} hourly stored schedules, changed at {rate} a second", "stored_churn.py",
+                 1_000_000, ("--rate", "1000", "--warmup", "15", "--seconds", "60"),
+                 36_000, ("--rate", "100", "--warmup", "10", "--seconds", "30")),
+}
+"""The stored-schedule scenarios (issue "schedules at scale"), at full size and with `--quick`."""
 
 
 @dataclass
@@ -332,6 +373,97 @@ def one_run(spec: Spec, sc: Scenario, workdir: Path, run_id: str) -> dict[str, A
     return metrics
 
 
+def stored_run(spec: Spec, sc: Stored, quick: bool, workdir: Path) -> list[dict[str, Any]]:
+    """Run one stored-schedule scenario's bench on `spec`'s store, emptied first; its rows, each with
+    the arguments it ran with (`count`, `args`). The bench's output is kept in `workdir`."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    reset_store(spec)
+    count, extra = (sc.quick_count, sc.quick_args) if quick else (sc.count, sc.args)
+    python, url = str(PY[spec.venv]), spec.url
+    if spec.venv == "aps4":  # the bench runs in anarchon's venv; the peer's processes in their own
+        python, url = str(PY["anarchon"]), f"{PG}/test"
+        extra = (*extra, "--aps4", *(sc.quick_peer_args if quick else sc.peer_args))
+    cmd = [python, str(spec.bench_dir / sc.script), url, "--count", str(count), *extra, "--json"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=sc.timeout, cwd=ROOT)
+    (workdir / "output.txt").write_text(f"$ {' '.join(cmd)}\n{done.stdout}\n{done.stderr}")
+    start = done.stdout.find("\n[")  # the rows, printed last (M4 exits 1 on a lost or doubled start)
+    if done.returncode not in (0, 1) or (start < 0 and not done.stdout.startswith("[")):
+        raise RuntimeError(f"{sc.script} exited {done.returncode}: see {workdir / 'output.txt'}")
+    rows: list[dict[str, Any]] = json.loads(done.stdout[start + 1 if start >= 0 else 0:])
+    return [{**r, "args": list(extra)} for r in rows]
+
+
+def span(values: list[float | None], fmt: str = "{:,.0f}") -> str:
+    """min-max of `values` (one number when they are equal, "n/a" when there is none)."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return "n/a"
+    lo, hi = fmt.format(min(present)), fmt.format(max(present))
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def _flat(rows: list[dict[str, Any]], key: str) -> list[float | None]:
+    """Every value of `key` over `rows`, lists (one value per replica) flattened."""
+    out: list[float | None] = []
+    for r in rows:
+        v = r.get(key)
+        out += v if isinstance(v, list) else [v]
+    return out
+
+
+STORED_COLUMNS: dict[str, list[tuple[str, str, str]]] = {
+    # (heading, key, format) per column, for each scenario's table; every cell is min-max over repeats
+    # (and over the replicas, for a per-replica number).
+    "M1": [("written s", "populate_s", "{:,.0f}"), ("RSS MB", "rss_mb", "{:.1f}"),
+           ("peak RSS MB", "peak_mb", "{:.1f}"), ("CPU % of a core", "cpu_pct", "{:.2f}"),
+           ("ready s", "ready_s", "{:.2f}")],
+    "M2": [("due", "due", "{:,}"), ("dup", "duplicates", "{:,}"), ("lost", "missed", "{:,}"),
+           ("fires/s", "fires_per_s", "{:,.0f}"), ("p50 ms", "p50_ms", "{:,.0f}"),
+           ("p99 ms", "p99_ms", "{:,.0f}"),
+           ("CPU %", "cpu_pct", "{:.0f}"), ("peak MB", "peak_mb", "{:.0f}"),
+           ("store µs/fire", "store_us_per_fire", "{:,.0f}")],
+    "M3": [("dup", "duplicates", "{:,}"), ("never started", "missed", "{:,}"),
+           ("first s", "first_s", "{:.2f}"),
+           ("last s", "last_s", "{:.2f}"), ("fires/s", "fires_per_s", "{:,.0f}"),
+           ("fires / replica CPU s", "fires_per_cpu_s", "{:,.0f}"),
+           ("store µs/fire", "store_us_per_fire", "{:,.0f}"), ("peak MB", "peak_mb", "{:.0f}")],
+    "M4": [("changes/s", "changes_per_s", "{:,.0f}"), ("dup", "duplicates", "{:,}"), ("lost", "lost", "{:,}"),
+           ("raced", "raced", "{:,}"), ("late", "late_after_change", "{:,}"), ("p50 ms", "p50_ms", "{:,.0f}"),
+           ("p99 ms", "p99_ms", "{:,.0f}"), ("CPU %", "cpu_pct", "{:.0f}")],
+}
+
+
+def stored_title(scenario: str, rows: list[dict[str, Any]]) -> str:
+    """A stored scenario's heading, from the size it ran at."""
+    sc = STORED[scenario]
+    counts = sorted({r["count"] for r in rows})
+    args = rows[0].get("args", []) if rows else []
+    rate = f"{float(args[args.index('--rate') + 1]):,.0f}" if "--rate" in args else "?"
+    return sc.title.format(count="/".join(f"{c:,}" for c in counts), rate=rate)
+
+
+def stored_tables(stored: list[dict[str, Any]], heading: str = "###") -> str:
+    """A table per stored scenario: a row per scheduler, each cell min-max over the repeats."""
+    lines: list[str] = []
+    for scenario in (s for s in STORED if any(r["scenario"] == s for r in stored)):
+        mine = [r for r in stored if r["scenario"] == scenario]
+        schedulers = list(dict.fromkeys(r["scheduler"] for r in mine))
+        columns = STORED_COLUMNS[scenario]
+        repeats = len({r["repeat"] for r in mine})
+        lines += [f"{heading} Scenario {scenario}: {stored_title(scenario, mine)}, 3 replicas", "",
+                  f"{repeats} repeat{'s' if repeats > 1 else ''}" + (", each cell min-max over them"
+                                                                     if repeats > 1 else "")
+                  + f"; `bench/{STORED[scenario].script}`.", "",
+                  "| scheduler | " + " | ".join(c[0] for c in columns) + " |",
+                  "| --- |" + " --- |" * len(columns)]
+        for name in schedulers:
+            rows = [r for r in mine if r["scheduler"] == name]
+            cells = [span(_flat(rows, key), f) for _, key, f in columns]
+            lines.append(f"| {name} | {' | '.join(cells)} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 # -- reporting ---------------------------------------------------------------------------------
 
 def fmt(s: dict[str, float | None], digits: int = 0) -> str:
@@ -367,9 +499,11 @@ def aggregate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+def markdown(rows: list[dict[str, Any]], meta: dict[str, Any], stored: list[dict[str, Any]] | None = None
+             ) -> str:
     """results.md: the run, then every number."""
-    return f"Run {meta['started']} on {meta['machine']}; {meta['note']}\n\n" + tables(rows, meta)
+    return (f"Run {meta['started']} on {meta['machine']}; {meta['note']}\n\n" + tables(rows, meta)
+            + stored_tables(stored or []))
 
 
 def tables(rows: list[dict[str, Any]], meta: dict[str, Any], heading: str = "###") -> str:
@@ -445,9 +579,10 @@ def run_meta(out: Path, scenarios: list[Scenario], runs: list[dict[str, Any]]) -
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="one run of A and B, 30 s each (kill at 15 s)")
+    ap.add_argument("--quick", action="store_true",
+                    help="one run of A and B, 30 s each (kill at 15 s), and of M1-M4, small")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--scenarios", default=",".join([*SCENARIOS, *STORED]))
     ap.add_argument("--only", default="", help="comma-separated scheduler names")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--duration", type=float, default=None, help="override every scenario's duration (s)")
@@ -457,7 +592,12 @@ def main() -> None:
                     help="an earlier run's results directory: keep its runs, do those of this invocation "
                          "it lacks (finish a cut-short run, or add repeats of some scenarios)")
     args = ap.parse_args()
-    scenarios = [SCENARIOS[s] for s in args.scenarios.split(",")]
+    names = args.scenarios.split(",")
+    unknown = [n for n in names if n not in SCENARIOS and n not in STORED]
+    if unknown:
+        raise SystemExit(f"unknown scenario {unknown[0]!r}: use some of {', '.join([*SCENARIOS, *STORED])}")
+    scenarios = [SCENARIOS[s] for s in names if s in SCENARIOS]
+    stored_scenarios = [STORED[s] for s in names if s in STORED]
     if args.duration:
         scenarios = [replace(s, duration=args.duration, kill_at=s.kill_at and args.duration / 2)
                      for s in scenarios]
@@ -486,8 +626,11 @@ def main() -> None:
     compile_bytecode(ROOT, PY["anarchon"])
     if args.baseline:
         compile_bytecode(args.baseline.resolve(), PY["baseline"])
-    runs: list[dict[str, Any]] = resumed(out, scenarios) if args.resume else []
-    done = {(r["scenario"], r["repeat"], r["scheduler"]) for r in runs}
+    earlier = (out / "runs.jsonl", out / "stored.jsonl")
+    runs: list[dict[str, Any]] = resumed(out, scenarios) if args.resume and earlier[0].exists() else []
+    stored: list[dict[str, Any]] = ([json.loads(line) for line in earlier[1].read_text().splitlines()]
+                                    if args.resume and earlier[1].exists() else [])
+    done = {(r["scenario"], r["repeat"], r["scheduler"]) for r in [*runs, *stored]}
     for rep in range(args.repeats):
         for sc in scenarios:
             for spec in all_specs:
@@ -513,6 +656,24 @@ def main() -> None:
                 runs.append(m)
                 with (out / "runs.jsonl").open("a") as fh:
                     fh.write(json.dumps({k: v for k, v in m.items() if k != "latencies"}) + "\n")
+        for st in stored_scenarios:
+            for spec in all_specs:
+                if spec.name not in st.on or (only and spec.name not in only):
+                    continue
+                if (st.name, rep, spec.name) in done:
+                    continue
+                print(f"[{time.strftime('%H:%M:%S')}] {st.name} #{rep + 1} {spec.name}", flush=True)
+                try:
+                    rows = stored_run(spec, st, args.quick, out / f"{st.name}-{rep}-{spec.name}")
+                except Exception as exc:
+                    print(f"    FAILED: {exc!r}", flush=True)
+                    continue
+                for r in rows:
+                    r.update(scenario=st.name, scheduler=spec.name, repeat=rep)
+                    print(f"    {json.dumps({k: v for k, v in r.items() if k != 'url'})}", flush=True)
+                stored += rows
+                with (out / "stored.jsonl").open("a") as fh:
+                    fh.writelines(json.dumps(r) + "\n" for r in rows)
     meta = {
         "started": started, "machine": f"{os.cpu_count()} cores, {os.uname().sysname} {os.uname().release}, "
         f"Python {sys.version.split()[0]}",
@@ -520,14 +681,15 @@ def main() -> None:
         **run_meta(out, scenarios, runs),
     }
     rows = aggregate(runs)
-    (out / "results.json").write_text(json.dumps({"meta": meta, "summary": rows, "runs": runs}, indent=1))
-    (out / "results.md").write_text(markdown(rows, meta))
+    results = {"meta": meta, "summary": rows, "runs": runs, "stored": stored}
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    (out / "results.md").write_text(markdown(rows, meta, stored))
     if PY["peers"].exists():  # matplotlib lives in the peers' venv (`make bench-peers`)
         subprocess.run([str(PY["peers"]), str(BENCH / "plot.py"), str(out / "results.json"),
                         str(out / "plot.png")], check=False)
     else:
         print(f"no plot: {PY['peers']} is missing (make bench-peers creates it)")
-    print(markdown(rows, meta))
+    print(markdown(rows, meta, stored))
     print(f"written to {out}; `make bench-publish RESULTS={out}` puts it into the docs")
 
 

@@ -11,6 +11,12 @@ Printed: starts, duplicate (schedule, slot, attempt)s, schedules that never star
 the last started after T, the drain rate (starts a second from T to the last), that rate per core used
 by the replicas, and each replica's peak RSS. The namespace's schedules are removed afterwards.
 Numbers move with the machine's load: compare within one run.
+
+`--history on,off` runs each URL twice, with the default history and with `history=0` (no run
+history, no job catalogue). The store's CPU is measured too, from T to the replicas' exit: Redis's
+`used_cpu_sys + used_cpu_user` (INFO cpu), or the CPU of every `postgres` process (the backends, the
+exited ones through the postmaster's children's time, and the background workers), read from /proc.
+Both count whatever else the server did meanwhile: on a shared server, read them as an upper bound.
 """
 
 from __future__ import annotations
@@ -29,11 +35,12 @@ from pathlib import Path
 from typing import Any
 
 
-def _replica(url: str, namespace: str, due: float, quiet_s: float, out: str) -> None:
+def _replica(url: str, namespace: str, due: float, quiet_s: float, out: str,
+             settings: dict[str, Any] | None = None) -> None:
     """One replica: run until `quiet_s` pass with no start after `due`, then print its CPU since `due`."""
     from anarchon import JobContext, Scheduler
 
-    scheduler: Scheduler[Any] = Scheduler.from_url(url, namespace=namespace)
+    scheduler: Scheduler[Any] = Scheduler.from_url(url, namespace=namespace, **(settings or {}))
     fh = open(out, "a", buffering=1 << 16)  # noqa: SIM115 - closed at the end of main()
     last = [0.0]
 
@@ -137,17 +144,78 @@ async def _clean(url: str, namespace: str) -> None:
         await backend.close()
 
 
-def _replicas(argvs: list[list[str]], *, timeout: float, env: dict[str, str] | None = None
-              ) -> list[dict[str, Any]]:
-    """Start a replica process per argument list (this interpreter), wait for each, and return the JSON
-    object each printed last; every one is killed if any fails."""
-    procs = [subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, text=True, env=env)
+def history_settings(mode: str) -> dict[str, Any]:
+    """The replicas' settings for a `--history` mode: "on" (the default history) or "off" (history=0)."""
+    if mode not in ("on", "off"):
+        raise SystemExit(f"invalid --history {mode!r}: use on, off or on,off")
+    return {} if mode == "on" else {"history": 0}
+
+
+def store_cpu(url: str) -> float | None:
+    """CPU seconds the store's server has used so far (Redis: INFO cpu; PostgreSQL: every `postgres`
+    process, reaped backends included), or None for another store."""
+    if url.startswith(("redis://", "valkey://")):
+        import redis
+
+        client = redis.Redis.from_url(url.replace("valkey://", "redis://", 1))
+        try:
+            info = client.info("cpu")
+        finally:
+            client.close()
+        return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+    if url.startswith(("postgresql://", "postgres://")):
+        ticks = 0
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                continue
+            if stat[stat.index("(") + 1:stat.rindex(")")] == "postgres":
+                f = stat[stat.rindex(")") + 2:].split()
+                ticks += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
+        return ticks / os.sysconf("SC_CLK_TCK")
+    return None
+
+
+class StoreCpu:
+    """The store's CPU from a moment (`at`, wall time, sampled by a timer thread) to `stop()`."""
+
+    def __init__(self, url: str, at: float) -> None:
+        import threading
+
+        self.url = url
+        self.first: float | None = None
+        self._timer = threading.Timer(max(0.0, at - time.time()), self._sample)
+        self._timer.start()
+
+    def _sample(self) -> None:
+        self.first = store_cpu(self.url)
+
+    def stop(self) -> float | None:
+        """The CPU seconds since `at` (None: not measured for this store, or stopped before `at`)."""
+        self._timer.cancel()
+        last = store_cpu(self.url)
+        return None if last is None or self.first is None else last - self.first
+
+
+def _replicas(argvs: list[list[str]], *, timeout: float, env: dict[str, str] | None = None,
+              python: str = sys.executable) -> list[dict[str, Any]]:
+    """Start a replica process per argument list (this interpreter, or `python`), wait for each, and
+    return the JSON object each printed last (`{"crashed": true}` for one that printed none); every one
+    is killed on a timeout."""
+    procs = [subprocess.Popen([python, *argv], stdout=subprocess.PIPE, text=True, env=env)
              for argv in argvs]
     try:
         results = []
         for proc in procs:
             out, _ = proc.communicate(timeout=timeout)
-            results.append(json.loads(out.strip().splitlines()[-1]))
+            lines = out.strip().splitlines()
+            try:
+                results.append(json.loads(lines[-1]))
+            except (IndexError, json.JSONDecodeError):
+                results.append({"crashed": True})
         return results
     finally:
         for proc in procs:
@@ -164,33 +232,60 @@ def _starts(work: Path) -> list[tuple[str, int, int, float]]:
     return starts
 
 
-def _run(url: str, args: argparse.Namespace) -> dict[str, Any]:
+
+
+def _psql(url: str, sql: str) -> None:
+    subprocess.run(["psql", url, "-q", "-v", "ON_ERROR_STOP=1", "-c", sql], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _run(url: str, args: argparse.Namespace, history: str) -> dict[str, Any]:
     namespace = f"herd-{uuid.uuid4().hex[:8]}"
     due = float(int(time.time() + args.lead))
     work = Path(tempfile.mkdtemp(prefix="anarchon-herd-"))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    done = subprocess.run([sys.executable, __file__, "--populate", url, namespace, str(args.count), str(due)],
-                          capture_output=True, text=True, check=True, env=env)
-    populate_s = float(done.stdout.strip().splitlines()[-1])
-    if time.time() > due - 5:
-        raise SystemExit(f"writing {args.count} schedules took {populate_s:.0f} s: raise --lead")
-    results = _replicas([[__file__, "--replica", url, namespace, str(due), str(args.quiet),
-                          str(work / f"starts-{k}.txt")] for k in range(args.replicas)],
-                        timeout=args.lead + 600, env=env)
+    python = sys.executable
+    populate = [__file__, "--populate", url, namespace, str(args.count), str(due)]
+    replica = [__file__, "--replica", url, namespace, str(due), str(args.quiet)]
+    settings = [json.dumps(history_settings(history))]
+    if args.aps4:  # APScheduler 4 in its own venv and database, on the server of `url`
+        python = str(Path(__file__).resolve().parent / ".venv-aps4" / "bin" / "python")
+        script = str(Path(__file__).resolve().parent / "replicas" / "aps4_stored.py")
+        database = f"bench_aps4_{namespace.replace('-', '_')}"  # (made for the run, dropped afterwards)
+        _psql(url, f"CREATE DATABASE {database}")
+        aps_url = url.replace("postgresql://", "postgresql+asyncpg://", 1).rsplit("/", 1)[0] + f"/{database}"
+        populate = [script, "populate", aps_url, str(args.count), str(due)]
+        replica, settings = [script, "replica", aps_url, str(due), str(args.quiet)], []
+    try:
+        done = subprocess.run([python, *populate], capture_output=True, text=True, check=True, env=env)
+        populate_s = float(done.stdout.strip().splitlines()[-1])
+        if time.time() > due - 5:
+            raise SystemExit(f"writing {args.count} schedules took {populate_s:.0f} s: raise --lead")
+        server = StoreCpu(url, due)
+        argvs = [[*replica, str(work / f"starts-{k}.txt"), *settings] for k in range(args.replicas)]
+        results = _replicas(argvs, timeout=args.lead + 1800, env=env, python=python)
+        store_s = server.stop()
+    finally:
+        if args.aps4:
+            _psql(url, f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+        else:
+            asyncio.run(_clean(url, namespace))
     starts = _starts(work)
-    asyncio.run(_clean(url, namespace))
     keys = [(n, s, a) for n, s, a, _ in starts]
     names = {n for n, _, _, _ in starts}
     times = sorted(t for *_, t in starts)
-    cpu = sum(r["cpu_s"] for r in results)
+    cpu = sum(r["cpu_s"] for r in results if "cpu_s" in r)
     last = times[-1] - due if times else float("nan")
     rate = len(starts) / last if times and last > 0 else float("nan")
-    return {"url": url, "count": args.count, "replicas": args.replicas, "populate_s": populate_s,
-            "starts": len(starts), "duplicates": len(keys) - len(set(keys)),
+    return {"url": url, "scheduler": "apscheduler4" if args.aps4 else "anarchon", "count": args.count,
+            "replicas": args.replicas, "history": "-" if args.aps4 else history,
+            "populate_s": populate_s, "starts": len(starts), "duplicates": len(keys) - len(set(keys)),
             "missed": args.count - len(names),
             "first_s": times[0] - due if times else None, "last_s": last, "fires_per_s": rate,
-            "cpu_s": cpu, "fires_per_cpu_s": len(starts) / cpu if cpu else None,
-            "peak_mb": [r["peak_mb"] for r in results]}
+            "cpu_s": cpu, "fires_per_cpu_s": len(starts) / cpu if cpu else None, "store_cpu_s": store_s,
+            "store_us_per_fire": store_s / len(starts) * 1e6 if store_s is not None and starts else None,
+            "peak_mb": [r["peak_mb"] for r in results if "peak_mb" in r],
+            "crashed": sum(1 for r in results if r.get("crashed"))}
 
 
 def main(argv: list[str]) -> int:
@@ -202,27 +297,38 @@ def main(argv: list[str]) -> int:
         print(asyncio.run(_populate(argv[1], argv[2], int(argv[3]), float(argv[4]))))
         return 0
     if argv and argv[0] == "--replica":
-        _replica(argv[1], argv[2], float(argv[3]), float(argv[4]), argv[5])
+        _replica(argv[1], argv[2], float(argv[3]), float(argv[4]), argv[5],
+                 json.loads(argv[6]) if len(argv) > 6 else None)
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("urls", nargs="+")
     ap.add_argument("--count", type=int, default=100_000)
+    ap.add_argument("--history", default="on", help="on, off (history=0) or on,off: a run of each")
+    ap.add_argument("--aps4", action="store_true",
+                    help="run APScheduler 4 (bench/.venv-aps4, `make bench-peers`) instead, in a database of "
+                         "its own on the PostgreSQL server of each URL")
     ap.add_argument("--replicas", type=int, default=3)
     ap.add_argument("--lead", type=float, default=90.0, help="seconds from now to the herd's second")
     ap.add_argument("--quiet", type=float, default=5.0, help="seconds with no start that end a replica")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    rows = [_run(url, args) for url in args.urls]
+    modes = args.history.split(",")
+    for mode in modes:
+        history_settings(mode)
+    rows = [_run(url, args, mode) for url in args.urls for mode in modes]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'store':<40} {'count':>7} {'starts':>7} {'dup':>4} {'missed':>6} {'first s':>8} {'last s':>7} "
-          f"{'fires/s':>8} {'fires/CPU s':>11} {'peak MB':>10}")
+    print(f"{'store':<36} {'history':>7} {'count':>7} {'starts':>7} {'dup':>4} {'missed':>6} {'first s':>8} "
+          f"{'last s':>7} {'fires/s':>8} {'fires/CPU s':>11} {'store µs/fire':>13} {'peak MB':>10}")
     for r in rows:
-        peak = f"{min(r['peak_mb']):.0f}-{max(r['peak_mb']):.0f}"
-        print(f"{r['url'][:40]:<40} {r['count']:>7} {r['starts']:>7} {r['duplicates']:>4} {r['missed']:>6} "
-              f"{r['first_s'] or 0:>8.2f} {r['last_s']:>7.2f} {r['fires_per_s']:>8.0f} "
-              f"{r['fires_per_cpu_s'] or 0:>11.0f} {peak:>10}")
+        peak = (f"{min(r['peak_mb']):.0f}-{max(r['peak_mb']):.0f}" if r["peak_mb"]
+                else f"{r['crashed']} crashed")
+        store = "-" if r["store_us_per_fire"] is None else f"{r['store_us_per_fire']:.0f}"
+        name = ("aps4 " if args.aps4 else "") + r["url"]
+        print(f"{name[:36]:<36} {r['history']:>7} {r['count']:>7} {r['starts']:>7} {r['duplicates']:>4} "
+              f"{r['missed']:>6} {r['first_s'] or 0:>8.2f} {r['last_s']:>7.2f} {r['fires_per_s']:>8.0f} "
+              f"{r['fires_per_cpu_s'] or 0:>11.0f} {store:>13} {peak:>10}")
     return 0
 
 

@@ -10,6 +10,8 @@ plus `--seconds` seconds. Each replica appends a line per start to a file of its
 within the measured `--seconds` are checked: starts, duplicate (schedule, slot, attempt)s, slots that
 never started, and the start latency (start time minus slot) at p50, p99 and max. Also printed: each
 replica's CPU over the measured seconds and its peak RSS. The namespace is removed afterwards.
+`--history on,off` runs each URL with the default history and with `history=0`; the store's CPU per
+fire over the measured seconds is printed (measured as `stored_herd.py` does: the whole server's).
 """
 
 from __future__ import annotations
@@ -29,16 +31,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stored_herd import _clean, _replicas, _starts
+from stored_herd import StoreCpu, _clean, _replicas, _starts, history_settings
 
 HOUR_S = 3600
 
 
-def _replica(url: str, namespace: str, start: float, end: float, out: str) -> None:
+def _replica(url: str, namespace: str, start: float, end: float, out: str,
+             settings: dict[str, Any] | None = None) -> None:
     """One replica: run until `end`, then print its CPU from `start` to `end` and its peak RSS."""
     from anarchon import JobContext, Scheduler
 
-    scheduler: Scheduler[Any] = Scheduler.from_url(url, namespace=namespace)
+    scheduler: Scheduler[Any] = Scheduler.from_url(url, namespace=namespace, **(settings or {}))
     fh = open(out, "a", buffering=1 << 16)  # noqa: SIM115 - closed at the end of main()
 
     @scheduler.task("hourly")
@@ -91,7 +94,7 @@ def _due_between(count: int, lo_ms: int, hi_ms: int) -> set[tuple[str, int]]:
     return due
 
 
-def _run(url: str, args: argparse.Namespace) -> dict[str, Any]:
+def _run(url: str, args: argparse.Namespace, history: str = "on") -> dict[str, Any]:
     namespace = f"spread-{uuid.uuid4().hex[:8]}"
     work = Path(tempfile.mkdtemp(prefix="anarchon-spread-"))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -100,9 +103,12 @@ def _run(url: str, args: argparse.Namespace) -> dict[str, Any]:
     populate_s = float(done.stdout.strip().splitlines()[-1])
     start = time.time() + args.warmup
     end = start + args.seconds
+    settings = json.dumps(history_settings(history))
+    server = StoreCpu(url, start)
     results = _replicas([[__file__, "--replica", url, namespace, str(start), str(end),
-                          str(work / f"starts-{k}.txt")] for k in range(args.replicas)],
+                          str(work / f"starts-{k}.txt"), settings] for k in range(args.replicas)],
                         timeout=args.warmup + args.seconds + 600, env=env)
+    store_s = server.stop()
     starts = _starts(work)
     asyncio.run(_clean(url, namespace))
     # The slots due in the measured window, but its last 5 s (a start may come just after its end).
@@ -115,13 +121,17 @@ def _run(url: str, args: argparse.Namespace) -> dict[str, Any]:
     def pct(p: float) -> float:
         return latencies[min(len(latencies) - 1, int(p * len(latencies)))] if latencies else float("nan")
 
-    return {"url": url, "count": args.count, "replicas": args.replicas, "populate_s": populate_s,
+    fires = sum(1 for *_, t in starts if start <= t < end)
+    return {"url": url, "count": args.count, "replicas": args.replicas, "history": history,
+            "populate_s": populate_s,
+            "store_us_per_fire": store_s / fires * 1e6 if store_s is not None and fires else None,
             "due": len(due), "starts": len(measured), "duplicates": len(keys) - len(set(keys)),
             "missed": len(due - {(n, s) for n, s, _ in keys}),
             "fires_per_s": len(due) / (hi_ms - lo_ms) * 1000,
             "p50_ms": pct(0.50), "p99_ms": pct(0.99), "max_ms": latencies[-1] if latencies else None,
-            "cpu_pct": [r["cpu_s"] / args.seconds * 100 for r in results],
-            "peak_mb": [r["peak_mb"] for r in results]}
+            "cpu_pct": [r["cpu_s"] / args.seconds * 100 for r in results if "cpu_s" in r],
+            "peak_mb": [r["peak_mb"] for r in results if "peak_mb" in r],
+            "crashed": sum(1 for r in results if r.get("crashed"))}
 
 
 def main(argv: list[str]) -> int:
@@ -133,7 +143,8 @@ def main(argv: list[str]) -> int:
         print(asyncio.run(_populate(argv[1], argv[2], int(argv[3]))))
         return 0
     if argv and argv[0] == "--replica":
-        _replica(argv[1], argv[2], float(argv[3]), float(argv[4]), argv[5])
+        _replica(argv[1], argv[2], float(argv[3]), float(argv[4]), argv[5],
+                 json.loads(argv[6]) if len(argv) > 6 else None)
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("urls", nargs="+")
@@ -141,20 +152,26 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--replicas", type=int, default=3)
     ap.add_argument("--warmup", type=float, default=15.0)
     ap.add_argument("--seconds", type=float, default=120.0)
+    ap.add_argument("--history", default="on", help="on, off (history=0) or on,off: a run of each")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    rows = [_run(url, args) for url in args.urls]
+    modes = args.history.split(",")
+    for mode in modes:
+        history_settings(mode)
+    rows = [_run(url, args, mode) for url in args.urls for mode in modes]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'store':<40} {'count':>8} {'due':>6} {'dup':>4} {'missed':>6} {'fires/s':>8} {'p50 ms':>7} "
-          f"{'p99 ms':>7} {'max ms':>7} {'CPU % (min-max)':>16} {'peak MB':>9}")
+    print(f"{'store':<36} {'history':>7} {'count':>8} {'due':>6} {'dup':>4} {'missed':>6} {'fires/s':>8} "
+          f"{'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'CPU % (min-max)':>16} {'store µs/fire':>13} "
+          f"{'peak MB':>9}")
     for r in rows:
         cpu = f"{min(r['cpu_pct']):.1f}-{max(r['cpu_pct']):.1f}"
         peak = f"{min(r['peak_mb']):.0f}-{max(r['peak_mb']):.0f}"
-        print(f"{r['url'][:40]:<40} {r['count']:>8} {r['due']:>6} {r['duplicates']:>4} {r['missed']:>6} "
-              f"{r['fires_per_s']:>8.0f} {r['p50_ms']:>7.0f} {r['p99_ms']:>7.0f} {r['max_ms'] or 0:>7.0f} "
-              f"{cpu:>16} {peak:>9}")
+        store = "-" if r["store_us_per_fire"] is None else f"{r['store_us_per_fire']:.0f}"
+        print(f"{r['url'][:36]:<36} {r['history']:>7} {r['count']:>8} {r['due']:>6} {r['duplicates']:>4} "
+              f"{r['missed']:>6} {r['fires_per_s']:>8.0f} {r['p50_ms']:>7.0f} {r['p99_ms']:>7.0f} "
+              f"{r['max_ms'] or 0:>7.0f} {cpu:>16} {store:>13} {peak:>9}")
     return 0
 
 

@@ -75,7 +75,7 @@ def test_the_page_judges_each_target_from_the_runs() -> None:
 
 
 def test_the_page_says_how_often_each_scenario_ran_and_shows_the_spread() -> None:
-    data = {
+    data: dict[str, Any] = {
         "meta": {"machine": "2 cores", "repeats": {"A": 1, "D": 3, "S": 3},
                  "durations": {"A": 45, "D": 45, "S": 45}, "kill_at": {"A": 20, "D": None, "S": None}},
         "runs": [
@@ -136,3 +136,52 @@ def test_publish_takes_the_newest_finished_run(tmp_path: Path) -> None:
         if done:
             (tmp_path / name / "results.json").write_text("{}")
     assert newest_results(tmp_path) == tmp_path / "2026-01-02T10-00-00"
+
+
+def herd(scheduler: str, repeat: int, *, last: float, store_us: float | None, peak: list[float]
+         ) -> dict[str, Any]:
+    """A row as `stored_herd.py --json` prints it (run.py adds scenario, scheduler, repeat and args)."""
+    return {"url": "redis://127.0.0.1:6379/11", "count": 5000, "replicas": 3, "history": "on",
+            "populate_s": 0.6, "starts": 5000, "duplicates": 0, "missed": 0, "first_s": 0.4, "last_s": last,
+            "fires_per_s": 5000 / last, "cpu_s": 1.1, "fires_per_cpu_s": 4545.5, "store_cpu_s": 0.5,
+            "store_us_per_fire": store_us, "peak_mb": peak, "scenario": "M3", "scheduler": scheduler,
+            "repeat": repeat, "args": ["--lead", "20", "--quiet", "3"]}
+
+
+def churn(scheduler: str, repeat: int, *, lost: int) -> dict[str, Any]:
+    """A row as `stored_churn.py --json` prints it."""
+    return {"url": "postgresql://postgres@127.0.0.1:5432/bench_anarchon", "count": 36000, "replicas": 3,
+            "populate_s": 3.1, "history": "on", "changes": 2990, "conflicts": 0, "skipped": 0,
+            "changes_per_s": 99.7, "cpu_s": 2.0, "seconds": 30.0, "due": 250, "starts": 300, "duplicates": 0,
+            "lost": lost, "raced": 1, "late_after_change": 0, "late_removed_or_moved": 0, "stale_args": 0,
+            "p50_ms": 30.0, "p99_ms": 120.0, "cpu_pct": [5.0, 6.5, 7.0], "peak_mb": [50.0, 51.0, 52.0],
+            "work": "/tmp/x", "scenario": "M4", "scheduler": scheduler, "repeat": repeat,
+            "args": ["--rate", "100", "--warmup", "10", "--seconds", "30"]}
+
+
+def test_the_stored_scenarios_get_a_table_each_with_min_max_over_repeats() -> None:
+    data: dict[str, Any] = {
+        "meta": {"machine": "2 cores", "repeats": {"B": 1}, "durations": {"B": 45}, "kill_at": {"B": None}},
+        "runs": [run("anarchon-redis", "B"), run("arq-redis", "B")],
+        "stored": [churn("anarchon-postgresql", 0, lost=0),
+                   herd("anarchon-postgresql", 0, last=2.5, store_us=180.4, peak=[60.0, 62.0, 70.0]),
+                   herd("anarchon-redis", 0, last=1.5, store_us=40.2, peak=[50.0, 52.0, 55.0]),
+                   herd("anarchon-redis", 1, last=1.25, store_us=None, peak=[49.0, 52.0, 53.0]),
+                   churn("anarchon-postgresql", 1, lost=3)],
+    }
+    page = render(data)
+    m3 = page.index("### Scenario M3: 5,000 stored schedules due at one second, 3 replicas")
+    m4 = page.index("### Scenario M4: 36,000 hourly stored schedules, changed at 100 a second, 3 replicas")
+    assert page.index("### Scenario B: 200 jobs") < m3 < m4 < page.index("Every metric of every scenario")
+    assert "Scenarios M3 and M4 keep the schedules as data" in page
+    # Redis before PostgreSQL; the cells span the repeats (and the replicas, for peak RSS).
+    assert page.index("| anarchon-redis | 0 | 0 | 0.40 | 1.25-1.50 | 3,333-4,000 | 4,546 | 40 | 49-55 |") < \
+        page.index("| anarchon-postgresql | 0 | 0 | 0.40 | 2.50 | 2,000 | 4,546 | 180 | 60-70 |")
+    assert "| anarchon-postgresql | 100 | 0 | 0-3 | 1 | 0 | 30 | 120 | 5-7 |" in page
+    assert "2 repeats, each cell min-max over them; `bench/stored_churn.py`." in page
+    assert "| anarchon-postgresql | 100 | 0 | 0-3 |" in render_numbers(data)
+    # A run of the stored scenarios alone renders too, and a run without them has no such section.
+    alone = render({**data, "runs": [], "meta": {**data["meta"], "repeats": {}, "durations": {},
+                                                  "kill_at": {}}})
+    assert "### Scenario M3" in alone and "### Scenario B" not in alone
+    assert "Scenario M" not in render({**data, "stored": []})
