@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stored_herd import _clean, _replicas
+from stored_herd import _analyze, _clean, _replicas
 
 YEAR_S = 365 * 86_400
 DAY_S = 86_400
@@ -132,6 +132,7 @@ def main(argv: list[str]) -> int:
 
         logging.getLogger("anarchon").setLevel(logging.ERROR)  # (an unknown task's warning, per add)
         print(asyncio.run(_populate(argv[1], argv[2], int(argv[3]))))
+        asyncio.run(_analyze(argv[1]))
         return 0
     if argv and argv[0] == "--replica":
         url, namespace, kind, count, seconds, warmup, spawned = argv[1:8]

@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from stored_herd import StoreCpu, _clean, _replicas, _starts, history_settings
+from stored_herd import StoreCpu, _analyze, _clean, _replicas, _starts, history_settings
 
 HOUR_S = 3600
 
@@ -141,6 +141,7 @@ def main(argv: list[str]) -> int:
 
         logging.getLogger("anarchon").setLevel(logging.ERROR)  # (an unknown task's warning, per add)
         print(asyncio.run(_populate(argv[1], argv[2], int(argv[3]))))
+        asyncio.run(_analyze(argv[1]))
         return 0
     if argv and argv[0] == "--replica":
         _replica(argv[1], argv[2], float(argv[3]), float(argv[4]), argv[5],
