@@ -21,9 +21,10 @@ also reads the schedules overdue by `backup_ms` in the partitions of the replica
 of theirs pushed in two `backup_ms`; every other replica where the store pushes no wins), and plans
 those too. So the replicas read disjoint rows, each slot is claimed by one replica in the normal case
 (a replica busy with a herd is not helped into claiming its slots twice), and a dead replica's slots
-start late by at most three `backup_ms`, within a heartbeat. The views of the replicas may differ for a while (a replica started or died): a slot is
-then claimed twice (the store still picks one winner) or late, never lost. Without a catalogue
-(`history=0`, or a store that keeps none) every replica plans every due schedule.
+start late by at most three `backup_ms`, within a heartbeat. The views of the replicas may differ for
+a while (a replica started or died): a slot is then claimed twice (the store still picks one winner)
+or late, never lost. Without a catalogue (`history=0`, or a store that keeps none) every replica plans
+every due schedule.
 
 A settled slot's move of the due index is written within `MIN_GAP_S`, not at the next sweep, so that
 the other replicas' backup reads do not find it overdue.
