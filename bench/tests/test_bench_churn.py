@@ -99,5 +99,6 @@ def test_a_tiny_run_on_sqlite_judges_every_change(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     [row] = json.loads(done.stdout)
     assert row["changes"] >= 200 and row["conflicts"] == 0
-    assert row["due"] > 5 and row["starts"] >= row["due"]
+    # About one slot a second falls in the 7 s judged, less those the writers removed or moved away.
+    assert row["due"] >= 3 and row["starts"] >= row["due"]
     assert (row["duplicates"], row["lost"]) == (0, 0)
