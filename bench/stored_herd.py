@@ -181,18 +181,9 @@ def store_cpu(url: str) -> float | None:
             client.close()
         return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
     if url.startswith(("postgresql://", "postgres://")):
-        ticks = 0
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                stat = Path(f"/proc/{pid}/stat").read_text()
-            except OSError:
-                continue
-            if stat[stat.index("(") + 1:stat.rindex(")")] == "postgres":
-                f = stat[stat.rindex(")") + 2:].split()
-                ticks += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
-        return ticks / os.sysconf("SC_CLK_TCK")
+        from run import store_cpu as processes_cpu
+
+        return processes_cpu(("postgres",))
     return None
 
 
