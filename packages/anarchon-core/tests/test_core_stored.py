@@ -73,6 +73,21 @@ class Replicas:
         for s in self.schedulers:
             await s.stop()
 
+    def due_reads(self) -> list[tuple[str, int, int, tuple[int, ...] | None]]:
+        """From now on, every replica's reads of the due index: (instance, clock ms, until, partitions)."""
+        reads: list[tuple[str, int, int, tuple[int, ...] | None]] = []
+        for s in self.schedulers:
+            read = s.backend.due_schedules
+
+            async def due(namespace: str, *, until: int, read: Any = read, me: str = s.instance_id,
+                          **kw: Any) -> Any:
+                parts = kw.get("partitions")
+                reads.append((me, self.clock.now_ms(), until, None if parts is None else tuple(parts)))
+                return await read(namespace, until=until, **kw)
+
+            s.backend.due_schedules = due
+        return reads
+
     def slots(self, schedule_id: str) -> list[int]:
         return sorted(slot for i, slot, _, _, _ in self.runs if i == schedule_id)
 
@@ -534,18 +549,7 @@ def test_a_dead_replicas_share_runs_late_by_less_than_a_heartbeat(clock: Virtual
 
 def test_each_replica_reads_the_due_window_of_its_own_partitions_only(clock: VirtualClock) -> None:
     r = Replicas(clock)
-    reads: list[tuple[str, int, int, tuple[int, ...] | None]] = []
-    for s in r.schedulers:
-        backend = s.backend
-        read = backend.due_schedules
-        me = s.instance_id
-
-        async def due(namespace: str, *, until: int, read: Any = read, me: str = me, **kw: Any) -> Any:
-            parts = kw.get("partitions")
-            reads.append((me, clock.now_ms(), until, None if parts is None else tuple(parts)))
-            return await read(namespace, until=until, **kw)
-
-        backend.due_schedules = due
+    reads = r.due_reads()
 
     async def main() -> None:
         await r.start()
@@ -571,17 +575,7 @@ def test_the_partitions_of_a_replica_whose_wins_are_heard_are_not_read_by_the_ot
     # 300 schedules due every second, spread over it: each replica wins some every few milliseconds,
     # so none is silent, and none reads the others' partitions, however late its runs end.
     r = Replicas(clock)
-    reads: list[tuple[str, int, int]] = []
-    for s in r.schedulers:
-        backend = s.backend
-        read = backend.due_schedules
-        me = s.instance_id
-
-        async def due(namespace: str, *, until: int, read: Any = read, me: str = me, **kw: Any) -> Any:
-            reads.append((me, clock.now_ms(), until))
-            return await read(namespace, until=until, **kw)
-
-        backend.due_schedules = due
+    reads = r.due_reads()
 
     async def main() -> None:
         await r.start()
@@ -592,7 +586,7 @@ def test_the_partitions_of_a_replica_whose_wins_are_heard_are_not_read_by_the_ot
 
     clock.run(main())
     assert not r.doubles()
-    backups = [(me, at) for me, at, until in reads if at >= T0 + 10_000 and until < at]
+    backups = [(me, at) for me, at, until, _ in reads if at >= T0 + 10_000 and until < at]
     assert not backups, backups[:5]
     assert len(r.slots("cust-007")) >= 18
 
