@@ -150,12 +150,13 @@ bench-peers: install bench/.venv-peers/.installed bench/.venv-aps4/.installed
 
 # make bench writes its results under bench/results/<time>/ (ignored by git) and nothing else;
 # make bench-publish is the deliberate step (a release runs it) that rewrites docs/benchmarks.md,
-# docs/internals/benchmark-numbers.md, the plot and the raw data from the newest finished run, or RESULTS=dir.
+# docs/internals/benchmark-numbers.md, the plot and the raw data from the newest finished run, or RESULTS=dir;
+# STORED=dir takes the stored-schedule scenarios (M1-M4) from another run (one of those alone).
 bench: bench-peers
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 bench-publish: install
-	$(BIN)/python bench/page.py $(RESULTS)
+	$(BIN)/python bench/page.py $(RESULTS) $(if $(STORED),--stored $(STORED))
 
 bench-quick: bench-peers
 	$(BIN)/python bench/run.py --quick $(BENCH_ARGS)

@@ -1,11 +1,14 @@
 """Write the benchmark pages (and their plot and raw data) from one benchmark run's results.
 
-    python bench/page.py [RESULTS_DIR]    # `make bench-publish`; the newest bench/results/* by default
+    python bench/page.py [RESULTS_DIR] [--stored STORED_DIR]    # `make bench-publish [STORED=dir]`
 
-RESULTS_DIR holds the results.json (and plot.png) that run.py wrote; `docs/benchmarks` re-renders the
-published run. Both pages are generated whole: docs/benchmarks.md (the workload, the targets judged
-against this run, the plot, a short table per scenario) and docs/internals/benchmark-numbers.md (how
-each number is measured, how to read and reproduce them, and every number).
+RESULTS_DIR holds the results.json (and plot.png) that run.py wrote (the newest bench/results/* by
+default); `docs/benchmarks` re-renders the published run. With `--stored`, the stored-schedule
+scenarios (M1-M4) come from STORED_DIR's run instead: a run of those alone, published beside the
+code-job scenarios of another. Both pages are generated whole: docs/benchmarks.md (the workload, the
+targets judged against this run, the plot, a short table per scenario) and
+docs/internals/benchmark-numbers.md (how each number is measured, how to read and reproduce them,
+and every number).
 """
 
 from __future__ import annotations
@@ -239,15 +242,27 @@ def newest_results(root: Path = BENCH / "results") -> Path:
     return done[-1]
 
 
-def publish(results: Path) -> None:
+def merged(results: Path, stored: Path | None = None) -> dict[str, Any]:
+    """The results.json of `results`, with the stored-schedule rows of `stored`'s in place of its own."""
+    data: dict[str, Any] = json.loads((results / "results.json").read_text())
+    if stored is not None:
+        other = json.loads((stored / "results.json").read_text())
+        data["stored"] = other.get("stored") or []
+        if not data["stored"]:
+            raise SystemExit(f"{stored}/results.json has no stored-schedule rows (run M1-M4 there first)")
+    return data
+
+
+def publish(results: Path, stored: Path | None = None) -> None:
     """Write both pages, and copy the plot and the raw data beside them."""
-    data = json.loads((results / "results.json").read_text())
-    if results.resolve() != ASSETS.resolve():
+    data = merged(results, stored)
+    if results.resolve() != ASSETS.resolve() or stored is not None:
         ASSETS.mkdir(exist_ok=True)
-        for stale in ASSETS.iterdir():
-            stale.unlink()
-        if (results / "plot.png").exists():
-            shutil.copy(results / "plot.png", ASSETS / "plot.png")
+        if results.resolve() != ASSETS.resolve():
+            for stale in ASSETS.iterdir():
+                stale.unlink()
+            if (results / "plot.png").exists():
+                shutil.copy(results / "plot.png", ASSETS / "plot.png")
         runs = [{k: v for k, v in r.items() if k != "latencies"} for r in data["runs"]]
         raw = json.dumps({"meta": data["meta"], "runs": runs, "stored": data.get("stored") or []}, indent=1)
         (ASSETS / "results.json").write_text(raw + "\n")
@@ -258,5 +273,17 @@ def publish(results: Path) -> None:
           f"{ASSETS.relative_to(BENCH.parent)}/ from {results}")
 
 
+def main(argv: list[str]) -> None:
+    """Entry point: `[RESULTS_DIR] [--stored STORED_DIR]`."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("results", nargs="?", type=Path, default=None)
+    ap.add_argument("--stored", type=Path, default=None,
+                    help="a run of the stored-schedule scenarios, whose rows replace the run's own")
+    args = ap.parse_args(argv)
+    publish(args.results or newest_results(), args.stored)
+
+
 if __name__ == "__main__":
-    publish(Path(sys.argv[1]) if len(sys.argv) > 1 else newest_results())
+    main(sys.argv[1:])

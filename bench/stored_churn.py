@@ -54,8 +54,11 @@ from stored_herd import _clean, _replicas, history_settings
 from stored_spread import HOUR_S, _due_between, _offset_ms
 
 HOUR_MS = HOUR_S * 1000
-WORKERS = 64
-"""The writer's concurrent changes at most (each is one to three round trips)."""
+WORKERS = 192
+"""The writer's concurrent changes at most (each is one to three round trips, slower on a loaded
+store: at 64, PostgreSQL's writers reached about 700 of 1,000 changes a second)."""
+EXAMPLES = 10
+"""Lost and late starts listed in the verdict, each with its schedule's changes, for a closer look."""
 
 
 def _replica(url: str, namespace: str, start: float, end: float, out: str, settings: dict[str, Any]) -> None:
@@ -312,10 +315,20 @@ def judge(count: int, changes: list[Change], starts: list[tuple[str, int, int, i
         return latencies[min(len(latencies) - 1, int(p * len(latencies)))] if latencies else None
 
     started = {(name, slot) for name, slot, _ in keys}
+    lost = sorted(expected - started)
+
+    def timeline(name: str) -> list[dict[str, Any]]:
+        return [{"definition": c.definition, "sent": c.sent, "done": c.done} for c in by_id.get(name, [])]
+
+    examples = ([{"lost": [name, slot], "changes": timeline(name)} for name, slot in lost[:EXAMPLES]]
+                + [{"late": [name, slot, n, t], "allowed": sorted(allowed.get((name, slot), ())),
+                    "changes": timeline(name)}
+                   for name, slot, _, n, t in measured if allowed.get((name, slot)) is None
+                   or n not in allowed[(name, slot)]][:EXAMPLES])
     return {"due": len(expected), "starts": len(measured), "duplicates": len(keys) - len(set(keys)),
-            "lost": len(expected - started), "raced": len(raced - started),
+            "lost": len(lost), "raced": len(raced - started),
             "late_after_change": late + stale_args, "late_removed_or_moved": late, "stale_args": stale_args,
-            "p50_ms": pct(0.50), "p99_ms": pct(0.99)}
+            "p50_ms": pct(0.50), "p99_ms": pct(0.99), "examples": examples}
 
 
 def _read_starts(work: Path) -> list[tuple[str, int, int, int, float]]:

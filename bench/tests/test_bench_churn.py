@@ -75,10 +75,15 @@ def test_an_update_is_honoured_from_a_heartbeat_after_its_answer() -> None:
     assert (v["due"], v["lost"], v["duplicates"], v["late_after_change"]) == (120, 0, 0, 0)
     # The old time, the old arguments, or the new schedule missing: each is counted.
     stale = [*starts, ("s-0000040", slot(40), 1, 40, 0.0)]
-    assert judge(COUNT, changes, stale, lo, hi, HB)["late_removed_or_moved"] == 1
+    v = judge(COUNT, changes, stale, lo, hi, HB)
+    assert v["late_removed_or_moved"] == 1
+    assert [e["late"][:2] for e in v["examples"]] == [["s-0000040", slot(40)]]
+    assert v["examples"][0]["changes"] == [{"definition": moved.definition, "sent": t - 30, "done": t}]
     old_args = [s if s[0] != "s-0000050" else ("s-0000050", slot(50), 1, 50, 0.0) for s in starts]
-    assert judge(COUNT, changes, old_args, lo, hi, HB)["stale_args"] == 1
-    assert judge(COUNT, changes, [s for s in starts if s[0] != "c-0000001"], lo, hi, HB)["lost"] == 1
+    v = judge(COUNT, changes, old_args, lo, hi, HB)
+    assert v["stale_args"] == 1 and v["examples"][0]["allowed"] == [7]
+    v = judge(COUNT, changes, [s for s in starts if s[0] != "c-0000001"], lo, hi, HB)
+    assert v["lost"] == 1 and [e["lost"] for e in v["examples"]] == [["c-0000001", slot(90)]]
 
 
 def test_the_writer_log_reads_back_without_the_refused_changes() -> None:

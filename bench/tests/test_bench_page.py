@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from page import newest_results, render, render_numbers
+from page import merged, newest_results, render, render_numbers
 
 
 def run(scheduler: str, scenario: str, *, missed: int = 0, p50: float = 10, p99: float = 40,
@@ -185,3 +185,26 @@ def test_the_stored_scenarios_get_a_table_each_with_min_max_over_repeats() -> No
                                                   "kill_at": {}}})
     assert "### Scenario M3" in alone and "### Scenario B" not in alone
     assert "Scenario M" not in render({**data, "stored": []})
+
+
+def test_the_stored_scenarios_can_come_from_a_run_of_their_own(tmp_path: Path) -> None:
+    import pytest
+
+    meta = {"machine": "2 cores", "repeats": {"B": 1}, "durations": {"B": 45}, "kill_at": {"B": None}}
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "results.json").write_text(json.dumps(
+        {"meta": meta, "runs": [run("anarchon-redis", "B"), run("arq-redis", "B")],
+         "stored": [herd("anarchon-redis", 0, last=9.0, store_us=None, peak=[50.0])]}))
+    (tmp_path / "stored").mkdir()
+    (tmp_path / "stored" / "results.json").write_text(json.dumps(
+        {"meta": {**meta, "repeats": {}}, "runs": [],
+         "stored": [herd("anarchon-redis", 0, last=1.25, store_us=None, peak=[49.0, 53.0])]}))
+    data = merged(tmp_path / "code", tmp_path / "stored")
+    page = render(data)
+    assert "### Scenario B: 200 jobs" in page and "| anarchon-redis | 0 | 0 | 0.40 | 1.25 |" in page
+    assert "| 9.00 |" not in page
+    assert merged(tmp_path / "code")["stored"][0]["last_s"] == 9.0
+    (tmp_path / "none").mkdir()
+    (tmp_path / "none" / "results.json").write_text(json.dumps({"meta": meta, "runs": []}))
+    with pytest.raises(SystemExit, match="no stored-schedule rows"):
+        merged(tmp_path / "code", tmp_path / "none")
