@@ -625,3 +625,71 @@ def test_a_stored_schedule_is_claimed_at_its_slot_unless_it_sets_a_jitter(clock:
     plain = [late for job, lates in began.items() if job != "spread" for late in lates]
     assert len(plain) >= 30 * 5 and set(plain) == {0}, sorted(set(plain))
     assert 0 < max(began["spread"]) <= 2000, began["spread"]
+
+
+@pytest.mark.parametrize("change", ["move", "remove", "pause", "args"])
+def test_a_write_to_a_schedule_with_a_claim_queued_is_in_force_at_that_slot(
+        clock: VirtualClock, change: str) -> None:
+    # The write lands once a replica has queued the claim of slot +20 s, and is pushed: the slot runs as
+    # the write says (not at all, or with the new arguments), though a schedule moved, removed or
+    # paused is not in the window the next sweep reads.
+    r = Replicas(clock)
+
+    def queued() -> bool:
+        plans = [s._engine.planner.plan_of("s") for s in r.schedulers]  # type: ignore[union-attr]
+        return any(p is not None and p.next_due is not None for p in plans)
+
+    async def main() -> None:
+        await r.start()
+        s = await r.admin.add("s", "report", every="10s", args={"v": 1})
+        await asyncio.sleep(15)
+        for _ in range(100):  # up to 5 s
+            if queued():
+                break
+            await asyncio.sleep(0.05)
+        assert queued() and clock.now_ms() < T0 + 19_500
+        if change == "move":
+            await r.admin.update("s", version=s.version, every="1h")
+        elif change == "remove":
+            await r.admin.remove("s", version=s.version)
+        elif change == "pause":
+            await r.admin.pause("s")
+        else:
+            await r.admin.update("s", version=s.version, args={"v": 2})
+        await asyncio.sleep(15)
+        await r.stop()
+
+    clock.run(main())
+    ran = {slot: args["v"] for i, slot, _, _, args in r.runs if i == "s"}
+    after = {T0 + 20_000: 2, T0 + 30_000: 2} if change == "args" else {}
+    assert ran == {T0 + 10_000: 1, **after}, ran
+
+
+def test_a_write_rereads_none_of_the_planned_schedules_it_did_not_touch(clock: VirtualClock) -> None:
+    # No pushes: every sweep after a write finds the counter moved. The planned schedules come back in
+    # the window read, compared by version there; none is read again by id.
+    r = Replicas(clock, notify=False)
+    reread: list[str] = []
+    for s in r.schedulers:
+        get = s.backend.get_schedules
+
+        async def by_id(namespace: str, ids: Any, get: Any = get) -> Any:
+            reread.extend(ids)
+            return await get(namespace, ids)
+
+        s.backend.get_schedules = by_id  # type: ignore[method-assign]
+
+    async def main() -> None:
+        await r.start()
+        await r.admin.add_many(NewSchedule(f"cust-{n:03d}", "report", Every.parse("5s", f"{n * 50}ms"))
+                               for n in range(60))
+        await asyncio.sleep(5)  # the replicas have read which of them has the task, and share the window
+        reread.clear()
+        for k in range(40):  # a write every half second, to schedules due tomorrow
+            await r.admin.add(f"later-{k}", "report", every="1d")
+            await asyncio.sleep(0.5)
+        await r.stop()
+
+    clock.run(main())
+    assert len(r.runs) >= 60 * 3 and not r.doubles()
+    assert reread == [], reread[:10]

@@ -29,11 +29,13 @@ every due schedule.
 A settled slot's move of the due index is written within `MIN_GAP_S`, not at the next sweep, so that
 the other replicas' backup reads do not find it overdue.
 
-Writes reach every replica within a heartbeat: the namespace's change counter is read at each sweep,
-and when it moved, the schedules planned here are read again (only those pushed as changed, where the
-store pushes every write). A changed one is planned in place of the old (`Planner.replace`: the slots
-the old one watches stay watched), a removed or paused one queues no more boundaries; the runs in
-progress of either end as they would.
+Writes reach every replica within a heartbeat (at once where the store pushes them): each record the
+window returns is compared with the version planned, and when the namespace's change counter moved,
+the planned schedules that the window did not return and that have a boundary queued are read again
+by id (written to a time beyond the window, or removed). So a write costs the replicas no reads of
+the schedules it did not touch, pushed or not. A changed one is planned in place of the old
+(`Planner.replace`: the slots the old one watches stay watched), a removed or paused one queues no
+more boundaries; the runs in progress of either end as they would.
 """
 
 from __future__ import annotations
@@ -224,8 +226,6 @@ class Sweeper:
         """When the sweep next looks at the due schedules of every task (the clock's ms)."""
         self._peeked = -1
         """The change counter at that look."""
-        self._pushed: set[str] = set()
-        """Schedules the store pushed as written since the last sweep."""
         self._moves: dict[str, tuple[str, int, int | None]] = {}
         """Moves of the due index for slots settled since they were last written, by schedule id."""
         self._failing = False
@@ -257,8 +257,6 @@ class Sweeper:
 
     def poke(self, schedule_id: str | None = None) -> None:
         """The store pushed a write (of `schedule_id`): sweep now, not at the next heartbeat."""
-        if schedule_id is not None:
-            self._pushed.add(schedule_id)
         self._poked = True
         self._wake.set()
 
@@ -310,23 +308,9 @@ class Sweeper:
                 self._failing = False
 
     async def sweep(self) -> None:
-        """Read what changed and what is due within the window; plan it; move the due index on."""
+        """Read what is due within the window and what changed; plan it; move the due index on."""
         backend, ns = self._backend, self._settings.namespace
         version = await backend.schedules_version(ns)
-        pushed, self._pushed = self._pushed, set()
-        if version != self._version:
-            if self._version is not None and pushed and version - self._version <= len(pushed):
-                ids = sorted(pushed & self._planned.keys())  # every write since was pushed: those only
-            else:
-                ids = list(self._planned)
-            for schedule_id, record in zip(ids, await backend.get_schedules(ns, ids) if ids else [],
-                                           strict=True):
-                planned = self._planned[schedule_id]
-                if record is None or record.paused:
-                    self._retire(schedule_id, planned)
-                elif record.version != planned.version:
-                    self._changed(record, planned)
-            self._version = version
         now = self._settings.clock.now_ms()
         if self._catalogue is not None and (self._members_due is None or now >= self._members_due):
             await self._read_members(now)
@@ -347,20 +331,52 @@ class Sweeper:
                     self._runnable(record)  # (says why not, once)
         if self._wanted:
             wanted, self._wanted = sorted(self._wanted - seen), set()
-            for record in await backend.get_schedules(ns, wanted) if wanted else []:
-                if record is not None and record.next_due is not None:
-                    seen.add(record.id)
-                    self._consider(record, now, now)  # planned, with no boundary beyond now
+            for found in await backend.get_schedules(ns, wanted) if wanted else []:
+                if found is not None and found.next_due is not None:
+                    seen.add(found.id)
+                    self._consider(found, now, now)  # planned, with no boundary beyond now
+        if version != self._version:
+            await self._reread(seen)
+            self._version = version
         settled, self._moves = self._moves, {}
         moves.update(settled)
         if moves:
             await backend.advance_schedules(ns, list(moves.values()))
         for schedule_id in [i for i, p in self._planned.items() if i not in seen or p.retired]:
-            plan = self._planner.plan_of(schedule_id)
-            if plan is None or (self._planner.idle(plan, plan.job.options.lease_ms)
-                                and not self._running(schedule_id)):
+            if self._done(schedule_id):
                 self._unplan(schedule_id)
         self.sweeps += 1
+
+    def _queued(self, schedule_id: str) -> bool:
+        """Whether a planned schedule has a boundary queued (a claim to come)."""
+        plan = self._planner.plan_of(schedule_id)
+        return plan is not None and plan.next_due is not None
+
+    def _done(self, schedule_id: str) -> bool:
+        """Whether a planned schedule has nothing left here: no boundary queued, no slot watched, no
+        run in progress, no claim in flight."""
+        plan = self._planner.plan_of(schedule_id)
+        return plan is None or (self._planner.idle(plan, plan.job.options.lease_ms)
+                                and not self._running(schedule_id))
+
+    async def _reread(self, seen: set[str]) -> None:
+        """After a write (the change counter moved): read again the planned schedules that this sweep's
+        window did not return and that have a boundary queued, and plan their changes. (The window's
+        records were compared with the planned version as they were read; a schedule written to a time
+        beyond the window, or removed, is not in it but would still claim the boundary queued. A run or
+        a watch of a slot claimed before goes on as it would.)"""
+        ids = [i for i, p in self._planned.items() if i not in seen and not p.retired and self._queued(i)]
+        if not ids:
+            return
+        for schedule_id, record in zip(ids, await self._backend.get_schedules(self._settings.namespace, ids),
+                                       strict=True):
+            planned = self._planned.get(schedule_id)
+            if planned is None:
+                continue
+            if record is None or record.paused:
+                self._retire(schedule_id, planned)
+            elif record.version != planned.version:
+                self._changed(record, planned)
 
     async def backups(self, now: int) -> None:
         """Plan the schedules of the others' partitions overdue by `backup_ms`, and write the settled
@@ -460,6 +476,9 @@ class Sweeper:
         assert next_due is not None
         if record.paused:
             # Its slots are skipped: said once a minute (with the others), and the index moved on.
+            planned = self._planned.get(schedule_id)
+            if planned is not None and not planned.retired:
+                self._retire(schedule_id, planned)
             if next_due <= now:
                 schedule = self._spec(record)
                 self._skips.add("paused", schedule_id)
