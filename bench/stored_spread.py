@@ -12,6 +12,11 @@ never started, and the start latency (start time minus slot) at p50, p99 and max
 replica's CPU over the measured seconds and its peak RSS. The namespace is removed afterwards.
 `--history on,off` runs each URL with the default history and with `history=0`; the store's CPU per
 fire over the measured seconds is printed (measured as `stored_herd.py` does: the whole server's).
+
+`--kill-at S` kills the first replica with SIGKILL S seconds into the measured window. Its partitions
+are those of the schedules it started before; the slots of those due after the kill are its orphans,
+and their start latency (p50, max) and misses are printed beside the rest: how late a dead replica's
+share starts once the others take it over.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import asyncio
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -37,12 +43,19 @@ HOUR_S = 3600
 
 
 def _replica(url: str, namespace: str, start: float, end: float, out: str,
-             settings: dict[str, Any] | None = None) -> None:
-    """One replica: run until `end`, then print its CPU from `start` to `end` and its peak RSS."""
+             settings: dict[str, Any] | None = None, kill_at: float | None = None) -> None:
+    """One replica: run until `end`, then print its CPU from `start` to `end` and its peak RSS; or, with
+    `kill_at` (wall time), kill itself with SIGKILL then (its starts are written line by line)."""
     from anarchon import JobContext, Scheduler
 
     scheduler: Scheduler[Any] = Scheduler.from_url(url, namespace=namespace, **(settings or {}))
-    fh = open(out, "a", buffering=1 << 16)  # noqa: SIM115 - closed at the end of main()
+    fh = open(out, "a", buffering=1 if kill_at else 1 << 16)  # noqa: SIM115 - closed at the end of main()
+
+    async def die() -> None:
+        assert kill_at is not None
+        await asyncio.sleep(max(0.0, kill_at - time.time()))
+        fh.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
 
     @scheduler.task("hourly")
     async def hourly(ctx: JobContext, n: int) -> None:
@@ -50,12 +63,15 @@ def _replica(url: str, namespace: str, start: float, end: float, out: str,
 
     async def main() -> None:
         async with scheduler:
+            killer = asyncio.create_task(die()) if kill_at else None
             await asyncio.sleep(max(0.0, start - time.time()))
             usage = resource.getrusage(resource.RUSAGE_SELF)
             before = usage.ru_utime + usage.ru_stime
             await asyncio.sleep(max(0.0, end - time.time()))
             usage = resource.getrusage(resource.RUSAGE_SELF)
             cpu = usage.ru_utime + usage.ru_stime - before
+            if killer is not None:
+                killer.cancel()
         fh.close()
         print(json.dumps({"cpu_s": cpu, "peak_mb": usage.ru_maxrss / 1024}), flush=True)
 
@@ -94,6 +110,27 @@ def _due_between(count: int, lo_ms: int, hi_ms: int) -> set[tuple[str, int]]:
     return due
 
 
+def orphans(work: Path, due: set[tuple[str, int]], starts: list[tuple[str, int, int, float]],
+            kill_t: float) -> dict[str, Any]:
+    """The slots due after `kill_t` in the partitions of the replica killed then (those of the schedules
+    it started before, in `work`/starts-0.txt): how many, how many never started, their latency."""
+    from anarchon.backends import schedule_partition
+
+    mine = {schedule_partition(line.split()[0])
+            for line in (work / "starts-0.txt").read_text().splitlines() if float(line.split()[3]) < kill_t}
+    kill_ms = int(kill_t * 1000)
+    orphaned = {(n, s) for n, s in due if s >= kill_ms and schedule_partition(n) in mine}
+    first: dict[tuple[str, int], float] = {}
+    for n, s, _, t in starts:
+        if (n, s) in orphaned:
+            first[(n, s)] = min(first.get((n, s), t), t)
+    late = sorted(t * 1000 - s for (n, s), t in first.items())
+    return {"killed_partitions": len(mine), "orphans": len(orphaned),
+            "orphans_missed": len(orphaned) - len(first),
+            "orphans_p50_ms": late[len(late) // 2] if late else None,
+            "orphans_max_ms": late[-1] if late else None, "orphans_late_1s": sum(1 for x in late if x > 1000)}
+
+
 def _run(url: str, args: argparse.Namespace, history: str = "on") -> dict[str, Any]:
     namespace = f"spread-{uuid.uuid4().hex[:8]}"
     work = Path(tempfile.mkdtemp(prefix="anarchon-spread-"))
@@ -105,8 +142,11 @@ def _run(url: str, args: argparse.Namespace, history: str = "on") -> dict[str, A
     end = start + args.seconds
     settings = json.dumps(history_settings(history))
     server = StoreCpu(url, start)
+    kill_t = None if args.kill_at is None else start + args.kill_at
     results = _replicas([[__file__, "--replica", url, namespace, str(start), str(end),
-                          str(work / f"starts-{k}.txt"), settings] for k in range(args.replicas)],
+                          str(work / f"starts-{k}.txt"), settings,
+                          *([str(kill_t)] if k == 0 and kill_t is not None else [])]
+                         for k in range(args.replicas)],
                         timeout=args.warmup + args.seconds + 600, env=env)
     store_s = server.stop()
     starts = _starts(work)
@@ -122,7 +162,8 @@ def _run(url: str, args: argparse.Namespace, history: str = "on") -> dict[str, A
         return latencies[min(len(latencies) - 1, int(p * len(latencies)))] if latencies else float("nan")
 
     fires = sum(1 for *_, t in starts if start <= t < end)
-    return {"url": url, "count": args.count, "replicas": args.replicas, "history": history,
+    killed = {} if kill_t is None else orphans(work, due, starts, kill_t)
+    return {**killed, "url": url, "count": args.count, "replicas": args.replicas, "history": history,
             "populate_s": populate_s,
             "store_us_per_fire": store_s / fires * 1e6 if store_s is not None and fires else None,
             "due": len(due), "starts": len(measured), "duplicates": len(keys) - len(set(keys)),
@@ -145,7 +186,7 @@ def main(argv: list[str]) -> int:
         return 0
     if argv and argv[0] == "--replica":
         _replica(argv[1], argv[2], float(argv[3]), float(argv[4]), argv[5],
-                 json.loads(argv[6]) if len(argv) > 6 else None)
+                 json.loads(argv[6]) if len(argv) > 6 else None, float(argv[7]) if len(argv) > 7 else None)
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("urls", nargs="+")
@@ -154,6 +195,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--warmup", type=float, default=15.0)
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--history", default="on", help="on, off (history=0) or on,off: a run of each")
+    ap.add_argument("--kill-at", type=float, default=None,
+                    help="kill the first replica (SIGKILL) this many seconds into the measured window")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     modes = args.history.split(",")
@@ -173,6 +216,11 @@ def main(argv: list[str]) -> int:
         print(f"{r['url'][:36]:<36} {r['history']:>7} {r['count']:>8} {r['due']:>6} {r['duplicates']:>4} "
               f"{r['missed']:>6} {r['fires_per_s']:>8.0f} {r['p50_ms']:>7.0f} {r['p99_ms']:>7.0f} "
               f"{r['max_ms'] or 0:>7.0f} {cpu:>16} {store:>13} {peak:>9}")
+        if "orphans" in r:
+            print(f"    killed replica's share ({r['killed_partitions']} partitions): "
+                  f"{r['orphans']} slots due after the kill, {r['orphans_missed']} never started, "
+                  f"latency p50 {r['orphans_p50_ms']} max {r['orphans_max_ms']} ms, "
+                  f"{r['orphans_late_1s']} later than 1 s")
     return 0
 
 
