@@ -17,6 +17,10 @@ history, no job catalogue). The store's CPU is measured too, from T to the repli
 `used_cpu_sys + used_cpu_user` (INFO cpu), or the CPU of every `postgres` process (the backends, the
 exited ones through the postmaster's children's time, and the background workers), read from /proc.
 Both count whatever else the server did meanwhile: on a shared server, read them as an upper bound.
+
+With `HERD_CALLS=1` in the environment, each replica counts its calls of the store (`COUNTED`) and
+the items they carried, and the row gets them summed (`calls`: name -> [calls, items]): how many
+statements or round trips the herd took, and how big each batch was.
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ def _replica(url: str, namespace: str, due: float, quiet_s: float, out: str,
         last[0] = now
         fh.write(f"{ctx.name} {ctx.slot} {ctx.attempt} {now:.4f}\n")
 
+    calls = _count_calls(scheduler.backend) if os.environ.get("HERD_CALLS") else None
+
     async def main() -> None:
         if os.environ.get("HERD_STACKS"):
             _watch_loop(asyncio.get_running_loop())
@@ -63,7 +69,8 @@ def _replica(url: str, namespace: str, due: float, quiet_s: float, out: str,
             usage = resource.getrusage(resource.RUSAGE_SELF)
             cpu = usage.ru_utime + usage.ru_stime - before
         fh.close()
-        print(json.dumps({"cpu_s": cpu, "peak_mb": usage.ru_maxrss / 1024}), flush=True)
+        print(json.dumps({"cpu_s": cpu, "peak_mb": usage.ru_maxrss / 1024,
+                          **({"calls": calls} if calls is not None else {})}), flush=True)
 
     profile = os.environ.get("HERD_PROFILE")
     if profile:  # (a cProfile dump per replica, for looking at where a herd's time goes)
@@ -73,6 +80,29 @@ def _replica(url: str, namespace: str, due: float, quiet_s: float, out: str,
                         f"{profile}.{os.getpid()}")
     else:
         asyncio.run(main())
+
+
+COUNTED = ("claim_many", "release_many", "record_runs", "advance_schedules", "due_schedules", "get_schedules",
+           "schedules_version", "renew_many", "publish_catalogue", "catalogue")
+
+
+def _count_calls(backend: Any) -> dict[str, list[int]]:
+    """Count each of the backend's `COUNTED` calls and the items of its first argument that is a list:
+    {name: [calls, items]} (`HERD_CALLS=1`: how many statements a herd takes, and how big)."""
+    counts: dict[str, list[int]] = {}
+    for name in COUNTED:
+        call = getattr(backend, name, None)
+        if call is None:
+            continue
+
+        async def counted(*args: Any, _call: Any = call, _name: str = name, **kw: Any) -> Any:
+            c = counts.setdefault(_name, [0, 0])
+            c[0] += 1
+            c[1] += next((len(a) for a in args if isinstance(a, list | tuple)), 0)
+            return await _call(*args, **kw)
+
+        setattr(backend, name, counted)
+    return counts
 
 
 def _watch_loop(loop: asyncio.AbstractEventLoop) -> None:
@@ -293,7 +323,20 @@ def _run(url: str, args: argparse.Namespace, history: str) -> dict[str, Any]:
             "cpu_s": cpu, "fires_per_cpu_s": len(starts) / cpu if cpu else None, "store_cpu_s": store_s,
             "store_us_per_fire": store_s / len(starts) * 1e6 if store_s is not None and starts else None,
             "peak_mb": [r["peak_mb"] for r in results if "peak_mb" in r],
-            "crashed": sum(1 for r in results if r.get("crashed"))}
+            "crashed": sum(1 for r in results if r.get("crashed")),
+            **({"calls": _summed([r["calls"] for r in results if "calls" in r])}
+               if any("calls" in r for r in results) else {})}
+
+
+def _summed(counts: list[dict[str, list[int]]]) -> dict[str, list[int]]:
+    """The replicas' call counts added up: {name: [calls, items]}."""
+    out: dict[str, list[int]] = {}
+    for one in counts:
+        for name, (n, items) in one.items():
+            c = out.setdefault(name, [0, 0])
+            c[0] += n
+            c[1] += items
+    return out
 
 
 def main(argv: list[str]) -> int:
