@@ -53,23 +53,31 @@ PARTS = list(range(0, SCHEDULE_PARTITIONS, 3))
 
 
 @pytest.mark.parametrize("cache", ["force_custom_plan", "force_generic_plan"])
-@pytest.mark.parametrize(("tasks", "partitions"), [(None, None), (None, PARTS), (["t1", "t4"], PARTS),
-                                                   (["t1", "t4"], None)],
+@pytest.mark.parametrize(("tasks", "partitions", "merged"),
+                         [(None, None, False), (None, PARTS, False), (["t1", "t4"], PARTS, True),
+                          (["t1", "t4"], None, True), (["t1", "t4"], PARTS, False),
+                          (["t1", "t4"], None, False)],
                          ids=["every-task", "every-task-some-partitions", "two-tasks-some-partitions",
-                              "two-tasks"])
+                              "two-tasks", "two-tasks-some-partitions-arrays", "two-tasks-arrays"])
 @pytest.mark.parametrize(("until", "after"),
                          [(1_300, None), (1_300, (1_100, "s100")), (7_100, (1_200, "s200"))],
                          ids=["a-few-due", "a-few-after-a-cursor", "most-due"])
 async def test_the_due_read_searches_the_due_index_for_the_due_rows_only(
         filled: tuple[PostgresBackend, Any], cache: str, tasks: list[str] | None,
-        partitions: list[int] | None, until: int, after: tuple[int, str] | None) -> None:
+        partitions: list[int] | None, merged: bool, until: int, after: tuple[int, str] | None) -> None:
     backend, conn = filled
-    # With tasks, the index is read partition by partition: every partition when none is asked.
+    # With tasks, the index is read partition by partition: every partition when none is asked; as
+    # ranges merged in one statement (the first form), or over arrays beyond MERGED_RANGES (the second).
     asked = list(range(SCHEDULE_PARTITIONS)) if tasks is not None and partitions is None else partitions
-    sql = backend.sql.due_schedules(after=after is not None, tasks=tasks is not None,
-                                    partitions=asked is not None)
-    args: list[Any] = ["ns1", until, 1_000, *(after or ()), *([] if tasks is None else ["{t1,t4}"]),
-                       *([] if asked is None else ["{" + ",".join(map(str, asked)) + "}"])]
+    args: list[Any] = ["ns1", until, 1_000, *(after or ())]
+    if tasks is not None and asked is not None and merged:
+        sql = backend.sql.due_ranges(len(tasks) * len(asked), after=after is not None)
+        args += [x for task in tasks for p in asked for x in (task, p)]
+    else:
+        sql = backend.sql.due_schedules(after=after is not None, tasks=tasks is not None,
+                                        partitions=asked is not None)
+        args += [*([] if tasks is None else ["{t1,t4}"]),
+                 *([] if asked is None else ["{" + ",".join(map(str, asked)) + "}"])]
     # Either due index serves every task (the planner picks by cost); only the one by task serves some.
     table = backend.sql.table
     indexes = ({f"{table}_sched_due", f"{table}_sched_part_due"} if tasks is None
@@ -82,13 +90,15 @@ async def test_the_due_read_searches_the_due_index_for_the_due_rows_only(
     nodes = list(_nodes(plan))
     kinds = [n["Node Type"] for n in nodes]
     assert "Seq Scan" not in kinds, f"the due read must never scan the table: {kinds}"
-    [scan] = [n for n in nodes if n.get("Index Name") in indexes]
-    cond = scan.get("Index Cond", "")
-    assert "namespace =" in cond and "next_due <=" in cond, (
-        f"namespace and until bound the index range: {cond}")
-    if tasks is not None:
-        assert "task =" in cond and "partition =" in cond, (
-            f"each (task, partition) bounds its own range: {cond}")
+    scans = [n for n in nodes if n.get("Index Name") in indexes]
+    assert len(scans) == (len(tasks or ()) * len(asked or ()) if merged else 1), kinds
+    for scan in scans:
+        cond = scan.get("Index Cond", "")
+        assert "namespace =" in cond and "next_due <=" in cond, (
+            f"namespace and until bound the index range: {cond}")
+        if tasks is not None:
+            assert "task =" in cond and "partition =" in cond, (
+                f"each (task, partition) bounds its own range: {cond}")
     due = await backend.due_schedules("ns1", until=until, tasks=tasks, partitions=partitions, after=after,
                                       limit=10_000)
     assert all(partitions is None or schedule_partition(r.id) in partitions for r in due)
@@ -96,10 +106,11 @@ async def test_the_due_read_searches_the_due_index_for_the_due_rows_only(
     # it reads the due rows of every partition, and keeps those asked.
     every = due if tasks is not None or partitions is None else await backend.due_schedules(
         "ns1", until=until, after=after, limit=10_000)
-    loops = scan.get("Actual Loops", 1)
-    # The rows the index scan found: those it returned and those its filter threw away (a mean per loop,
-    # rounded to the nearest: up to half a row per loop more or less).
-    read = (scan["Actual Rows"] + scan.get("Rows Removed by Filter", 0)) * loops
+    loops = sum(scan.get("Actual Loops", 1) for scan in scans)
+    # The rows the index scans found: those they returned and those their filter threw away (a mean per
+    # loop, rounded to the nearest: up to half a row per loop more or less).
+    read = sum((scan["Actual Rows"] + scan.get("Rows Removed by Filter", 0)) * scan.get("Actual Loops", 1)
+               for scan in scans)
     assert plan["Actual Rows"] == min(len(due), 1_000), "the plan finds the rows due"
     assert read <= len(every) + loops, (
         f"the index scans read {read} rows, for {len(every)} due in the namespace (of the tasks asked): "
@@ -108,6 +119,54 @@ async def test_the_due_read_searches_the_due_index_for_the_due_rows_only(
     assert sum(count or 0 for _, count in removed) <= len(every) - len(due), (
         f"no row of the partitions asked is read and then thrown away: {removed}")
     assert len(due) < ROWS // 3, "(the namespace holds more schedules than are due)"
+
+
+async def test_a_page_of_a_herd_reads_one_page_of_the_index_not_one_per_partition(schema: str) -> None:
+    # 20,000 schedules due at one moment, in every partition: each page of 1,000 of 22 partitions
+    # reads its 1,000 rows and at most one more per partition, not 1,000 from each partition.
+    backend = PostgresBackend(URL, schema=schema)
+    await backend.open()
+    conn = cast(Any, await asyncpg.connect(URL))  # pyright: ignore[reportUnknownMemberType]
+    try:
+        await conn.execute(f"""
+            INSERT INTO {backend.sql.schedules_table}
+                (namespace, id, task, spec, args, options, paused, next_due, version, created_at, updated_at,
+                 partition)
+            SELECT 'herd', 's' || g, 'herd', '{{}}', '{{}}', '{{}}', false, 5000, 1, 0, 0,
+                   {partition_of("'s' || g")}
+            FROM generate_series(1, 20000) AS g""")
+        await conn.execute(f"ANALYZE {backend.sql.schedules_table}")
+        sent: list[tuple[str, tuple[Any, ...]]] = []
+        fetch = backend._fetch  # pyright: ignore[reportPrivateUsage]
+
+        async def recorded(what: str, query: str, *args: Any, rows: int = 1) -> list[Any]:
+            sent.append((query, args))
+            return await fetch(what, query, *args, rows=rows)
+
+        backend._fetch = recorded  # type: ignore[method-assign]  # pyright: ignore[reportPrivateUsage]
+        pages: list[int] = []
+        after: tuple[int, str] | None = None
+        while True:
+            page = await backend.due_schedules("herd", until=6000, tasks=["herd"], partitions=PARTS,
+                                               after=after, limit=1_000)
+            pages.append(len(page))
+            if len(page) < 1_000:
+                break
+            assert page[-1].next_due is not None
+            after = (page[-1].next_due, page[-1].id)
+        due = sum(1 for g in range(1, 20_001) if schedule_partition(f"s{g}") in PARTS)
+        assert sum(pages) == due and pages[0] == 1_000
+        # The plan of a page from the middle, as the driver sent it.
+        sql, args = sent[len(sent) // 2]
+        statement = await conn.prepare("EXPLAIN (ANALYZE, FORMAT JSON) " + sql)
+        plan = json.loads(await statement.fetchval(*args))[0]["Plan"]
+        scans = [n for n in _nodes(plan) if n["Node Type"] in ("Index Scan", "Index Only Scan")]
+        read = sum(n["Actual Rows"] * n.get("Actual Loops", 1) for n in scans)
+        assert plan["Actual Rows"] == 1_000
+        assert read <= 1_000 + len(PARTS), f"a page read {read} rows of the index for 1,000 returned"
+    finally:
+        await conn.close()
+        await backend.close()
 
 
 async def test_an_expect_that_is_no_version_is_refused_before_the_store(schema: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import uuid
@@ -63,6 +64,9 @@ JIT_FREE_ROWS = 256
 _RECHECKS = 3
 _PUT_CHUNK = 1_000
 """Schedules per statement of `put_schedules`: a few milliseconds with the namespace's counter locked."""
+MERGED_RANGES = 128
+"""The most (task, partition) ranges that a read of the due index merges in one statement of a range
+each (`Statements.due_ranges`); more are read as one statement over arrays, a page per range."""
 _OUTCOMES = {o.value: o for o in ClaimOutcome}
 """An outcome's string to the member, without an Enum call per claim."""
 _STATUSES = {s.value: s for s in JobStatus}
@@ -83,6 +87,12 @@ def _first_of_each_job(keys: Sequence[tuple[str, str]], pending: list[int]) -> t
         (later if key in seen else batch).append(i)
         seen.add(key)
     return batch, later
+
+
+@functools.lru_cache(maxsize=64)
+def _due_ranges(sql: Statements, ranges: int, after: bool) -> str:
+    """`sql.due_ranges(ranges, after=after)`, built once per shape (a replica asks for few shapes)."""
+    return sql.due_ranges(ranges, after=after)
 
 
 def _schedule(row: Any) -> ScheduleRecord:
@@ -753,10 +763,16 @@ class PostgresBackend(LeaseBackendBase):
             return []
         if wanted is not None and parts is None:
             parts = list(range(SCHEDULE_PARTITIONS))  # the tasks' index is by partition
-        sql = self.sql.due_schedules(after=after is not None, tasks=wanted is not None,
-                                     partitions=parts is not None)
-        args = [namespace, until, limit, *(after or ()), *([] if wanted is None else [texts(wanted)]),
-                *([] if parts is None else [numbers(parts)])]
+        if wanted is not None and parts is not None and len(wanted) * len(parts) <= MERGED_RANGES:
+            # Each (task, partition) range read in order and merged: a herd's page reads one page.
+            pairs = [x for task in wanted for p in parts for x in (task, p)]
+            sql = _due_ranges(self.sql, len(pairs) // 2, after is not None)
+            args = [namespace, until, limit, *(after or ()), *pairs]
+        else:
+            sql = self.sql.due_schedules(after=after is not None, tasks=wanted is not None,
+                                         partitions=parts is not None)
+            args = [namespace, until, limit, *(after or ()), *([] if wanted is None else [texts(wanted)]),
+                    *([] if parts is None else [numbers(parts)])]
         return [_schedule(row) for row in await self._fetch("due_schedules", sql, *args)]
 
     async def advance_schedules(self, namespace: str, moves: Sequence[tuple[str, int, int | None]]) -> None:

@@ -952,6 +952,25 @@ CROSS JOIN LATERAL (
 ) AS x
 ORDER BY x.next_due, x.id LIMIT $3"""
 
+    def due_ranges(self, ranges: int, *, after: bool) -> str:
+        """`due_schedules` for `ranges` (task, partition) pairs, each its own range of the index on
+        (namespace, task, partition, next_due, id): parameters as there, but the pairs' tasks and
+        partitions one by one from the first number on (task, partition, task, ...).
+
+        The ranges are merged in order as they are read (a Merge Append of index scans, each under a
+        limit), so a page reads its `$3` rows and at most one more per range: where many rows are due
+        at once (a herd), reading each range up to the limit first and sorting them all would read a
+        page per range for each page returned."""
+        cursor = "AND (s.next_due, s.id) > ($4::bigint, $5::text) " if after else ""
+        first = 6 if after else 4
+        cols = ", ".join(f"s.{col}" for col in _SCHEDULE.split(", "))
+        parts = [f"""(SELECT {cols} FROM {self.schedules_table} AS s
+ WHERE s.namespace = $1 AND s.task = ${first + 2 * k}::text AND s.partition = ${first + 2 * k + 1}::smallint
+   AND s.next_due IS NOT NULL AND s.next_due <= $2 {cursor}
+ ORDER BY s.next_due, s.id LIMIT $3)""" for k in range(ranges)]
+        return (f"SELECT {', '.join(f'x.{col}' for col in _SCHEDULE.split(', '))} FROM (\n"
+                + "\nUNION ALL\n".join(parts) + "\n) AS x ORDER BY x.next_due, x.id LIMIT $3")
+
     @property
     def advance_schedules(self) -> str:
         """Move schedules of namespace $1 forward in the due index: $2..$4 are array literals (id,
