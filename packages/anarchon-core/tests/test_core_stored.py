@@ -677,7 +677,7 @@ def test_a_write_rereads_none_of_the_planned_schedules_it_did_not_touch(clock: V
             reread.extend(ids)
             return await get(namespace, ids)
 
-        s.backend.get_schedules = by_id  # type: ignore[method-assign]
+        s.backend.get_schedules = by_id
 
     async def main() -> None:
         await r.start()
