@@ -91,11 +91,13 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=20_000)
     ap.add_argument("--chunk", type=int, default=2000)
     ap.add_argument("--url", default=PG, help="the server, without a database")
-    ap.add_argument("--plan-cache", default="auto", help="the database's plan_cache_mode: auto (the "
-                    "default), force_generic_plan or force_custom_plan")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="a setting of the benchmark's database (ALTER DATABASE ... SET), e.g. jit=off or "
+                    "plan_cache_mode=force_generic_plan; repeatable")
     args = ap.parse_args()
-    for sql in (f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)", f"CREATE DATABASE {DB}",
-                f"ALTER DATABASE {DB} SET plan_cache_mode = {args.plan_cache}"):
+    settings = [f"ALTER DATABASE {DB} SET {name} = {value}"
+                for name, _, value in (pair.partition("=") for pair in args.set)]
+    for sql in (f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)", f"CREATE DATABASE {DB}", *settings):
         subprocess.run(["psql", f"{args.url}/postgres", "-q", "-c", sql], check=True)
     spent = asyncio.run(herd(f"{args.url}/{DB}", args.count, args.chunk))
     total = sum(cpu for cpu, _ in spent.values())

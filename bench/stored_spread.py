@@ -112,12 +112,20 @@ def _due_between(count: int, lo_ms: int, hi_ms: int) -> set[tuple[str, int]]:
 
 def orphans(work: Path, due: set[tuple[str, int]], starts: list[tuple[str, int, int, float]],
             kill_t: float) -> dict[str, Any]:
-    """The slots due after `kill_t` in the partitions of the replica killed then (those of the schedules
-    it started before, in `work`/starts-0.txt): how many, how many never started, their latency."""
+    """The slots due after `kill_t` in the partitions of the replica killed then (those most of whose
+    starts in the 10 s before were its own, in `work`/starts-0.txt): how many, how many never started,
+    their latency, and until when after the kill they started more than a second late."""
     from anarchon.backends import schedule_partition
 
-    mine = {schedule_partition(line.split()[0])
-            for line in (work / "starts-0.txt").read_text().splitlines() if float(line.split()[3]) < kill_t}
+    by: dict[int, list[int]] = {}  # partition -> [its starts by the killed replica, all its starts]
+    for path in work.glob("starts-*.txt"):
+        for line in path.read_text().splitlines():
+            name, _, _, t = line.split()
+            if kill_t - 10 <= float(t) < kill_t:
+                counts = by.setdefault(schedule_partition(name), [0, 0])
+                counts[0] += path.name == "starts-0.txt"
+                counts[1] += 1
+    mine = {p for p, (own, every) in by.items() if 2 * own > every}
     kill_ms = int(kill_t * 1000)
     orphaned = {(n, s) for n, s in due if s >= kill_ms and schedule_partition(n) in mine}
     first: dict[tuple[str, int], float] = {}
@@ -125,10 +133,12 @@ def orphans(work: Path, due: set[tuple[str, int]], starts: list[tuple[str, int, 
         if (n, s) in orphaned:
             first[(n, s)] = min(first.get((n, s), t), t)
     late = sorted(t * 1000 - s for (n, s), t in first.items())
+    slow = [s for (n, s), t in first.items() if t * 1000 - s > 1000]
     return {"killed_partitions": len(mine), "orphans": len(orphaned),
             "orphans_missed": len(orphaned) - len(first),
             "orphans_p50_ms": late[len(late) // 2] if late else None,
-            "orphans_max_ms": late[-1] if late else None, "orphans_late_1s": sum(1 for x in late if x > 1000)}
+            "orphans_max_ms": late[-1] if late else None, "orphans_late_1s": len(slow),
+            "orphans_late_until_s": (max(slow) - kill_ms) / 1000 if slow else None}
 
 
 def _run(url: str, args: argparse.Namespace, history: str = "on") -> dict[str, Any]:
@@ -220,7 +230,8 @@ def main(argv: list[str]) -> int:
             print(f"    killed replica's share ({r['killed_partitions']} partitions): "
                   f"{r['orphans']} slots due after the kill, {r['orphans_missed']} never started, "
                   f"latency p50 {r['orphans_p50_ms']} max {r['orphans_max_ms']} ms, "
-                  f"{r['orphans_late_1s']} later than 1 s")
+                  f"{r['orphans_late_1s']} later than 1 s, the last of those due "
+                  f"{r['orphans_late_until_s']} s after the kill")
     return 0
 
 
