@@ -417,8 +417,9 @@ STORED_COLUMNS: dict[str, list[tuple[str, str, str]]] = {
     "M1": [("written s", "populate_s", "{:,.0f}"), ("RSS MB", "rss_mb", "{:.1f}"),
            ("peak RSS MB", "peak_mb", "{:.1f}"), ("CPU % of a core", "cpu_pct", "{:.2f}"),
            ("ready s", "ready_s", "{:.2f}")],
+    # (M2's fires a second are the scenario's: about 280.)
     "M2": [("due", "due", "{:,}"), ("dup", "duplicates", "{:,}"), ("lost", "missed", "{:,}"),
-           ("fires/s", "fires_per_s", "{:,.0f}"), ("p50 ms", "p50_ms", "{:,.0f}"),
+           ("p50 ms", "p50_ms", "{:,.0f}"),
            ("p99 ms", "p99_ms", "{:,.0f}"),
            ("CPU %", "cpu_pct", "{:.0f}"), ("peak MB", "peak_mb", "{:.0f}"),
            ("store µs/fire", "store_us_per_fire", "{:,.0f}")],

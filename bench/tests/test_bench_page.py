@@ -208,3 +208,20 @@ def test_the_stored_scenarios_can_come_from_a_run_of_their_own(tmp_path: Path) -
     (tmp_path / "none" / "results.json").write_text(json.dumps({"meta": meta, "runs": []}))
     with pytest.raises(SystemExit, match="no stored-schedule rows"):
         merged(tmp_path / "code", tmp_path / "none")
+
+
+def test_the_stored_targets_are_judged_on_every_repeat() -> None:
+    data: dict[str, Any] = {
+        "meta": {"machine": "2 cores", "repeats": {}, "durations": {}, "kill_at": {}}, "runs": [],
+        "stored": [herd("anarchon-redis", 0, last=6.5, store_us=50.0, peak=[50.0]),
+                   herd("anarchon-postgresql", 0, last=9.5, store_us=130.0, peak=[60.0]),
+                   herd("anarchon-postgresql", 1, last=13.9, store_us=240.0, peak=[60.0]),
+                   herd("apscheduler4-postgresql", 0, last=465.0, store_us=3000.0, peak=[160.0]),
+                   churn("anarchon-postgresql", 0, lost=0)],
+    }
+    page = render(data)
+    assert ("| 100,000 stored schedules due at one second: each started once, the last within 10 s | M3 "
+            "| redis | postgresql |") in page
+    # M4 asks every change made (at 1,000 a second in the full run; the made-up row made 99.7).
+    assert "| M4 | - | postgresql |" in page
+    assert "| M1 |" not in page  # (no M1 row in this run)
