@@ -22,20 +22,28 @@ ROWS = 6_000
 """Schedules in the table: three namespaces of 2,000, one in seven with no next due."""
 
 
+async def _fill(backend: PostgresBackend, conn: Any, rows: int, *, namespace: str, task: str,
+                next_due: str) -> None:
+    """Insert schedules `s1` to `s<rows>` straight into the table, their namespace, task and next due
+    the SQL expressions given (of `g`, the row's number), and analyse the table."""
+    await conn.execute(f"""
+        INSERT INTO {backend.sql.schedules_table}
+            (namespace, id, task, spec, args, options, paused, next_due, version, created_at, updated_at,
+             partition)
+        SELECT {namespace}, 's' || g, {task}, '{{}}', '{{}}', '{{}}', false, {next_due}, 1, 0, 0,
+               {partition_of("'s' || g")}
+        FROM generate_series(1, {rows}) AS g""")
+    await conn.execute(f"ANALYZE {backend.sql.schedules_table}")
+
+
 @pytest.fixture
 async def filled(schema: str) -> AsyncIterator[tuple[PostgresBackend, Any]]:
     backend = PostgresBackend(URL, schema=schema)
     await backend.open()
     conn = cast(Any, await asyncpg.connect(URL))  # pyright: ignore[reportUnknownMemberType]
     try:
-        await conn.execute(f"""
-            INSERT INTO {backend.sql.schedules_table}
-                (namespace, id, task, spec, args, options, paused, next_due, version, created_at, updated_at,
-                 partition)
-            SELECT 'ns' || (g % 3), 's' || g, 't' || (g % 10), '{{}}', '{{}}', '{{}}', false,
-                   CASE WHEN g % 7 = 0 THEN NULL ELSE 1000 + g END, 1, 0, 0, {partition_of("'s' || g")}
-            FROM generate_series(1, {ROWS}) AS g""")
-        await conn.execute(f"ANALYZE {backend.sql.schedules_table}")
+        await _fill(backend, conn, ROWS, namespace="'ns' || (g % 3)", task="'t' || (g % 10)",
+                    next_due="CASE WHEN g % 7 = 0 THEN NULL ELSE 1000 + g END")
         yield backend, conn
     finally:
         await conn.close()
@@ -128,14 +136,7 @@ async def test_a_page_of_a_herd_reads_one_page_of_the_index_not_one_per_partitio
     await backend.open()
     conn = cast(Any, await asyncpg.connect(URL))  # pyright: ignore[reportUnknownMemberType]
     try:
-        await conn.execute(f"""
-            INSERT INTO {backend.sql.schedules_table}
-                (namespace, id, task, spec, args, options, paused, next_due, version, created_at, updated_at,
-                 partition)
-            SELECT 'herd', 's' || g, 'herd', '{{}}', '{{}}', '{{}}', false, 5000, 1, 0, 0,
-                   {partition_of("'s' || g")}
-            FROM generate_series(1, 20000) AS g""")
-        await conn.execute(f"ANALYZE {backend.sql.schedules_table}")
+        await _fill(backend, conn, 20_000, namespace="'herd'", task="'herd'", next_due="5000")
         sent: list[tuple[str, tuple[Any, ...]]] = []
         fetch = backend._fetch  # pyright: ignore[reportPrivateUsage]
 
