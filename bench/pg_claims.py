@@ -44,10 +44,10 @@ def server_cpu(pids: list[int]) -> float | None:
     return None if None in cpus else sum(c for c in cpus if c is not None)
 
 
-async def backend_pids(backend: PostgresBackend) -> list[int]:
-    """The server processes of every client connection to the benchmark's database (no autovacuum)."""
+async def backend_pids(backend: PostgresBackend, database: str = DB) -> list[int]:
+    """The server processes of every client connection to `database` (no autovacuum)."""
     rows = await backend.pool.fetch(
-        "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'", DB)
+        "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'", database)
     return [r["pid"] for r in rows]
 
 

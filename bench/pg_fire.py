@@ -20,7 +20,7 @@ import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 
-from pg_claims import server_cpu
+from pg_claims import backend_pids, server_cpu
 
 PG = "postgresql://postgres@127.0.0.1:5432"
 DB = "bench_pg_fire"
@@ -46,9 +46,7 @@ async def herd(url: str, count: int, chunk: int) -> dict[str, tuple[float, float
     await backend.open()
     try:
         await backend.pool.execute("ANALYZE")
-        rows = await backend.pool.fetch("SELECT pid FROM pg_stat_activity WHERE datname = $1 "
-                                        "AND backend_type = 'client backend'", DB)
-        pids = [r["pid"] for r in rows]
+        pids = await backend_pids(backend, DB)
         slot = to_ms(due)
         await asyncio.sleep(max(0.0, slot / 1000 - time.time()))  # (a slot is not claimed before it)
         names = sorted(versions)
