@@ -694,20 +694,37 @@ class TestLeaseContract:
     async def test_a_lease_is_granted_as_long_as_asked(self, anarchon_kit: Kit) -> None:
         short = anarchon_kit.short_lease_ms
         lease_ms = short if anarchon_kit.fixed_lease else short * 2
-        result = await anarchon_kit.claim("job", "a", lease_ms=lease_ms)
-        granted = time.monotonic()
-        assert result.lease is not None, result
-        if result.now is not None:
-            assert result.lease.expires_at - result.now >= lease_ms - 50, (
-                f"a lease of {lease_ms} ms was granted until {result.lease.expires_at - result.now} ms after "
-                f"the store's now: a lease must run as long as asked, from the store's now; {result!r}"
+        other_client = await anarchon_kit.client()
+        late: list[str] = []
+        for attempt in range(3):
+            job = f"job-{attempt}"
+            # The lease starts at the store's now, which is no earlier than the claim was sent.
+            sent = time.monotonic()
+            result = await anarchon_kit.claim(job, "a", lease_ms=lease_ms)
+            assert result.lease is not None, result
+            if result.now is not None:
+                assert result.lease.expires_at - result.now >= lease_ms - 50, (
+                    f"a lease of {lease_ms} ms was granted until {result.lease.expires_at - result.now} ms "
+                    "after the store's now: a lease must run as long as asked, from the store's now; "
+                    f"{result!r}"
+                )
+            # At 70% of the lease, it still holds.
+            await asyncio.sleep(max(0.0, sent + lease_ms * 0.7 / 1000 - time.monotonic()))
+            other = await anarchon_kit.claim(job, "b", on=other_client, lease_ms=lease_ms)
+            if other.outcome is ClaimOutcome.TAKEN:
+                return
+            if other.now is not None and other.now >= result.lease.expires_at:
+                # The second claim reached the store after the lease had run out: this machine stalled
+                # past the lease, which says nothing of the store. Try again.
+                late.append(f"store's now {other.now - result.lease.expires_at} ms past the expiry")
+                continue
+            raise AssertionError(
+                f"at 70% of a {lease_ms} ms lease another claim got {other.outcome}: the lease was granted "
+                f"shorter than asked (the holder loses it early); {result!r}; {other!r}"
             )
-        # At 70% of the lease, it still holds.
-        await asyncio.sleep(max(0.0, granted + lease_ms * 0.7 / 1000 - time.monotonic()))
-        other = await anarchon_kit.claim("job", "b", on=await anarchon_kit.client(), lease_ms=lease_ms)
-        assert other.outcome is ClaimOutcome.TAKEN, (
-            f"at 70% of a {lease_ms} ms lease another claim got {other.outcome}: the lease was granted "
-            f"shorter than asked (the holder loses it early); {other!r}"
+        raise AssertionError(
+            f"in 3 tries the claim at 70% of a {lease_ms} ms lease reached the store only after the lease "
+            f"ran out ({'; '.join(late)}): the test machine is too slow for this lease"
         )
 
     async def test_a_lease_is_not_granted_longer_than_asked(self, anarchon_kit: Kit) -> None:
