@@ -59,6 +59,8 @@ class Replicas:
                 @s.task("report")
                 async def report(ctx: JobContext, **args: Any) -> None:
                     self.runs.append((ctx.name, ctx.slot, ctx.attempt, ctx.instance_id, args))
+                    if "sleep" in args:  # a long run
+                        await asyncio.sleep(args["sleep"])
             else:  # an older version of the service: it has other tasks, not this one
                 @s.task("cleanup")
                 async def cleanup(ctx: JobContext) -> None: ...
@@ -515,7 +517,7 @@ def test_replicas_share_the_due_schedules_so_each_slot_is_claimed_once(clock: Vi
     assert len(shares) == 3 and min(shares.values()) >= 60 * len(settled) // 6, shares
 
 
-def test_a_dead_replicas_share_runs_late_by_less_than_a_heartbeat(clock: VirtualClock) -> None:
+def test_a_dead_replicas_share_runs_late_by_less_than_a_heartbeat_then_on_time(clock: VirtualClock) -> None:
     from anarchon.testing import crash
 
     r = Replicas(clock, faulty=True)
@@ -545,6 +547,60 @@ def test_a_dead_replicas_share_runs_late_by_less_than_a_heartbeat(clock: Virtual
     backup_ms = 333
     assert max(lateness) <= 3 * backup_ms + 10, max(lateness)
     assert max(lateness) >= backup_ms, "the dead replica's share was not its own (no lateness seen)"
+    # Once a backup read found its share overdue, it is presumed gone and its partitions are shared out:
+    # from the next slot on they are read in the due window, and start on time.
+    after = [at - slot for _, slot, at in began if slot >= T0 + 40_000]
+    assert len(after) == 60 * 3 and max(after) == 0, max(after)
+
+
+def test_a_replica_back_from_a_freeze_gets_its_partitions_back(clock: VirtualClock) -> None:
+    r = Replicas(clock, faulty=True)
+    claims: Counter[tuple[str, int]] = Counter()
+    for s in r.schedulers:
+        s.on("claim", lambda e: claims.update([(e.job, e.slot)]))
+    reads = r.due_reads()
+
+    async def main() -> None:
+        await r.start()
+        await r.admin.add_many(NewSchedule(f"cust-{n:03d}", "report", Every.parse("10s")) for n in range(60))
+        await asyncio.sleep(25)
+        r.schedulers[0].backend.freeze(8)  # presumed gone by the others at the slot of +30 s
+        await asyncio.sleep(60)
+        await r.stop()
+
+    clock.run(main())
+    assert not r.doubles()
+    for n in range(60):
+        slots = r.slots(f"cust-{n:03d}")
+        assert [s for s in slots if s >= T0 + 40_000] == list(range(T0 + 40_000, T0 + 90_000, 10_000)), n
+    # Back from the freeze it loses the races for its partitions (the others claim them too), so no win
+    # of its is heard; its tasks published again (every minute) give them back, read with the members.
+    late = [n for (_, slot), n in claims.items() if slot >= T0 + 70_000]
+    assert late and set(late) == {1}, Counter(late)
+    window = [(me, parts) for me, at, until, parts in reads if at >= T0 + 70_000 and until > at]
+    owned = {me: set(parts or ()) for me, parts in window}
+    assert sorted(owned) == ["i0", "i1", "i2"] and sum(len(p) for p in owned.values()) == SCHEDULE_PARTITIONS
+
+
+def test_a_replica_running_a_long_slot_is_not_presumed_gone(clock: VirtualClock) -> None:
+    # The owner of `long`'s partition wins it at +10 s and runs it for 40 s, winning nothing else: the
+    # others' backup reads find the slot overdue, but not since after its last win, so they leave it be.
+    r = Replicas(clock)
+    reads = r.due_reads()
+
+    async def main() -> None:
+        await r.start()
+        await r.admin.add("long", "report", every="1h", offset="10s", args={"sleep": 40})
+        await asyncio.sleep(45)
+        await r.stop()
+
+    clock.run(main())
+    assert r.slots("long") == [T0 + 10_000] and not r.doubles()
+    window: dict[str, set[int]] = {}
+    for me, at, until, parts in reads:
+        if at >= T0 + 12_000 and until > at:
+            window.setdefault(me, set()).update(parts or range(SCHEDULE_PARTITIONS))
+    assert sum(len(p) for p in window.values()) == SCHEDULE_PARTITIONS, {m: len(p) for m, p in window.items()}
 
 
 def test_each_replica_reads_the_due_window_of_its_own_partitions_only(clock: VirtualClock) -> None:

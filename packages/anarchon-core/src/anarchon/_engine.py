@@ -206,7 +206,8 @@ class Engine:
         sweeper = self.sweeper = Sweeper(
             cast(ScheduleBackend, self._backend), self._config, self.planner, tasks=tasks,
             code_jobs=self._jobs, running=self.runs.running_job, skips=self._skips,
-            forget=self._forget_job, heard=self.planner.heard, overdue=gaps.overdue)
+            forget=self._forget_job, heard=self.planner.heard, overdue=gaps.overdue,
+            announced=self._announced)
         if self.history is not None:
             self.history.tasks = lambda: tasks.keys()
         return sweeper

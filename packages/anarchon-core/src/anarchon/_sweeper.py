@@ -21,10 +21,15 @@ also reads the schedules overdue by `backup_ms` in the partitions of the replica
 of theirs pushed in two `backup_ms`; every other replica where the store pushes no wins), and plans
 those too. So the replicas read disjoint rows, each slot is claimed by one replica in the normal case
 (a replica busy with a herd is not helped into claiming its slots twice), and a dead replica's slots
-start late by at most three `backup_ms`, within a heartbeat. The views of the replicas may differ for
-a while (a replica started or died): a slot is then claimed twice (the store still picks one winner)
-or late, never lost. Without a catalogue (`history=0`, or a store that keeps none) every replica plans
-every due schedule.
+start late by at most three `backup_ms`, within a heartbeat. Where the store pushes wins, a replica
+silent for a heartbeat is presumed gone once a backup read finds a slot of its partitions overdue that
+is due after its last win heard (a slot it never claimed, not one it is still running): the shares are
+worked out again without it, so its partitions are read in the due window from then on and their slots
+start on time, not a backup read late, until its catalogue entries expire. A win of its heard again,
+or its tasks published again (read with the members), give it its partitions back. The views of the
+replicas may differ for a while (a replica started or died, or froze): a slot is then claimed twice
+(the store still picks one winner) or late, never lost. Without a catalogue (`history=0`, or a store
+that keeps none) every replica plans every due schedule.
 
 A settled slot's move of the due index is written within `MIN_GAP_S`, not at the next sweep, so that
 the other replicas' backup reads do not find it overdue.
@@ -58,7 +63,14 @@ from ._schedules import At, Cron, Every
 from ._settings import Settings
 from ._stored import decode_spec, resolve_stored
 from ._wakeup import Wakeup
-from .backends import SCHEDULE_PARTITIONS, Capability, HistoryBackend, ScheduleBackend, ScheduleRecord
+from .backends import (
+    SCHEDULE_PARTITIONS,
+    Capability,
+    HistoryBackend,
+    ScheduleBackend,
+    ScheduleRecord,
+    schedule_partition,
+)
 
 __all__ = ["MEMBERS_EVERY_MS", "MIN_GAP_S", "PAGE", "Share", "Sweeper", "Task", "owner", "shares",
            "task_call"]
@@ -195,12 +207,13 @@ class Sweeper:
                  tasks: Mapping[str, Task], code_jobs: Mapping[str, Job], running: Callable[[str], bool],
                  skips: SkipSummary, forget: Callable[[str], None] = lambda name: None,
                  heard: Callable[[str], int | None] = lambda instance: None,
-                 overdue: Callable[[str, int, int | None], None] = lambda name, version, first: None
-                 ) -> None:
+                 overdue: Callable[[str, int, int | None], None] = lambda name, version, first: None,
+                 announced: bool = False) -> None:
         """`running(name)`: whether a run of job `name` is in progress here; `forget(name)`: a job is
         planned no more (the engine drops what it kept of it); `heard(instance)`: when a win of that
         replica was last pushed (None: never, or the store pushes none); `overdue(name, version, first)`: a
-        schedule is planned, `first` its first slot not settled if already due (missed slots)."""
+        schedule is planned, `first` its first slot not settled if already due (missed slots);
+        `announced`: the store pushes wins (`heard` tells when), so a silent replica can be presumed gone."""
         self._backend = backend
         self._settings = settings
         self._log: logging.Logger = settings.log
@@ -211,6 +224,7 @@ class Sweeper:
         self._forget = forget
         self._overdue = overdue
         self._heard = heard
+        self._announced = announced
         self._skips = skips
         self.window_ms = max(2 * settings.heartbeat_ms, 2000)
         """How far ahead a sweep reads the due index: two heartbeats (at least 2 s), so a slot is
@@ -239,6 +253,12 @@ class Sweeper:
         """What a sweep reads (every partition until the replicas are known)."""
         self._members_due: int | None = None
         """When the members are read next (the clock's ms); None: at the next sweep."""
+        self._members: dict[str, tuple[str, ...]] | None = None
+        """The replicas that have each task, as last read from the catalogue (None: not read yet)."""
+        self._gone: dict[str, int] = {}
+        """Replicas presumed gone (silent, their share overdue), and since when (the clock's ms)."""
+        self._last_win: dict[str, int] = {}
+        """When a win of each other replica was last heard (the clock's ms), kept as long as it is listed."""
         self.sweeps = 0
         """Sweeps done (for tests and metrics)."""
 
@@ -314,6 +334,7 @@ class Sweeper:
         now = self._settings.clock.now_ms()
         if self._catalogue is not None and (self._members_due is None or now >= self._members_due):
             await self._read_members(now)
+        self._readmit()
         until = now + self.window_ms
         seen: set[str] = set()
         moves: dict[str, tuple[str, int, int | None]] = {}
@@ -384,6 +405,7 @@ class Sweeper:
         seen: set[str] = set()
         moves: dict[str, tuple[str, int, int | None]] = {}
         until = now + self.window_ms
+        self._readmit()
         for share in self._shares:
             await self._backup(share, now, until, seen, moves)
         self._moves.update(moves)
@@ -393,9 +415,55 @@ class Sweeper:
                       moves: dict[str, tuple[str, int, int | None]]) -> None:
         """Plan what is overdue by `backup_ms` in the partitions of the replicas gone silent: no win
         of theirs heard in two `backup_ms` (all of them, where the store pushes no wins)."""
+        if self._announced:
+            for member, _ in share.others:
+                heard = self._heard(member)
+                if heard is not None and heard > self._last_win.get(member, -1):
+                    self._last_win[member] = heard
         silent = share.silent(self._heard, now - 2 * self.backup_ms)
         if silent:
-            await self._read(share.tasks, tuple(silent), now - self.backup_ms, now, until, seen, moves)
+            found: dict[int, int] | None = {} if self._announced and self._members is not None else None
+            await self._read(share.tasks, tuple(silent), now - self.backup_ms, now, until, seen, moves,
+                             found)
+            if found:
+                self._presume_gone(share, found, now)
+
+    def _presume_gone(self, share: Share, overdue: dict[int, int], now: int) -> None:
+        """Presume gone each other replica of `share` that no win was heard from in a heartbeat and that
+        left a slot due after its last win unclaimed (`overdue`: the latest due time a backup read found
+        in each partition); share the partitions out again without it."""
+        since = now - self._settings.heartbeat_ms
+        gone = []
+        for member, parts in share.others:
+            last = self._last_win.get(member)
+            if member in self._gone or (last is not None and last >= since):
+                continue
+            latest = max((overdue[p] for p in parts if p in overdue), default=None)
+            if latest is not None and (last is None or latest > last):
+                self._gone[member] = now
+                gone.append(member)
+        for member in gone:
+            self._log.debug("replica %r left its stored schedules due %d ms ago unclaimed and no win of "
+                            "its was heard in a heartbeat: presumed gone, its partitions are shared out "
+                            "among the others until it is heard again", member, self.backup_ms)
+        if gone:
+            self._reshare()
+
+    def _readmit(self) -> None:
+        """Give its partitions back to each replica presumed gone whose win was heard since."""
+        back = [m for m, at in self._gone.items() if (heard := self._heard(m)) is not None and heard > at]
+        for member in back:
+            del self._gone[member]
+            self._log.debug("a win of replica %r was heard: its partitions are its own again", member)
+        if back:
+            self._reshare()
+
+    def _reshare(self) -> None:
+        """Work out this replica's share from the members last read, without those presumed gone."""
+        if self._members is None:
+            return
+        view = {task: tuple(i for i in ids if i not in self._gone) for task, ids in self._members.items()}
+        self._shares = shares(view, self._settings.instance_id)
 
     async def _write_moves(self) -> None:
         """Move the due index past the slots settled here since the last write."""
@@ -404,9 +472,11 @@ class Sweeper:
             await self._backend.advance_schedules(self._settings.namespace, list(moves.values()))
 
     async def _read(self, tasks: tuple[str, ...], partitions: tuple[int, ...] | None, due_by: int, now: int,
-                    until: int, seen: set[str], moves: dict[str, tuple[str, int, int | None]]) -> None:
+                    until: int, seen: set[str], moves: dict[str, tuple[str, int, int | None]],
+                    found: dict[int, int] | None = None) -> None:
         """Plan each schedule of `tasks` in `partitions` due by `due_by`, page by page, until `until`;
-        add its id to `seen`, and the due index's move for it, if any, to `moves`."""
+        add its id to `seen`, the due index's move for it, if any, to `moves`, and, if `found` is given,
+        the latest due time read in each partition to it."""
         backend, ns = self._backend, self._settings.namespace
         after: tuple[int, str] | None = None
         parts = None if partitions is None else list(partitions)
@@ -415,6 +485,11 @@ class Sweeper:
                                                after=after, limit=PAGE)
             for record in page:
                 seen.add(record.id)
+                if (found is not None and record.next_due is not None and not record.paused
+                        and record.next_due > record.updated_at):
+                    # (a slot meant to run: not a paused one's, nor one before the schedule's last write)
+                    part = schedule_partition(record.id)
+                    found[part] = max(found.get(part, record.next_due), record.next_due)
                 move = self._consider(record, now, until)
                 if move is not None:
                     moves[record.id] = move
@@ -438,10 +513,21 @@ class Sweeper:
             return
         me = self._settings.instance_id
         found: dict[str, set[str]] = {task: {me} for task in self._tasks}
+        published: dict[str, int] = {}
         for entry in entries:
             if entry.kind == "task" and entry.job in found:
                 found[entry.job].add(entry.instance)
-        self._shares = shares({task: tuple(sorted(ids)) for task, ids in found.items()}, me)
+                published[entry.instance] = max(entry.seen_at, published.get(entry.instance, 0))
+        self._members = {task: tuple(sorted(ids)) for task, ids in found.items()}
+        for member in [m for m in [*self._gone, *self._last_win] if m not in published]:
+            self._gone.pop(member, None)  # gone for good: its catalogue entries expired
+            self._last_win.pop(member, None)
+        # One presumed gone that has published its tasks since (a heartbeat after, for the clocks' skew)
+        # is alive: a replica back from a freeze may lose every race for its partitions, so be never heard.
+        for member in [m for m, at in self._gone.items() if published[m] > at + self._settings.heartbeat_ms]:
+            del self._gone[member]
+            self._log.debug("replica %r published its tasks again: its partitions are its own again", member)
+        self._reshare()
 
     def _unplan(self, schedule_id: str) -> None:
         self._planned.pop(schedule_id, None)
