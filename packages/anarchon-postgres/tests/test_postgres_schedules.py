@@ -170,6 +170,47 @@ async def test_a_page_of_a_herd_reads_one_page_of_the_index_not_one_per_partitio
         await backend.close()
 
 
+async def test_a_large_advance_probes_each_row_once_under_a_generic_plan(schema: str) -> None:
+    # A prepared statement's generic plan guesses a few hundred moves: a batch of 4,000 must still
+    # cost one probe of the primary key per move, not a scan of every locked row for each move.
+    backend = PostgresBackend(URL, schema=schema)
+    await backend.open()
+    conn = cast(Any, await asyncpg.connect(URL))  # pyright: ignore[reportUnknownMemberType]
+    try:
+        await _fill(backend, conn, 100_000, namespace="'ns'", task="'t'", next_due="1000 + g")
+        sent: list[tuple[str, tuple[Any, ...]]] = []
+        fetch = backend._fetch  # pyright: ignore[reportPrivateUsage]
+
+        async def recorded(what: str, query: str, *args: Any, rows: int = 1) -> list[Any]:
+            sent.append((query, args))
+            return await fetch(what, query, *args, rows=rows)
+
+        backend._fetch = recorded  # type: ignore[method-assign]  # pyright: ignore[reportPrivateUsage]
+        moves = [(f"s{g}", 1, 100_000 + g) for g in range(1, 4_001)]
+        await backend.advance_schedules("ns", [*moves, ("s4001", 2, 100_000)])  # (a stale version)
+        due = await conn.fetch(f"SELECT id, next_due FROM {backend.sql.schedules_table} "
+                               "WHERE namespace = 'ns' AND id IN ('s1', 's4000', 's4001')")
+        assert {r["id"]: r["next_due"] for r in due} == {"s1": 100_001, "s4000": 104_000, "s4001": 5_001}
+        [(sql, args)] = sent
+        # The same statement moving them on again, under a generic plan (rolled back).
+        further = "{" + ",".join(str(200_000 + g) for g in range(1, 4_002)) + "}"
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        rollback = conn.transaction()
+        await rollback.start()
+        try:
+            statement = await conn.prepare("EXPLAIN (ANALYZE, FORMAT JSON) " + sql)
+            plan = json.loads(await statement.fetchval(*args[:3], further))[0]["Plan"]
+        finally:
+            await rollback.rollback()
+        [locked] = [n["Actual Rows"] for n in _nodes(plan) if n["Node Type"] == "LockRows"]
+        removed = sum(n.get("Rows Removed by Join Filter", 0) for n in _nodes(plan))
+        assert locked >= len(moves), plan
+        assert removed <= len(moves), f"the advance compared {removed} pairs of rows for {len(moves)} moves"
+    finally:
+        await conn.close()
+        await backend.close()
+
+
 async def test_an_expect_that_is_no_version_is_refused_before_the_store(schema: str) -> None:
     backend = PostgresBackend(URL, schema=schema)
     await backend.open()
