@@ -749,3 +749,32 @@ def test_a_write_rereads_none_of_the_planned_schedules_it_did_not_touch(clock: V
     clock.run(main())
     assert len(r.runs) >= 60 * 3 and not r.doubles()
     assert reread == [], reread[:10]
+
+
+
+def test_the_partitions_of_a_replica_presumed_gone_are_read_at_once(clock: VirtualClock) -> None:
+    from anarchon.testing import crash
+
+    # 1,000 hourly schedules, one due every 50 ms. Once the dead replica is presumed gone, its partitions
+    # are no other replica's to read for what is overdue: they are read at once, not at the next sweep.
+    r = Replicas(clock, faulty=True)
+    began: list[tuple[str, int, int]] = []
+    for s in r.schedulers:
+        s.on("started", lambda e: began.append((e.job, e.slot, clock.now_ms())))
+
+    async def main() -> None:
+        await r.start()
+        await r.admin.add_many(NewSchedule(f"cust-{n:03d}", "report", Every.parse("1h", offset=f"{n * 50}ms"))
+                               for n in range(1000))
+        await asyncio.sleep(15)
+        await crash(r.schedulers[0])
+        await asyncio.sleep(20)
+        for s in r.schedulers[1:]:
+            await s.stop()
+
+    clock.run(main())
+    assert not r.doubles()
+    started = sorted(slot for _, slot, _ in began if T0 + 1_000 <= slot < T0 + 35_000)
+    assert started == list(range(T0 + 1_000, T0 + 35_000, 50)), "every slot started once"
+    late = [at - slot for _, slot, at in began if slot >= T0 + 16_000]
+    assert max(late) <= 300, sorted(late)[-5:]

@@ -448,6 +448,10 @@ class Sweeper:
                             "among the others until it is heard again", member, self.backup_ms)
         if gone:
             self._reshare()
+            # Its partitions are read at once, not at the next sweep: until then neither the window
+            # nor the backup read (it is no longer another's share) would find their slots.
+            self._poked = True
+            self._wake.set()
 
     def _readmit(self) -> None:
         """Give its partitions back to each replica presumed gone whose win was heard since."""
