@@ -90,6 +90,13 @@ class Replicas:
             s.backend.due_schedules = due
         return reads
 
+    def starts(self) -> list[tuple[str, int, int]]:
+        """From now on, every start on any replica: (schedule id, slot, the clock's ms)."""
+        began: list[tuple[str, int, int]] = []
+        for s in self.schedulers:
+            s.on("started", lambda e: began.append((e.job, e.slot, self.clock.now_ms())))
+        return began
+
     def slots(self, schedule_id: str) -> list[int]:
         return sorted(slot for i, slot, _, _, _ in self.runs if i == schedule_id)
 
@@ -521,9 +528,7 @@ def test_a_dead_replicas_share_runs_late_by_less_than_a_heartbeat_then_on_time(c
     from anarchon.testing import crash
 
     r = Replicas(clock, faulty=True)
-    began: list[tuple[str, int, int]] = []
-    for s in r.schedulers:
-        s.on("started", lambda e: began.append((e.job, e.slot, clock.now_ms())))
+    began = r.starts()
 
     async def main() -> None:
         await r.start()
@@ -751,16 +756,13 @@ def test_a_write_rereads_none_of_the_planned_schedules_it_did_not_touch(clock: V
     assert reread == [], reread[:10]
 
 
-
 def test_the_partitions_of_a_replica_presumed_gone_are_read_at_once(clock: VirtualClock) -> None:
     from anarchon.testing import crash
 
     # 1,000 hourly schedules, one due every 50 ms. Once the dead replica is presumed gone, its partitions
     # are no other replica's to read for what is overdue: they are read at once, not at the next sweep.
     r = Replicas(clock, faulty=True)
-    began: list[tuple[str, int, int]] = []
-    for s in r.schedulers:
-        s.on("started", lambda e: began.append((e.job, e.slot, clock.now_ms())))
+    began = r.starts()
 
     async def main() -> None:
         await r.start()

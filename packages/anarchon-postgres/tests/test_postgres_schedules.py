@@ -50,6 +50,19 @@ async def filled(schema: str) -> AsyncIterator[tuple[PostgresBackend, Any]]:
         await backend.close()
 
 
+def _record(backend: PostgresBackend) -> list[tuple[str, tuple[Any, ...]]]:
+    """From now on, every statement `backend` sends, with its parameters, as it sends them."""
+    sent: list[tuple[str, tuple[Any, ...]]] = []
+    fetch = backend._fetch  # pyright: ignore[reportPrivateUsage]
+
+    async def recorded(what: str, query: str, *args: Any, rows: int = 1) -> list[Any]:
+        sent.append((query, args))
+        return await fetch(what, query, *args, rows=rows)
+
+    backend._fetch = recorded  # type: ignore[method-assign]  # pyright: ignore[reportPrivateUsage]
+    return sent
+
+
 def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield plan
     for child in plan.get("Plans", []):
@@ -137,14 +150,7 @@ async def test_a_page_of_a_herd_reads_one_page_of_the_index_not_one_per_partitio
     conn = cast(Any, await asyncpg.connect(URL))  # pyright: ignore[reportUnknownMemberType]
     try:
         await _fill(backend, conn, 20_000, namespace="'herd'", task="'herd'", next_due="5000")
-        sent: list[tuple[str, tuple[Any, ...]]] = []
-        fetch = backend._fetch  # pyright: ignore[reportPrivateUsage]
-
-        async def recorded(what: str, query: str, *args: Any, rows: int = 1) -> list[Any]:
-            sent.append((query, args))
-            return await fetch(what, query, *args, rows=rows)
-
-        backend._fetch = recorded  # type: ignore[method-assign]  # pyright: ignore[reportPrivateUsage]
+        sent = _record(backend)
         pages: list[int] = []
         after: tuple[int, str] | None = None
         while True:
@@ -178,14 +184,7 @@ async def test_a_large_advance_probes_each_row_once_under_a_generic_plan(schema:
     conn = cast(Any, await asyncpg.connect(URL))  # pyright: ignore[reportUnknownMemberType]
     try:
         await _fill(backend, conn, 100_000, namespace="'ns'", task="'t'", next_due="1000 + g")
-        sent: list[tuple[str, tuple[Any, ...]]] = []
-        fetch = backend._fetch  # pyright: ignore[reportPrivateUsage]
-
-        async def recorded(what: str, query: str, *args: Any, rows: int = 1) -> list[Any]:
-            sent.append((query, args))
-            return await fetch(what, query, *args, rows=rows)
-
-        backend._fetch = recorded  # type: ignore[method-assign]  # pyright: ignore[reportPrivateUsage]
+        sent = _record(backend)
         moves = [(f"s{g}", 1, 100_000 + g) for g in range(1, 4_001)]
         await backend.advance_schedules("ns", [*moves, ("s4001", 2, 100_000)])  # (a stale version)
         due = await conn.fetch(f"SELECT id, next_due FROM {backend.sql.schedules_table} "
