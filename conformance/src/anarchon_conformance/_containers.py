@@ -59,6 +59,8 @@ class Service:
 
 
 _REDIS_PING = (b"PING\r\n", (b"+PONG",))
+_PG_PARAMS = b"user\x00postgres\x00database\x00postgres\x00\x00"
+_PG_STARTUP = (8 + len(_PG_PARAMS)).to_bytes(4, "big") + (196608).to_bytes(4, "big") + _PG_PARAMS
 
 SERVICES: dict[str, Service] = {
     "redis": Service(
@@ -76,8 +78,11 @@ SERVICES: dict[str, Service] = {
         "postgres:16-alpine",
         "postgresql://postgres@{host}:{port}/postgres",
         {"POSTGRES_HOST_AUTH_METHOD": "trust"},
-        probe=(8).to_bytes(4, "big") + (80877103).to_bytes(4, "big"),  # SSLRequest: answered S or N
-        ready=(b"S", b"N"),
+        # A startup message (protocol 3.0, user and database postgres): a server still starting up
+        # answers it with an error (E), one that takes connections with an authentication request (R).
+        # (An SSLRequest is answered S or N while it still starts up.)
+        probe=_PG_STARTUP,
+        ready=(b"R",),
     ),
     "rabbitmq": Service(
         "ANARCHON_RABBITMQ_URL",
