@@ -436,7 +436,7 @@ class Sweeper:
         gone = []
         for member, parts in share.others:
             last = self._last_win.get(member)
-            if member in self._gone or (last is not None and last >= since):
+            if last is not None and last >= since:
                 continue
             latest = max((overdue[p] for p in parts if p in overdue), default=None)
             if latest is not None and (last is None or latest > last):
