@@ -973,6 +973,75 @@ class TestScheduleRaces:
         assert len(set(versions)) == len(versions) and versions[0] > counter, (
             f"every written record has a version of its own, above the counter before: {versions}")
 
+    async def test_race_writes_on_one_client_are_each_judged_alone(self, anarchon_kit: Kit) -> None:
+        """Many writes of every kind at once on one client (which may send them together): each is
+        answered as it would be alone, and two of one id as if one came after the other."""
+        s = on(anarchon_kit)
+        old = {f"old-{n:02d}": (await s.add(sw(f"old-{n:02d}"))).version for n in range(44)}
+        counter = await s.version()
+        calls: list[tuple[str, Any]] = []
+        for n, (schedule_id, v) in enumerate(old.items()):
+            kind = ("update", "stale update", "remove", "stale remove", "add", "upsert")[n // 8]
+            if kind == "upsert":
+                calls.append((kind, s.put(sw(schedule_id, "upserted"), "any")))
+            elif kind == "update":
+                calls.append((kind, s.put(sw(schedule_id, "updated", next_due=DUE + n), v)))
+            elif kind == "stale update":
+                calls.append((kind, s.put(sw(schedule_id, "updated"), v + 1_000_000)))
+            elif kind == "remove":
+                calls.append((kind, s.remove(schedule_id, expect=v if n % 2 else None)))
+            elif kind == "stale remove":
+                calls.append((kind, s.remove(schedule_id, expect=v + 1_000_000)))
+            else:
+                calls.append((kind, s.put(sw(schedule_id, "added again"), "absent")))
+        for n in range(8):
+            calls.append(("new", s.put(sw(f"new-{n}", "new", next_due=None if n % 2 else DUE), "absent")))
+            calls.append(("upsert", s.put(sw(f"up-{n}", "upserted"), "any")))
+            calls.append(("twice", s.put(sw("twice", f"twice-{n}"), "absent")))
+        calls.append(("remove absent", s.remove("never-added")))
+        results = await asyncio.gather(*(call for _, call in calls))
+        stored = dict(zip(old, await s.get(*old), strict=True))
+        by_kind: dict[str, list[tuple[ScheduleWriteResult, str]]] = {}
+        for (kind, _), r in zip(calls, results, strict=True):
+            by_kind.setdefault(kind, []).append((r, r.record.id if r.record is not None else ""))
+
+        def check(kind: str, written: bool, why: str) -> None:
+            wrong = [r for r, _ in by_kind[kind] if r.written != written]
+            assert not wrong, f"concurrent writes on one client: {why}; {len(wrong)} were not: {wrong[:2]}"
+
+        check("update", True, "a compare-and-set of the current version writes")
+        check("stale update", False, "a compare-and-set of another version is refused")
+        check("remove", True, "a removal (of the current version, or of any) removes")
+        check("stale remove", False, "a removal of another version is refused")
+        check("add", False, "an add of a taken id is refused")
+        check("new", True, "an add of a free id writes")
+        check("upsert", True, "an upsert writes")
+        check("remove absent", False, "a removal of an id that is not there is refused")
+        for r, schedule_id in by_kind["update"]:
+            assert r.record is not None and r.record.task == "updated" and stored[schedule_id] == r.record, (
+                f"an update answers the record the store keeps: {r.record!r}, stored {stored[schedule_id]!r}")
+        for r, schedule_id in by_kind["remove"]:
+            gone = stored[schedule_id] is None
+            assert r.record is not None and r.record.version == old[schedule_id] and gone, (
+                f"a removal answers the record it removed, and the store no longer has it: {r.record!r}")
+        for kind in ("stale update", "stale remove", "add"):
+            for r, schedule_id in by_kind[kind]:
+                current = r.record is not None and r.record.version == old[schedule_id]
+                assert current and r.record == stored[schedule_id], (
+                    f"a refused {kind} answers the current record: {r!r}")
+        [(absent, _)] = by_kind["remove absent"]
+        assert absent.record is None, f"a refused removal of an absent id answers no record: {absent!r}"
+        twice = [r for r, _ in by_kind["twice"]]
+        winners = [r.record for r in twice if r.written]
+        assert len(winners) == 1 and all(r.record == winners[0] for r in twice), (
+            f"adds of one id at once on one client: one wins, the others answer its record: {twice}")
+        versions = [r.record.version for (kind, _), r in zip(calls, results, strict=True)
+                    if r.written and r.record is not None and kind != "remove"]
+        assert len(set(versions)) == len(versions) and min(versions) > counter, (
+            f"each write has a version of its own, above the counter before them: {sorted(versions)}")
+        assert await s.version() >= max(versions), (
+            f"the counter is at least the largest version written ({max(versions)}): {await s.version()}")
+
     async def test_race_update_and_removal_of_one_version_have_one_winner(self, anarchon_kit: Kit) -> None:
         clients = await self._clients(anarchon_kit)
         for round_ in range(10):

@@ -3,6 +3,7 @@ only the rows due, whatever the plan cache decides. (Every rule of the protocol:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import AsyncIterator, Iterator
@@ -11,7 +12,8 @@ from typing import Any, cast
 import asyncpg  # pyright: ignore[reportMissingTypeStubs]
 import pytest
 
-from anarchon.backends import SCHEDULE_PARTITIONS, ScheduleWrite, schedule_partition
+from anarchon import BackendError
+from anarchon.backends import SCHEDULE_PARTITIONS, ScheduleWrite, ScheduleWriteResult, schedule_partition
 from anarchon_postgres import PostgresBackend
 from anarchon_postgres._sql import partition_of
 
@@ -220,4 +222,102 @@ async def test_an_expect_that_is_no_version_is_refused_before_the_store(schema: 
                 await backend.put_schedule("ns", write, expect=bad)  # type: ignore[arg-type]
         assert await backend.schedules_version("ns") == 0
     finally:
+        await backend.close()
+
+
+def _write(schedule_id: str, task: str = "report") -> ScheduleWrite:
+    return ScheduleWrite(schedule_id, task, '{"every": 60000, "offset": 0}', "{}", "{}", False, 1)
+
+
+async def test_the_writes_made_meanwhile_go_together_each_judged_alone(schema: str) -> None:
+    # Every write locks the namespace's counter through its commit: one at a time, 200 concurrent
+    # writes of one process would take 200 commits in a row. Those made while one is on its way go
+    # together in the next statement.
+    backend = PostgresBackend(URL, schema=schema)
+    await backend.open()
+    try:
+        for n in range(100):
+            await backend.put_schedule("ns", _write(f"old-{n}"), expect="absent")
+        sent = _record(backend)
+        results = await asyncio.gather(
+            *(backend.put_schedule("ns", _write(f"new-{n}"), expect="absent") for n in range(100)),
+            *(backend.put_schedule("ns", _write(f"old-{n}", "updated"), expect=n + 1) for n in range(50)),
+            *(backend.remove_schedule("ns", f"old-{n}") for n in range(50, 100)))
+        assert all(r.written for r in results), [r for r in results if not r.written][:3]
+        assert len(sent) <= 10, f"200 concurrent writes went in {len(sent)} statements"
+        versions = sorted(r.record.version for r in results[:150] if r.record is not None)
+        assert len(set(versions)) == 150 and versions[0] > 100, versions
+        stored = await backend.list_schedules("ns", limit=1_000)
+        assert len(stored) == 150 and sum(r.task == "updated" for r in stored) == 50
+    finally:
+        await backend.close()
+
+
+async def test_a_write_the_server_refuses_is_answered_alone_among_others(schema: str) -> None:
+    # PostgreSQL text cannot hold NUL: that write fails, and the others sent with it are made.
+    backend = PostgresBackend(URL, schema=schema)
+    await backend.open()
+    try:
+        await backend.put_schedule("ns", _write("first"), expect="absent")  # (the counter row)
+        results = await asyncio.gather(
+            *(backend.put_schedule("ns", _write(f"s-{n}" if n != 5 else "bad\0id"), expect="absent")
+              for n in range(10)), return_exceptions=True)
+        assert isinstance(results[5], BackendError), results[5]
+        made = [isinstance(r, ScheduleWriteResult) and r.written for i, r in enumerate(results) if i != 5]
+        assert all(made), results
+        assert len(await backend.list_schedules("ns", limit=100)) == 10
+    finally:
+        await backend.close()
+
+
+async def test_a_write_whose_caller_stops_waiting_before_it_is_sent_is_not_made(schema: str) -> None:
+    backend = PostgresBackend(URL, schema=schema)
+    await backend.open()
+    try:
+        await backend.put_schedule("ns", _write("first"), expect="absent")
+        on_its_way = asyncio.ensure_future(backend.put_schedule("ns", _write("a"), expect="absent"))
+        await asyncio.sleep(0)  # (the write waits for its sender)
+        await asyncio.sleep(0)  # (taken by it: on its way, and nothing waits)
+        assert backend._writing and not backend._waiting  # pyright: ignore[reportPrivateUsage]
+        taken_back = asyncio.ensure_future(backend.put_schedule("ns", _write("b"), expect="absent"))
+        await asyncio.sleep(0)
+        taken_back.cancel()
+        assert (await on_its_way).written
+        with pytest.raises(asyncio.CancelledError):
+            await taken_back
+        if backend._writing:  # pyright: ignore[reportPrivateUsage]
+            await asyncio.wait(backend._writing.values())  # pyright: ignore[reportPrivateUsage]
+        assert [r.id for r in await backend.list_schedules("ns", limit=10)] == ["a", "first"]
+    finally:
+        await backend.close()
+
+
+async def test_a_batch_of_writes_probes_each_row_once_under_a_generic_plan(schema: str) -> None:
+    backend = PostgresBackend(URL, schema=schema)
+    await backend.open()
+    conn = cast(Any, await asyncpg.connect(URL))  # pyright: ignore[reportUnknownMemberType]
+    try:
+        await _fill(backend, conn, 100_000, namespace="'ns'", task="'t'", next_due="1000 + g")
+        await backend.put_schedule("ns", _write("first"), expect="absent")
+        sent = _record(backend)
+        await asyncio.gather(*(backend.put_schedule("ns", _write(f"s{g}", "u"), expect=1)
+                               for g in range(1, 301)))
+        sql, args = max(sent, key=lambda s: len(s[1][1]))
+        batch = args[1].count(",") + 1
+        assert batch >= 100, f"the writes went in batches of {batch} at most"
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        rollback = conn.transaction()
+        await rollback.start()
+        try:
+            statement = await conn.prepare("EXPLAIN (ANALYZE, FORMAT JSON) " + sql)
+            plan = json.loads(await statement.fetchval(*args))[0]["Plan"]
+        finally:
+            await rollback.rollback()
+        scanned = [n for n in _nodes(plan) if n["Node Type"] == "Seq Scan"
+                   and n.get("Relation Name") == backend.sql.table + "_schedules"]
+        removed = sum(n.get("Rows Removed by Join Filter", 0) + n.get("Rows Removed by Filter", 0)
+                      for n in _nodes(plan))
+        assert not scanned and removed <= 10 * batch, f"scanned {scanned}, {removed} rows removed: {plan}"
+    finally:
+        await conn.close()
         await backend.close()

@@ -109,6 +109,48 @@ def _write_result(row: Any) -> ScheduleWriteResult:
     return ScheduleWriteResult(bool(row["written"]), record)
 
 
+class _Write:
+    """A schedule write waiting to be sent: its kind (`Statements.write_schedules`), what it writes,
+    the version it expects, and the caller's future."""
+
+    __slots__ = ("expect", "future", "kind", "rechecks", "schedule_id", "write")
+
+    def __init__(self, kind: str, schedule_id: str, write: ScheduleWrite | None, expect: int | None) -> None:
+        self.kind, self.schedule_id, self.write, self.expect = kind, schedule_id, write, expect
+        self.future: asyncio.Future[ScheduleWriteResult] = asyncio.get_running_loop().create_future()
+        self.rechecks = 0
+
+    def answer(self, result: ScheduleWriteResult | BaseException) -> None:
+        """Give the caller its result or error (unless it stopped waiting)."""
+        if self.future.done():
+            return
+        if isinstance(result, BaseException):
+            self.future.set_exception(result)
+        else:
+            self.future.set_result(result)
+
+
+def _stopped(exc: BaseException) -> BackendError:
+    """The error of a schedule write whose statement was stopped (the backend closing, say)."""
+    return BackendError(f"the schedule write was stopped before its answer ({type(exc).__name__}): it may or "
+                        "may not have been made; read the schedule to know")
+
+
+def _texts_or_null(values: Sequence[str | None]) -> str:
+    """Texts (None: NULL) as one array literal, for a `$n::text::text[]`."""
+    if None not in values:
+        return texts(cast(Sequence[str], values))
+    return "{" + ",".join("NULL" if v is None else texts([v])[1:-1] for v in values) + "}"
+
+
+def _refused_by_data(exc: BaseException) -> bool:
+    """Whether a statement failed on the data it was given (SQLSTATE classes 22 and 23: a value the
+    server cannot store), not on the store: its writes are then sent one by one, each answered alone."""
+    cause = exc.__cause__ if exc.__cause__ is not None else exc.__context__
+    state = getattr(cause, "sqlstate", None)
+    return isinstance(state, str) and state[:2] in ("22", "23")
+
+
 def prefix_end(prefix: str) -> str | None:
     """The least string above every string that starts with `prefix`, in code point order (None: no
     bound), so that a prefix is a range of an index: `prefix <= id < prefix_end(prefix)`."""
@@ -240,6 +282,11 @@ class PostgresBackend(LeaseBackendBase):
         self._unpushed = False
         """The start-up check found that NOTIFY does not reach LISTEN: later subscriptions do not try."""
         self._releasing: set[asyncio.Task[None]] = set()
+        self._waiting: dict[str, list[_Write]] = {}
+        """Schedule writes not sent yet, by namespace: sent together once the statement before is
+        answered (see `_submit`)."""
+        self._writing: dict[str, asyncio.Task[None]] = {}
+        """The task sending a namespace's schedule writes, while it has any."""
         self._use(connection, asyncpg.Pool, {
             "schema": schema, "table": table, "statement_cache_size": statement_cache_size,
             "listen_url": listen_url, "min_size": min_size, "max_size": max_size,
@@ -318,6 +365,12 @@ class PostgresBackend(LeaseBackendBase):
                 applied = await migrate(conn, self.sql)
         if applied:
             log.info("migrated %s by %d version(s)", self.url, applied)
+
+    async def close(self) -> None:
+        """Answer the schedule writes already made, then close as `LeaseBackendBase.close` does."""
+        if self._writing:
+            await asyncio.wait(list(self._writing.values()), timeout=OP_TIMEOUT_S)
+        await super().close()
 
     async def _shutdown(self) -> None:
         """Stop listening; let connections on their way back reach the pool."""
@@ -657,26 +710,17 @@ class PostgresBackend(LeaseBackendBase):
 
     async def put_schedule(self, namespace: str, write: ScheduleWrite, *,
                            expect: int | Literal["absent", "any"]) -> ScheduleWriteResult:
-        """Write a schedule by `expect`, bump the change counter and push the change, in one statement
-        (see `ScheduleBackend.put_schedule`)."""
-        w = write
-        args: list[Any] = [namespace, w.id, w.task, w.spec, w.args, w.options, w.paused, w.next_due,
-                           self.sql.channel]
+        """Write a schedule by `expect`, bump the change counter and push the change, in one statement,
+        shared with the other writes of the namespace made meanwhile (see `_submit` and
+        `ScheduleBackend.put_schedule`)."""
         check_expect(expect)
         if expect == "absent":
-            sql = self.sql.add_schedule
+            item = _Write("a", write.id, write, None)
         elif expect == "any":
-            sql = self.sql.upsert_schedule
+            item = _Write("u", write.id, write, None)
         else:
-            sql = self.sql.update_schedule
-            args.append(expect)
-        row = await self._schedule_write("put_schedule", sql, *args)
-        for _ in range(_RECHECKS):
-            if row["written"] or row["id"] is not None or expect != "absent":
-                break
-            # Refused by a row committed after this statement's snapshot: ask again to read it.
-            row = await self._schedule_write("put_schedule", sql, *args)
-        return _write_result(row)
+            item = _Write("c", write.id, write, expect)
+        return await self._submit(namespace, item)
 
     async def put_schedules(self, namespace: str, writes: Sequence[ScheduleWrite], *,
                             expect: Literal["absent", "any"]) -> list[ScheduleWriteResult]:
@@ -726,10 +770,110 @@ class PostgresBackend(LeaseBackendBase):
     async def remove_schedule(self, namespace: str, schedule_id: str, *, expect: int | None = None
                               ) -> ScheduleWriteResult:
         """Remove a schedule (if its version is `expect`, when given), bump the change counter and push
-        the change, in one statement (see `ScheduleBackend.remove_schedule`)."""
-        row = await self._schedule_write("remove_schedule", self.sql.remove_schedule, namespace, schedule_id,
-                                         expect, self.sql.channel)
-        return _write_result(row)
+        the change, in one statement, shared as `put_schedule`'s (see `ScheduleBackend.remove_schedule`)."""
+        return await self._submit(namespace, _Write("r", schedule_id, None, expect))
+
+    async def _submit(self, namespace: str, item: _Write) -> ScheduleWriteResult:
+        """Send a schedule write with the namespace's others and answer it.
+
+        Every write of a namespace locks its change counter until it commits (a disk flush), so one
+        process's writes would go one at a time. Instead, while a statement of the namespace's writes
+        is on its way, the writes made meanwhile wait, and go together in the next one
+        (`Statements.write_schedules`), each judged as it would be alone. A write alone goes in the
+        statement of its kind. Two writes of one id never share a statement: the later waits for the
+        next. A caller that stops waiting before its write is sent takes it back."""
+        self._waiting.setdefault(namespace, []).append(item)
+        if namespace not in self._writing:
+            self._writing[namespace] = asyncio.get_running_loop().create_task(self._send_writes(namespace))
+        return await item.future
+
+    async def _send_writes(self, namespace: str) -> None:
+        """Send the namespace's waiting writes, a statement at a time, until none waits."""
+        try:
+            while waiting := self._waiting.pop(namespace, None):
+                batch: list[_Write] = []
+                later: list[_Write] = []
+                ids: set[str] = set()
+                for item in waiting:
+                    if item.future.done():
+                        continue  # its caller stopped waiting: not sent
+                    if item.schedule_id in ids or len(batch) >= _PUT_CHUNK:
+                        later.append(item)
+                    else:
+                        batch.append(item)
+                        ids.add(item.schedule_id)
+                if later:
+                    self._waiting[namespace] = later
+                if batch:
+                    again = await self._send_batch(namespace, batch)
+                    if again:  # ahead of the writes made since, of the same ids or not
+                        self._waiting[namespace] = again + self._waiting.get(namespace, [])
+        except BaseException as exc:
+            for item in self._waiting.pop(namespace, []):
+                item.answer(exc if isinstance(exc, Exception) else _stopped(exc))
+            raise
+        finally:
+            del self._writing[namespace]
+
+    async def _send_batch(self, namespace: str, batch: list[_Write]) -> list[_Write]:
+        """Send `batch` and answer each write in it; return the adds to ask again (refused by a row
+        committed after the statement's snapshot, which it could not read)."""
+        try:
+            if len(batch) == 1:
+                results = [await self._write_one(namespace, batch[0])]
+            else:
+                results = await self._write_many(namespace, batch)
+        except Exception as exc:
+            if len(batch) > 1 and _refused_by_data(exc):
+                return [item for one in batch for item in await self._send_batch(namespace, [one])]
+            for item in batch:
+                item.answer(exc)
+            return []
+        except BaseException as exc:
+            for item in batch:
+                item.answer(_stopped(exc))
+            raise
+        again = []
+        for item, result in zip(batch, results, strict=True):
+            refused_unread = item.kind == "a" and not result.written and result.record is None
+            if refused_unread and item.rechecks < _RECHECKS:
+                item.rechecks += 1
+                again.append(item)
+            else:
+                item.answer(result)
+        return again
+
+    async def _write_one(self, namespace: str, item: _Write) -> ScheduleWriteResult:
+        """One write in the statement of its kind."""
+        if item.kind == "r":
+            row = await self._schedule_write("remove_schedule", self.sql.remove_schedule, namespace,
+                                             item.schedule_id, item.expect, self.sql.channel)
+            return _write_result(row)
+        w = cast(ScheduleWrite, item.write)
+        args: list[Any] = [namespace, w.id, w.task, w.spec, w.args, w.options, w.paused, w.next_due,
+                           self.sql.channel]
+        sql = {"a": self.sql.add_schedule, "u": self.sql.upsert_schedule,
+               "c": self.sql.update_schedule}[item.kind]
+        if item.kind == "c":
+            args.append(item.expect)
+        return _write_result(await self._schedule_write("put_schedule", sql, *args))
+
+    async def _write_many(self, namespace: str, batch: list[_Write]) -> list[ScheduleWriteResult]:
+        """Writes of different ids in one statement (`Statements.write_schedules`), answered in order."""
+        columns: list[tuple[Any, ...]] = [
+            (i.schedule_id, i.kind, None, None, None, None, None, None, i.expect) if i.write is None else
+            (i.schedule_id, i.kind, i.write.task, i.write.spec, i.write.args, i.write.options,
+             "t" if i.write.paused else "f", i.write.next_due, i.expect)
+            for i in batch]
+        ids, kinds, tasks, specs, args, options, paused, dues, expects = zip(*columns, strict=True)
+        rows = await self._schedule_rows(
+            namespace, self.sql.write_schedules, texts(ids), texts(kinds), _texts_or_null(tasks),
+            _texts_or_null(specs), _texts_or_null(args), _texts_or_null(options),
+            "{" + ",".join("NULL" if p is None else p for p in paused) + "}", numbers(dues), numbers(expects),
+            self.sql.channel)
+        return [ScheduleWriteResult(bool(row["written"]),
+                                    None if row["id"] is None else _schedule(tuple(row)[2:12]))
+                for row in rows]
 
     async def get_schedules(self, namespace: str, ids: Sequence[str]) -> list[ScheduleRecord | None]:
         """The schedules with these ids, in order, in one statement."""

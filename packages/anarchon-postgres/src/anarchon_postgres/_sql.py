@@ -867,6 +867,91 @@ FROM i LEFT JOIN w ON w.id = i.id LEFT JOIN c ON c.ord = i.ord
 ORDER BY i.ord"""
 
     @property
+    def write_schedules(self) -> str:
+        """Several writes of namespace $1's schedules, each of its own id and judged as its own
+        statement would judge it (`add_schedule`, `upsert_schedule`, `update_schedule`,
+        `remove_schedule`), in one statement that locks the counter once. $2..$10 are array literals,
+        an item per write: ids; kinds (`a` add if absent, `u` upsert, `c` replace if the version is
+        `expect`, `r` remove, if the version is `expect` when not NULL); tasks, specs, args, options,
+        paused and next_due (NULL for a remove); `expect`. $11 is the channel.
+
+        One row per write, in the arrays' order (`ord`): `written`, the record written (a remove's:
+        the row deleted) or else the current one, `counted` as `_schedule_write`'s. The write in the
+        i-th place gets version k + i, and the counter becomes the largest of those written. The rows
+        are locked, and inserted, in id order, the order in which `advance_schedules` locks them, so
+        the two cannot deadlock. One push for the batch, naming the first schedule written. An add
+        refused by a row committed after this statement's snapshot answers no record (the caller asks
+        again for it)."""
+        st = self.schedules_table
+        cols = _SCHEDULE.split(", ")
+        current = ", ".join(f"s.{c}" for c in cols)
+        returned = ", ".join(f"t.{c}" for c in cols)
+        values = ("$1, i.id, i.task, i.spec, i.args, i.options, i.paused, i.next_due, k.version + i.ord, "
+                  f"n.now, n.now, {partition_of('i.id')}")
+        replace = ("task = {0}task, spec = {0}spec, args = {0}args, options = {0}options, "
+                   "paused = {0}paused, next_due = {0}next_due")
+        return self._schedule_locked() + f""",
+i AS MATERIALIZED (
+    SELECT * FROM unnest($2::text::text[], $3::text::text[], $4::text::text[], $5::text::text[],
+                         $6::text::text[], $7::text::text[], $8::text::boolean[], $9::text::bigint[],
+                         $10::text::bigint[])
+        WITH ORDINALITY AS i(id, kind, task, spec, args, options, paused, next_due, expect, ord)
+),
+c AS MATERIALIZED (
+    SELECT i.ord, {current} FROM i JOIN {st} AS s ON s.namespace = $1 AND s.id = i.id CROSS JOIN k
+    ORDER BY s.id COLLATE "C" FOR UPDATE OF s
+),
+a AS (
+    INSERT INTO {st} AS t (namespace, {_SCHEDULE}, partition)
+    SELECT {values} FROM i CROSS JOIN k CROSS JOIN n
+    WHERE i.kind = 'a' AND NOT EXISTS (SELECT 1 FROM c WHERE c.ord = i.ord)
+    ORDER BY i.id COLLATE "C"
+    ON CONFLICT (namespace, id) DO NOTHING
+    RETURNING {_SCHEDULE}
+),
+u AS (
+    INSERT INTO {st} AS t (namespace, {_SCHEDULE}, partition)
+    SELECT {values} FROM i CROSS JOIN k CROSS JOIN n
+    WHERE i.kind = 'u'
+    ORDER BY i.id COLLATE "C"
+    ON CONFLICT (namespace, id) DO UPDATE SET {replace.format("excluded.")},
+        version = excluded.version, updated_at = excluded.updated_at
+    RETURNING {_SCHEDULE}
+),
+r AS (
+    UPDATE {st} AS t SET {replace.format("i.")}, version = k.version + i.ord, updated_at = n.now
+    FROM i JOIN c ON c.ord = i.ord CROSS JOIN k CROSS JOIN n
+    WHERE i.kind = 'c' AND t.namespace = $1 AND t.id = c.id AND c.version = i.expect AND t.version = i.expect
+    RETURNING {returned}
+),
+d AS (
+    DELETE FROM {st} AS t USING i JOIN c ON c.ord = i.ord
+    WHERE i.kind = 'r' AND t.namespace = $1 AND t.id = c.id AND (i.expect IS NULL OR c.version = i.expect)
+    RETURNING {returned}
+),
+w AS MATERIALIZED (
+    SELECT i.ord, x.* FROM (
+        SELECT * FROM a UNION ALL SELECT * FROM u UNION ALL SELECT * FROM r UNION ALL SELECT * FROM d
+    ) AS x JOIN i ON i.id = x.id
+),
+bump AS (
+    UPDATE {self.schedule_versions_table} AS v SET version = k.version + (SELECT max(w.ord) FROM w) FROM k
+    WHERE v.namespace = $1 AND EXISTS (SELECT 1 FROM w)
+),
+push AS MATERIALIZED (
+    SELECT pg_notify($11::text, p.payload) FROM (
+        SELECT q.payload
+        FROM (SELECT w.ord, json_build_array($1::text, w.id, -2)::text AS payload FROM w) AS q
+        WHERE octet_length(q.payload) < 8000 ORDER BY q.ord LIMIT 1
+    ) AS p
+)
+SELECT i.ord, w.ord IS NOT NULL AS written,
+       {", ".join(f"CASE WHEN w.ord IS NULL THEN c.{c} ELSE w.{c} END AS {c}" for c in cols)},
+       EXISTS (SELECT 1 FROM k) AS counted, (SELECT count(*) FROM push) AS pushed
+FROM i LEFT JOIN w ON w.ord = i.ord LEFT JOIN c ON c.ord = i.ord
+ORDER BY i.ord"""
+
+    @property
     def update_schedule(self) -> str:
         """Replace schedule $2 of namespace $1 only if its version is $10 (a compare-and-set), at the
         counter's next value; parameters $3..$9 as `add_schedule`'s. The row is locked after the counter
