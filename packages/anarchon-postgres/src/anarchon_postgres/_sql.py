@@ -88,10 +88,12 @@ _SCHEDULE = "id, task, spec, args, options, paused, next_due, version, created_a
 """A stored schedule's columns, in `ScheduleRecord`'s order."""
 _VALUES = "$1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::boolean, $8::bigint"
 """A written schedule's parameters: namespace, id, task, spec, args, options, paused, next_due."""
-# How a batch statement locks the rows (alias `c`) of its jobs: in code-point (namespace, job) order,
-# whatever the database's collation, the order `claim_many` sends its batches in. Every batch that
-# locks several rows takes them in this one order, so no two batches can deadlock.
-_LOCK_IN_CLAIM_ORDER = 'ORDER BY c.namespace COLLATE "C", c.job COLLATE "C" FOR UPDATE OF c'
+# How a batch statement locks the rows of its jobs: in code-point (namespace, job) order, whatever the
+# database's collation, the order `claim_many` sends its batches in. Every batch that locks several
+# rows takes them in this one order, so no two batches can deadlock. The requests are sorted so, and
+# each locks its row by a probe of the primary key (`LATERAL` over the sorted set, so the rows are
+# locked in its order): a join would let the planner scan and hash the whole table for a batch.
+_IN_CLAIM_ORDER = 'ORDER BY namespace COLLATE "C", job COLLATE "C"'
 
 
 def _live(rec: str, now: str) -> str:
@@ -275,16 +277,21 @@ snap AS (
                 $9::text::bigint[], $10::text::bigint[])
         WITH ORDINALITY AS r(namespace, job, slot, owner, lease_ms, max_attempts, overlap,
                              fingerprint, max_skew_ms, stale_after, ord)
-    CROSS JOIN n LEFT JOIN {t} c ON c.namespace = r.namespace AND c.job = r.job
+    CROSS JOIN n
+    -- A probe of the primary key per request (`OFFSET 0` keeps it one): a join, under a large
+    -- batch's settings (nested loops off), scanned and hashed the whole table.
+    LEFT JOIN LATERAL (
+        SELECT * FROM {t} c WHERE c.namespace = r.namespace AND c.job = r.job OFFSET 0
+    ) c ON true
 ),
 -- The rows the snapshot says are won, locked: FOR UPDATE waits for a concurrent claim and returns
 -- the row as it committed, so a request that lost the race is judged (and told the holder) here.
 lk AS MATERIALIZED (
     SELECT s.ord, c.slot, c.owner, c.attempt, c.token, c.status, c.expires_at, c.fingerprint, c.others
-    FROM snap s JOIN {t} c ON c.namespace = s.namespace AND c.job = s.job
-    WHERE s.outcome = 'won'
-    -- `claim_many` sends a batch in code-point (namespace, job) order: request order is lock order.
-    ORDER BY s.ord FOR UPDATE OF c
+    -- `claim_many` sends a batch in code-point (namespace, job) order: request order is lock order,
+    -- a probe of the primary key per request, in that order.
+    FROM (SELECT * FROM snap WHERE outcome = 'won' ORDER BY ord) s
+    CROSS JOIN LATERAL (SELECT * FROM {t} c WHERE c.namespace = s.namespace AND c.job = s.job FOR UPDATE) c
 ),
 cur AS (
     SELECT s.ord, s.namespace, s.job, l.ord IS NOT NULL AS locked,
@@ -408,9 +415,9 @@ req AS (
         WITH ORDINALITY AS r(namespace, job, slot, token, owner, lease_ms, ord)
 ),
 locked AS MATERIALIZED (
-    SELECT c.namespace, c.job, c.slot, c.token, c.owner, c.status, c.expires_at, c.others FROM {t} c
-    WHERE EXISTS (SELECT 1 FROM req r WHERE r.namespace = c.namespace AND r.job = c.job)
-    {_LOCK_IN_CLAIM_ORDER}
+    SELECT c.namespace, c.job, c.slot, c.token, c.owner, c.status, c.expires_at, c.others
+    FROM (SELECT namespace, job FROM req GROUP BY namespace, job {_IN_CLAIM_ORDER}) r
+    CROSS JOIN LATERAL (SELECT * FROM {t} c WHERE c.namespace = r.namespace AND c.job = r.job FOR UPDATE) c
 ),
 ok AS MATERIALIZED (
     SELECT r.ord, r.namespace, r.job, r.slot, r.lease_ms, r.slot = l.slot AS head,
@@ -468,8 +475,8 @@ req AS (
         WITH ORDINALITY AS r(namespace, job, slot, token, owner, status, ord)
 ),
 locked AS MATERIALIZED (
-    SELECT c.namespace, c.job FROM {t} c JOIN req r ON c.namespace = r.namespace AND c.job = r.job
-    {_LOCK_IN_CLAIM_ORDER}
+    SELECT c.namespace, c.job FROM (SELECT * FROM req {_IN_CLAIM_ORDER}) r
+    CROSS JOIN LATERAL (SELECT * FROM {t} c WHERE c.namespace = r.namespace AND c.job = r.job FOR UPDATE) c
 ),
 u AS (
     UPDATE {t} AS t SET
