@@ -164,7 +164,10 @@ async def _analyze(url: str) -> None:
 
 async def _clean(url: str, namespace: str) -> None:
     """Delete everything the run left under `namespace` (schedules, lease records, history, catalogue):
-    the stores here are shared, and a million stale rows slow the next run down."""
+    the stores here are shared, and a million stale rows slow the next run down. On PostgreSQL, vacuum
+    the tables too: the servers here run without autovacuum, and after a dozen herds of 100,000 the
+    tables held 650,000 dead lease records and 2.3 million dead schedules (779 MB of schedules, none
+    live), which each scan of them read again."""
     from anarchon import backend_for_url
 
     backend: Any = backend_for_url(url)
@@ -185,6 +188,8 @@ async def _clean(url: str, namespace: str) -> None:
                 for table in (sql.table, sql.schedules_table, sql.schedule_versions_table, sql.history_table,
                               sql.history_count_table, sql.catalogue_table, sql.controls_table):
                     await conn.execute(f"DELETE FROM {table} WHERE namespace = $1", namespace)
+                for table in (sql.table, sql.schedules_table, sql.history_table, sql.history_count_table):
+                    await conn.execute(f"VACUUM (ANALYZE) {table}", timeout=600)
         else:
             raise SystemExit(f"no cleanup for {url}: delete namespace {namespace!r} by hand")
     finally:
