@@ -229,72 +229,66 @@ def _write(schedule_id: str, task: str = "report") -> ScheduleWrite:
     return ScheduleWrite(schedule_id, task, '{"every": 60000, "offset": 0}', "{}", "{}", False, 1)
 
 
-async def test_the_writes_made_meanwhile_go_together_each_judged_alone(schema: str) -> None:
+@pytest.fixture
+async def backend(schema: str) -> AsyncIterator[PostgresBackend]:
+    opened = PostgresBackend(URL, schema=schema)
+    await opened.open()
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def test_the_writes_made_meanwhile_go_together_each_judged_alone(backend: PostgresBackend) -> None:
     # Every write locks the namespace's counter through its commit: one at a time, 200 concurrent
     # writes of one process would take 200 commits in a row. Those made while one is on its way go
     # together in the next statement.
-    backend = PostgresBackend(URL, schema=schema)
-    await backend.open()
-    try:
-        for n in range(100):
-            await backend.put_schedule("ns", _write(f"old-{n}"), expect="absent")
-        sent = _record(backend)
-        results = await asyncio.gather(
-            *(backend.put_schedule("ns", _write(f"new-{n}"), expect="absent") for n in range(100)),
-            *(backend.put_schedule("ns", _write(f"old-{n}", "updated"), expect=n + 1) for n in range(50)),
-            *(backend.remove_schedule("ns", f"old-{n}") for n in range(50, 100)))
-        assert all(r.written for r in results), [r for r in results if not r.written][:3]
-        assert len(sent) <= 10, f"200 concurrent writes went in {len(sent)} statements"
-        versions = sorted(r.record.version for r in results[:150] if r.record is not None)
-        assert len(set(versions)) == 150 and versions[0] > 100, versions
-        stored = await backend.list_schedules("ns", limit=1_000)
-        assert len(stored) == 150 and sum(r.task == "updated" for r in stored) == 50
-    finally:
-        await backend.close()
+    for n in range(100):
+        await backend.put_schedule("ns", _write(f"old-{n}"), expect="absent")
+    sent = _record(backend)
+    results = await asyncio.gather(
+        *(backend.put_schedule("ns", _write(f"new-{n}"), expect="absent") for n in range(100)),
+        *(backend.put_schedule("ns", _write(f"old-{n}", "updated"), expect=n + 1) for n in range(50)),
+        *(backend.remove_schedule("ns", f"old-{n}") for n in range(50, 100)))
+    assert all(r.written for r in results), [r for r in results if not r.written][:3]
+    assert len(sent) <= 10, f"200 concurrent writes went in {len(sent)} statements"
+    versions = sorted(r.record.version for r in results[:150] if r.record is not None)
+    assert len(set(versions)) == 150 and versions[0] > 100, versions
+    stored = await backend.list_schedules("ns", limit=1_000)
+    assert len(stored) == 150 and sum(r.task == "updated" for r in stored) == 50
 
 
-async def test_a_write_the_server_refuses_is_answered_alone_among_others(schema: str) -> None:
+async def test_a_write_the_server_refuses_is_answered_alone_among_others(backend: PostgresBackend) -> None:
     # PostgreSQL text cannot hold NUL: that write fails, and the others sent with it are made.
-    backend = PostgresBackend(URL, schema=schema)
-    await backend.open()
-    try:
-        await backend.put_schedule("ns", _write("first"), expect="absent")  # (the counter row)
-        results = await asyncio.gather(
-            *(backend.put_schedule("ns", _write(f"s-{n}" if n != 5 else "bad\0id"), expect="absent")
-              for n in range(10)), return_exceptions=True)
-        assert isinstance(results[5], BackendError), results[5]
-        made = [isinstance(r, ScheduleWriteResult) and r.written for i, r in enumerate(results) if i != 5]
-        assert all(made), results
-        assert len(await backend.list_schedules("ns", limit=100)) == 10
-    finally:
-        await backend.close()
+    await backend.put_schedule("ns", _write("first"), expect="absent")  # (the counter row)
+    results = await asyncio.gather(
+        *(backend.put_schedule("ns", _write(f"s-{n}" if n != 5 else "bad\0id"), expect="absent")
+          for n in range(10)), return_exceptions=True)
+    assert isinstance(results[5], BackendError), results[5]
+    made = [isinstance(r, ScheduleWriteResult) and r.written for i, r in enumerate(results) if i != 5]
+    assert all(made), results
+    assert len(await backend.list_schedules("ns", limit=100)) == 10
 
 
-async def test_a_write_whose_caller_stops_waiting_before_it_is_sent_is_not_made(schema: str) -> None:
-    backend = PostgresBackend(URL, schema=schema)
-    await backend.open()
-    try:
-        await backend.put_schedule("ns", _write("first"), expect="absent")
-        on_its_way = asyncio.ensure_future(backend.put_schedule("ns", _write("a"), expect="absent"))
-        await asyncio.sleep(0)  # (the write waits for its sender)
-        await asyncio.sleep(0)  # (taken by it: on its way, and nothing waits)
-        assert backend._writing and not backend._waiting  # pyright: ignore[reportPrivateUsage]
-        taken_back = asyncio.ensure_future(backend.put_schedule("ns", _write("b"), expect="absent"))
-        await asyncio.sleep(0)
-        taken_back.cancel()
-        assert (await on_its_way).written
-        with pytest.raises(asyncio.CancelledError):
-            await taken_back
-        if backend._writing:  # pyright: ignore[reportPrivateUsage]
-            await asyncio.wait(backend._writing.values())  # pyright: ignore[reportPrivateUsage]
-        assert [r.id for r in await backend.list_schedules("ns", limit=10)] == ["a", "first"]
-    finally:
-        await backend.close()
+async def test_a_write_whose_caller_stops_waiting_before_it_is_sent_is_not_made(
+        backend: PostgresBackend) -> None:
+    await backend.put_schedule("ns", _write("first"), expect="absent")
+    on_its_way = asyncio.ensure_future(backend.put_schedule("ns", _write("a"), expect="absent"))
+    await asyncio.sleep(0)  # (the write waits for its sender)
+    await asyncio.sleep(0)  # (taken by it: on its way, and nothing waits)
+    assert backend._writing and not backend._waiting  # pyright: ignore[reportPrivateUsage]
+    taken_back = asyncio.ensure_future(backend.put_schedule("ns", _write("b"), expect="absent"))
+    await asyncio.sleep(0)
+    taken_back.cancel()
+    assert (await on_its_way).written
+    with pytest.raises(asyncio.CancelledError):
+        await taken_back
+    if backend._writing:  # pyright: ignore[reportPrivateUsage]
+        await asyncio.wait(backend._writing.values())  # pyright: ignore[reportPrivateUsage]
+    assert [r.id for r in await backend.list_schedules("ns", limit=10)] == ["a", "first"]
 
 
-async def test_a_batch_of_writes_probes_each_row_once_under_a_generic_plan(schema: str) -> None:
-    backend = PostgresBackend(URL, schema=schema)
-    await backend.open()
+async def test_a_batch_of_writes_probes_each_row_once_under_a_generic_plan(backend: PostgresBackend) -> None:
     conn = cast(Any, await asyncpg.connect(URL))  # pyright: ignore[reportUnknownMemberType]
     try:
         await _fill(backend, conn, 100_000, namespace="'ns'", task="'t'", next_due="1000 + g")
@@ -320,4 +314,3 @@ async def test_a_batch_of_writes_probes_each_row_once_under_a_generic_plan(schem
         assert not scanned and removed <= 10 * batch, f"scanned {scanned}, {removed} rows removed: {plan}"
     finally:
         await conn.close()
-        await backend.close()
