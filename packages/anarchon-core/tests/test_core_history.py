@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -19,11 +20,21 @@ from anarchon import (
     MemoryClaimBackend,
     MemoryStore,
     OptionError,
+    ReleaseOutcome,
     RunRecord,
     Scheduler,
     to_ms,
 )
-from anarchon._history import CATALOGUE_REFRESH_MS, CATALOGUE_TTL_MS, fmt_ms, next_slot_of, schedule_of
+from anarchon._context import CancelSignal
+from anarchon._history import (
+    CATALOGUE_REFRESH_MS,
+    CATALOGUE_TTL_MS,
+    FLUSH_ROWS,
+    HistoryWriter,
+    fmt_ms,
+    next_slot_of,
+    schedule_of,
+)
 from anarchon._schedules import At, Cron, Every
 from anarchon.testing import VirtualClock
 
@@ -260,3 +271,63 @@ def test_unknown_fingerprints_give_no_schedule() -> None:
         assert schedule_of(fp) is None, fp
     assert [fmt_ms(ms) for ms in (250, 1000, 90_000, 60_000, 7_200_000, 86_400_000)] == [
         "250ms", "1s", "90s", "1m", "2h", "1d"]
+
+
+class SlowHistoryBackend(CountingBackend):
+    """Writes runs at `rows_per_s` after `latency_s` a write (in virtual time)."""
+
+    def __init__(self, store: MemoryStore, *, latency_s: float, rows_per_s: float) -> None:
+        super().__init__(store)
+        self.latency_s, self.rows_per_s = latency_s, rows_per_s
+
+    async def record_runs(self, namespace: str, runs: Sequence[RunRecord], keep: int) -> None:
+        await asyncio.sleep(self.latency_s + len(runs) / self.rows_per_s)
+        await super().record_runs(namespace, runs, keep)
+
+
+def _end_runs(clock: VirtualClock, backend: MemoryBackend, runs: int, per_s: int) -> None:
+    """`runs` runs of as many one-off jobs end at `per_s` a second; the writer is then stopped."""
+    writer = HistoryWriter(backend, namespace=NS, instance_id="a", keep=1, clock=clock,
+                           log=logging.getLogger("anarchon.history-test"), jobs=list)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(writer.run())
+        for k in range(runs // 100):
+            for n in range(k * 100, k * 100 + 100):
+                ctx = JobContext(f"job-{n}", T0, 1, n, "a", NS, CancelSignal())
+                writer.record(ctx, ReleaseOutcome.DONE, None, 1.0)
+            await asyncio.sleep(100 / per_s)
+        await asyncio.sleep(3)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await writer.close(2)
+
+    clock.run(main())
+
+
+def test_runs_ending_by_the_thousand_are_written_as_they_end_none_dropped(
+    clock: VirtualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 30,000 runs end within 3 s (a herd). Gathered for a second each, 10,000 waited at once, and the
+    # oldest were dropped; written each time about FLUSH_ROWS wait, every one is kept.
+    caplog.set_level(logging.WARNING, "anarchon")
+    backend = SlowHistoryBackend(MemoryStore(clock), latency_s=0.05, rows_per_s=50_000)
+    _end_runs(clock, backend, 30_000, 10_000)
+    assert sum(backend.record_calls) == 30_000, backend.record_calls
+    assert max(backend.record_calls) <= 2 * FLUSH_ROWS, backend.record_calls
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+
+
+def test_runs_dropped_from_a_full_buffer_are_warned_about_once(
+    clock: VirtualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "anarchon")
+    backend = SlowHistoryBackend(MemoryStore(clock), latency_s=2.0, rows_per_s=10_000)  # too slow
+    _end_runs(clock, backend, 40_000, 20_000)
+    written = sum(backend.record_calls)
+    assert written < 40_000
+    warnings = [r.getMessage() for r in caplog.records if "waited to be written" in r.getMessage()]
+    assert len(warnings) == 1 and "dropped: more than 10000 waited to be written" in warnings[0], (
+        [r.getMessage() for r in caplog.records])
+    assert int(warnings[0].split("history: ")[1].split()[0]) <= 40_000 - written

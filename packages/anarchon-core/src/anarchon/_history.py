@@ -41,8 +41,12 @@ CATALOGUE_TTL_MS = 3 * CATALOGUE_REFRESH_MS
 """How long a published entry lives without a refresh: three refreshes, so one lost write is harmless."""
 FLUSH_MS = 1_000
 """How long ended runs wait to be written together."""
+FLUSH_ROWS = 2_000
+"""Ended runs written at once, without waiting out `FLUSH_MS`: many ending together (a herd) go in
+writes of about this size, each short, instead of piling up for the next."""
 BUFFER_LIMIT = 10_000
-"""The most ended runs waiting to be written; older ones are dropped while the store stays away."""
+"""The most ended runs waiting to be written; older ones are dropped (with a warning) while the store
+is away or writes them slower than they end."""
 
 
 def fmt_ms(ms: int) -> str:
@@ -161,6 +165,10 @@ class HistoryWriter:
         untracked by the garbage collector once it survives a collection, where a record waiting for
         the flush would be promoted to the oldest generation and traversed by every full collection."""
         self._wake = Wakeup()
+        self._full = Wakeup()
+        """Set once `FLUSH_ROWS` runs wait: the flush goes at once."""
+        self._dropped = 0
+        """Ended runs dropped from a full buffer since the last flush (said at the flush)."""
         self._republish = False
         self._failing: set[str] = set()
         """What is failing now ("runs", "catalogue"): warned about once, until it works again."""
@@ -173,8 +181,12 @@ class HistoryWriter:
         run = (ctx.name, ctx.slot, ctx.attempt, ctx.token, self._instance_id, outcome_name(outcome),
                self._clock.now_ms() - duration, duration, text)
         if len(self._buffer) >= BUFFER_LIMIT:
-            del self._buffer[: len(self._buffer) - BUFFER_LIMIT + 1]
+            excess = len(self._buffer) - BUFFER_LIMIT + 1
+            del self._buffer[:excess]
+            self._dropped += excess
         self._buffer.append(run)
+        if len(self._buffer) >= FLUSH_ROWS:
+            self._full.set()
         self._wake.set()
 
     @property
@@ -207,7 +219,9 @@ class HistoryWriter:
             if await self._wake.wait(max(0.0, due - loop.time())):
                 self._wake.clear()
                 if self._buffer:
-                    await asyncio.sleep(FLUSH_MS / 1000)  # gather the runs that end meanwhile
+                    if len(self._buffer) < FLUSH_ROWS:  # gather the runs that end meanwhile
+                        self._full.clear()
+                        await self._full.wait(FLUSH_MS / 1000)
                     await self.flush()
 
     async def publish(self) -> None:
@@ -225,6 +239,16 @@ class HistoryWriter:
     async def flush(self) -> None:
         """Write the runs that ended, in one call; on failure they are dropped."""
         buffered, self._buffer = self._buffer, []
+        if self._dropped:
+            level = logging.DEBUG if "buffer" in self._failing else logging.WARNING
+            self._failing.add("buffer")
+            self._log.log(level, "history: %d ended run(s) dropped: more than %d waited to be written, "
+                          "ending faster than %s took them (history is best effort: the jobs run on; "
+                          "warned once until it keeps up again)", self._dropped, BUFFER_LIMIT,
+                          self._backend.url)
+            self._dropped = 0
+        elif buffered:
+            self._failing.discard("buffer")
         if not buffered:
             return
         batch = [RunRecord(*run) for run in buffered]
