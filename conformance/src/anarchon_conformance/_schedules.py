@@ -979,31 +979,32 @@ class TestScheduleRaces:
         s = on(anarchon_kit)
         old = {f"old-{n:02d}": (await s.add(sw(f"old-{n:02d}"))).version for n in range(44)}
         counter = await s.version()
-        calls: list[tuple[str, Any]] = []
+        calls: list[tuple[str, str, Any]] = []  # (kind, id, call)
         for n, (schedule_id, v) in enumerate(old.items()):
             kind = ("update", "stale update", "remove", "stale remove", "add", "upsert")[n // 8]
             if kind == "upsert":
-                calls.append((kind, s.put(sw(schedule_id, "upserted"), "any")))
+                calls.append((kind, schedule_id, s.put(sw(schedule_id, "upserted"), "any")))
             elif kind == "update":
-                calls.append((kind, s.put(sw(schedule_id, "updated", next_due=DUE + n), v)))
+                calls.append((kind, schedule_id, s.put(sw(schedule_id, "updated", next_due=DUE + n), v)))
             elif kind == "stale update":
-                calls.append((kind, s.put(sw(schedule_id, "updated"), v + 1_000_000)))
+                calls.append((kind, schedule_id, s.put(sw(schedule_id, "updated"), v + 1_000_000)))
             elif kind == "remove":
-                calls.append((kind, s.remove(schedule_id, expect=v if n % 2 else None)))
+                calls.append((kind, schedule_id, s.remove(schedule_id, expect=v if n % 2 else None)))
             elif kind == "stale remove":
-                calls.append((kind, s.remove(schedule_id, expect=v + 1_000_000)))
+                calls.append((kind, schedule_id, s.remove(schedule_id, expect=v + 1_000_000)))
             else:
-                calls.append((kind, s.put(sw(schedule_id, "added again"), "absent")))
+                calls.append((kind, schedule_id, s.put(sw(schedule_id, "added again"), "absent")))
         for n in range(8):
-            calls.append(("new", s.put(sw(f"new-{n}", "new", next_due=None if n % 2 else DUE), "absent")))
-            calls.append(("upsert", s.put(sw(f"up-{n}", "upserted"), "any")))
-            calls.append(("twice", s.put(sw("twice", f"twice-{n}"), "absent")))
-        calls.append(("remove absent", s.remove("never-added")))
-        results = await asyncio.gather(*(call for _, call in calls))
+            new = sw(f"new-{n}", "new", next_due=None if n % 2 else DUE)
+            calls.append(("new", new.id, s.put(new, "absent")))
+            calls.append(("upsert", f"up-{n}", s.put(sw(f"up-{n}", "upserted"), "any")))
+            calls.append(("twice", "twice", s.put(sw("twice", f"twice-{n}"), "absent")))
+        calls.append(("remove absent", "never-added", s.remove("never-added")))
+        results = await asyncio.gather(*(call for _, _, call in calls))
         stored = dict(zip(old, await s.get(*old), strict=True))
         by_kind: dict[str, list[tuple[ScheduleWriteResult, str]]] = {}
-        for (kind, _), r in zip(calls, results, strict=True):
-            by_kind.setdefault(kind, []).append((r, r.record.id if r.record is not None else ""))
+        for (kind, schedule_id, _), r in zip(calls, results, strict=True):
+            by_kind.setdefault(kind, []).append((r, schedule_id))
 
         def check(kind: str, written: bool, why: str) -> None:
             wrong = [r for r, _ in by_kind[kind] if r.written != written]
@@ -1035,7 +1036,7 @@ class TestScheduleRaces:
         winners = [r.record for r in twice if r.written]
         assert len(winners) == 1 and all(r.record == winners[0] for r in twice), (
             f"adds of one id at once on one client: one wins, the others answer its record: {twice}")
-        versions = [r.record.version for (kind, _), r in zip(calls, results, strict=True)
+        versions = [r.record.version for (kind, _, _), r in zip(calls, results, strict=True)
                     if r.written and r.record is not None and kind != "remove"]
         assert len(set(versions)) == len(versions) and min(versions) > counter, (
             f"each write has a version of its own, above the counter before them: {sorted(versions)}")
