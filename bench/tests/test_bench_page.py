@@ -225,3 +225,14 @@ def test_the_stored_targets_are_judged_on_every_repeat() -> None:
     # M4 asks every change made (at 1,000 a second in the full run; the made-up row made 99.7).
     assert "| M4 | - | postgresql |" in page
     assert "| M1 |" not in page  # (no M1 row in this run)
+
+
+def test_the_published_pages_are_what_their_data_renders() -> None:
+    """The pages in docs/ are generated: an edit made there, not in bench/page.md or bench/numbers.md,
+    would be lost at the next `make bench-publish`."""
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    data = merged(docs / "benchmarks")
+    assert render(data) == (docs / "benchmarks.md").read_text(), \
+        "docs/benchmarks.md differs from its render: edit bench/page.md (or page.py) instead"
+    assert render_numbers(data) == (docs / "internals" / "benchmark-numbers.md").read_text(), \
+        "docs/internals/benchmark-numbers.md differs from its render: edit bench/numbers.md instead"
