@@ -103,10 +103,17 @@ def _schedule(row: Any) -> ScheduleRecord:
                           updated_at)
 
 
-def _write_result(row: Any) -> ScheduleWriteResult:
-    """A schedule write's answer: `written`, the schedule's columns (NULL when there is none), `counted`."""
-    record = None if row["id"] is None else _schedule(tuple(row)[1:11])
+def _write_result(row: Any, first: int = 1) -> ScheduleWriteResult:
+    """A schedule write's answer from its row: `written`, and the schedule's columns from column
+    `first` on (NULL when there is none)."""
+    record = None if row["id"] is None else _schedule(tuple(row)[first:first + 10])
     return ScheduleWriteResult(bool(row["written"]), record)
+
+
+def _refused_unread(result: ScheduleWriteResult) -> bool:
+    """Whether an add was refused with no record: by a row committed after the statement's snapshot,
+    which it could not read (the add is asked again)."""
+    return not result.written and result.record is None
 
 
 class _Write:
@@ -741,10 +748,9 @@ class PostgresBackend(LeaseBackendBase):
                     "{" + ",".join(paused) + "}", numbers(dues), self.sql.channel)
                 again = []
                 for i, row in zip(pending, rows, strict=True):
-                    record = None if row["id"] is None else _schedule(tuple(row)[2:12])
-                    results[i] = ScheduleWriteResult(bool(row["written"]), record)
-                    if expect == "absent" and not row["written"] and record is None:
-                        again.append(i)  # refused by a row committed after the snapshot: ask again
+                    results[i] = result = _write_result(row, 2)
+                    if expect == "absent" and _refused_unread(result):
+                        again.append(i)
                 if not again:
                     break
                 pending = again
@@ -835,8 +841,7 @@ class PostgresBackend(LeaseBackendBase):
             raise
         again = []
         for item, result in zip(batch, results, strict=True):
-            refused_unread = item.kind == "a" and not result.written and result.record is None
-            if refused_unread and item.rechecks < _RECHECKS:
+            if item.kind == "a" and _refused_unread(result) and item.rechecks < _RECHECKS:
                 item.rechecks += 1
                 again.append(item)
             else:
@@ -871,9 +876,7 @@ class PostgresBackend(LeaseBackendBase):
             _texts_or_null(specs), _texts_or_null(args), _texts_or_null(options),
             "{" + ",".join("NULL" if p is None else p for p in paused) + "}", numbers(dues), numbers(expects),
             self.sql.channel)
-        return [ScheduleWriteResult(bool(row["written"]),
-                                    None if row["id"] is None else _schedule(tuple(row)[2:12]))
-                for row in rows]
+        return [_write_result(row, 2) for row in rows]
 
     async def get_schedules(self, namespace: str, ids: Sequence[str]) -> list[ScheduleRecord | None]:
         """The schedules with these ids, in order, in one statement."""
