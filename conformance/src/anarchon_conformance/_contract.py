@@ -1483,6 +1483,29 @@ class TestHistoryContract:
         got = await backend.history(ns, "job", 100)
         assert [r.slot for r in got] == [11_000, 10_000, 9_000], "a smaller keep trims; an old run is dropped"
 
+    async def test_replicas_flushing_the_same_jobs_at_once_keep_each_ones_newest(
+            self, anarchon_kit: Kit) -> None:
+        """Three clients record runs of the same jobs at once, each every third slot, from each job's
+        first run on: each job still keeps exactly its newest runs (a store that counts them must not
+        count a run twice, or miss one, when two flushes race)."""
+        ns, jobs = anarchon_kit.namespace, [f"job-{j}" for j in range(100)]
+        clients = [anarchon_kit.backend, await anarchon_kit.client(), await anarchon_kit.client()]
+
+        async def replica(i: int, client: Any) -> None:
+            order = jobs[::-1] if i % 2 else jobs
+            for flush in range(8):
+                await client.record_runs(ns, [run(job, (flush * 3 + i) * 1000) for job in order], 6)
+
+        await asyncio.gather(*(replica(i, c) for i, c in enumerate(clients)))
+        for newest in (24_000, 25_000):  # each flush trims by what the store holds for the job
+            await anarchon_kit.backend.record_runs(ns, [run(job, newest) for job in jobs], 6)
+        wrong = {}
+        for job in jobs:
+            kept = [r.slot // 1000 for r in await clients[1].history(ns, job, 100)]
+            if kept != list(range(25, 19, -1)):
+                wrong[job] = kept
+        assert not wrong, f"not the newest 6 of slots 0-25 kept (slot / 1000): {wrong}"
+
     async def test_a_run_recorded_again_replaces_the_first(self, anarchon_kit: Kit) -> None:
         backend, ns = anarchon_kit.backend, anarchon_kit.namespace
         await backend.record_runs(ns, [run("job", 1000, outcome="lost")], 10)
