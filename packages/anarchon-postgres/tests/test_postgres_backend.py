@@ -638,33 +638,12 @@ def run_of(job: str, slot: int, attempt: int = 1, outcome: str = "done") -> RunR
 
 
 async def _counted(pg: PostgresBackend) -> dict[str, int]:
-    """Each job's count of stored runs, checked against the rows it has (a job that holds one run
-    may have no count)."""
+    """Each job's count of stored runs, checked against the rows it has."""
     rows = await pg.pool.fetch(f"SELECT job, runs FROM {pg.sql.history_count_table} WHERE runs <> 0")
     stored = await pg.pool.fetch(f"SELECT job, count(*) AS runs FROM {pg.sql.history_table} GROUP BY job")
     counted = {r["job"]: r["runs"] for r in rows}
-    held = {r["job"]: r["runs"] for r in stored}
-    assert counted == {job: n for job, n in held.items() if n > 1 or job in counted}, \
-        "the count is the stored rows'"
-    return held
-
-
-async def test_a_job_gets_its_count_with_its_second_run(pg: PostgresBackend) -> None:
-    """A job that holds one run (a one-off schedule's) is given no count row: a herd of them writes
-    a row per run, not two. Its second run brings the count; a bound of one keeps the newest run."""
-    k = pg.sql.history_count_table
-    await pg.record_runs("ns", [run_of(f"once-{i}", 1000) for i in range(50)], 100)
-    assert await pg.pool.fetchval(f"SELECT count(*) FROM {k}") == 0, "a count row for a single run"
-    await pg.record_runs("ns", [run_of("once-1", 1000, outcome="failed")], 100)  # the same run again
-    assert await pg.pool.fetchval(f"SELECT count(*) FROM {k}") == 0, "a run recorded again counted"
-    await pg.record_runs("ns", [run_of("once-2", 2000), run_of("once-3", 2000)], 100)
-    await pg.record_runs("ns", [run_of("once-3", 3000)], 100)
-    assert await _counted(pg) == {**{f"once-{i}": 1 for i in range(50)}, "once-2": 2, "once-3": 3}
-    assert {r["job"] for r in await pg.pool.fetch(f"SELECT job FROM {k}")} == {"once-2", "once-3"}
-    await pg.record_runs("ns", [run_of("once-4", 2000)], 1)  # uncounted, at its bound: trimmed
-    assert [(r.slot, r.outcome) for r in await pg.history("ns", "once-4", 10)] == [(2000, "done")]
-    assert [r.outcome for r in await pg.history("ns", "once-1", 10)] == ["failed"]
-    assert await pg.pool.fetchval(f"SELECT count(*) FROM {k} WHERE job = 'once-4'") == 0
+    assert counted == {r["job"]: r["runs"] for r in stored}, "the count is the stored rows'"
+    return counted
 
 
 async def test_recording_runs_reads_only_the_runs_that_go(pg: PostgresBackend) -> None:
@@ -704,39 +683,6 @@ async def test_recording_runs_reads_only_the_runs_that_go(pg: PostgresBackend) -
     kept = await pg.history("ns", "job-1", 200)
     assert [r.slot for r in kept] == [s * 1000 for s in range(101, 1, -1)]  # slot 1,000 made way
     assert (await _counted(pg))["job-1"] == 100
-
-
-async def test_counts_moved_by_a_large_batch_are_added_without_rescans(pg: PostgresBackend) -> None:
-    """2,000 counted jobs below their bound, a new run each: each count row is updated once, and
-    telling the counts a concurrent statement made (none here) from the others reads the batch's
-    counts once, not once per job. Also under the generic plan."""
-    h, k = pg.sql.history_table, pg.sql.history_count_table
-    await pg.pool.execute(
-        f"INSERT INTO {h} (namespace, job, slot, attempt, token, instance, outcome, started_at, "
-        "duration_ms, error) SELECT 'ns', 'job-' || j, s * 1000, 1, 1, 'a', 'done', s * 1000, 3, '' "
-        "FROM generate_series(1, 2000) AS j, generate_series(1, 5) AS s")
-    await pg.pool.execute(f"INSERT INTO {k} SELECT namespace, job, count(*), 0 FROM {h} GROUP BY 1, 2")
-    await pg.pool.execute(f"ANALYZE {h}; ANALYZE {k}")
-    batch = 2000
-    runs = [run_of(f"job-{j}", 6000) for j in range(1, batch + 1)]
-    args = PostgresBackend._record_runs_args("ns", runs, 100)
-    values = ", ".join(f"'{a}'" for a in args[:-1]) + f", {args[-1]}"
-    for mode in ("force_custom_plan", "force_generic_plan"):
-        async with pg.pool.acquire() as conn:
-            undone = conn.transaction()
-            await undone.start()
-            await conn.execute(f"SET LOCAL plan_cache_mode = {mode}")
-            await conn.execute("PREPARE record_runs AS " + pg.sql.record_runs)
-            plan = await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE record_runs({values})")
-            assert await conn.fetchval(f"SELECT sum(runs) FROM {k}") == 6 * batch, mode
-            await undone.rollback()
-            await conn.execute("DEALLOCATE record_runs")
-        nodes = list(_plan_nodes(json.loads(plan)))
-        cte_reads = sum((n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n["Actual Loops"]
-                        for n in nodes if n["Node Type"] == "CTE Scan" and "Subplan Name" in n)
-        assert cte_reads < 10 * batch, f"{mode}: the subqueries of the count read {cte_reads} rows"
-    await pg.record_runs("ns", runs, 100)
-    assert await _counted(pg) == {f"job-{j}": 6 for j in range(1, batch + 1)}
 
 
 def _plan_nodes(plan: Any) -> Iterator[dict[str, Any]]:

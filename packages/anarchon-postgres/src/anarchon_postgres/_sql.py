@@ -575,12 +575,8 @@ FROM c"""
         and at random one in $11 of the others, is counted afresh from the primary key, and the
         difference from the count that the same snapshot saw is added too: rows that a writer
         unaware of the count added or removed are counted again within about $11 of the job's
-        flushes, without losing what a concurrent statement added. A job gets its count row with its
-        second stored run: one that holds a single run (a one-off schedule's) is counted from the
-        primary key, one row, at each flush, which costs less than writing a row per job. A count
-        row that a concurrent statement made meanwhile (this snapshot saw none, so counted what that
-        statement counted too) gets only this statement's own rows added. Counts are written in job
-        order and deletes go in row order, so two statements over the same jobs lock in one order and
+        flushes, without losing what a concurrent statement added. Counts are written in job order
+        and deletes go in row order, so two statements over the same jobs lock in one order and
         cannot deadlock.
 
         The plan must not depend on the batch's size, which a prepared statement's generic plan
@@ -597,8 +593,7 @@ WITH r AS (
         AS r(job, slot, attempt, token, instance, outcome, started_at, duration_ms, error)
 ),
 j AS MATERIALIZED (
-    SELECT a.*, c.checked, k.runs IS NOT NULL AS counted, coalesce(n.runs, k.runs) AS runs,
-           coalesce(n.runs - coalesce(k.runs, 0), 0) AS fix
+    SELECT a.*, c.checked, coalesce(n.runs, k.runs) AS runs, coalesce(n.runs - coalesce(k.runs, 0), 0) AS fix
     FROM (
         SELECT f.job, count(*) FILTER (WHERE f.fresh)::int AS n,
                array_agg(f.slot) FILTER (WHERE f.fresh) AS fresh_slots,
@@ -666,25 +661,21 @@ put AS (
     RETURNING h.job, h.xmax = 0 AS inserted
 ),
 d AS (
-    SELECT e.job, sum(e.n)::int AS n, sum(e.own)::int AS own, bool_or(e.checked) AS checked,
-           bool_or(e.counted) AS counted FROM (
-        SELECT j.job, j.fix AS n, 0 AS own, j.checked, j.counted FROM j
+    SELECT e.job, sum(e.n)::int AS n, bool_or(e.checked) AS checked FROM (
+        SELECT j.job, j.fix AS n, j.checked FROM j
         UNION ALL
-        SELECT p.job, 1, 1, false, false FROM put AS p WHERE p.inserted
+        SELECT p.job, 1, false FROM put AS p WHERE p.inserted
         UNION ALL
-        SELECT g.job, -1, -1, false, false FROM gone AS g
+        SELECT g.job, -1, false FROM gone AS g
     ) AS e GROUP BY e.job
 )
 INSERT INTO {k} AS k (namespace, job, runs, checked_at)
 SELECT $1, d.job, d.n, CASE WHEN d.checked THEN {NOW_MS} END
 FROM d
-WHERE (d.checked OR d.n <> 0) AND (d.counted OR d.n >= 2)
+WHERE d.checked OR d.n <> 0
 ORDER BY d.job COLLATE "C"
 ON CONFLICT (namespace, job) DO UPDATE SET
-    runs = k.runs + CASE WHEN excluded.job IN (SELECT u.job FROM d AS u WHERE NOT u.counted)
-                         THEN (SELECT u.own FROM d AS u WHERE u.job = excluded.job AND NOT u.counted)
-                         ELSE excluded.runs END,
-    checked_at = coalesce(excluded.checked_at, k.checked_at)"""
+    runs = k.runs + excluded.runs, checked_at = coalesce(excluded.checked_at, k.checked_at)"""
 
     @property
     def history(self) -> str:
